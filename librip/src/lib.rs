@@ -1,0 +1,1 @@
+//! librip: per-thread instruction-pointer snapshots in a shared-memory ring.

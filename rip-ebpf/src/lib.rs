@@ -1,0 +1,178 @@
+//! Types shared between rip's eBPF programs and user space.
+//!
+//! Every type here is `#[repr(C)]`, made of fixed-size integers and padded by
+//! hand, so the BPF program (compiled for `bpfel-unknown-none`) and the
+//! loader (x86-64) agree on its layout byte for byte. With the `user`
+//! feature they implement [`aya::Pod`] so user space can read them out of
+//! maps and ring buffers.
+#![no_std]
+
+/// Tracepoint field offsets and target selection, written into the program's
+/// `CONFIG` global by the loader before the program is loaded.
+///
+/// Offsets are read at run time from
+/// `/sys/kernel/tracing/events/sched/sched_switch/format` and from the
+/// kernel's BTF (`struct pt_regs`): Rust eBPF has no CO-RE relocations, so
+/// nothing about kernel layouts is compiled in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Thread group id (process id) whose threads are observed.
+    pub target_tgid: u32,
+    /// Offset of `prev_pid` (pid_t) in the sched_switch record.
+    pub prev_pid_off: u32,
+    /// Offset of `prev_state` (long) in the sched_switch record.
+    pub prev_state_off: u32,
+    /// Offset of `next_pid` (pid_t) in the sched_switch record.
+    pub next_pid_off: u32,
+    /// Offsets of the saved user registers in `struct pt_regs`.
+    pub regs: PtRegsOffsets,
+}
+
+/// Byte offsets of the members of the kernel's `struct pt_regs` that carry a
+/// system call's number and arguments (x86-64 syscall ABI), the user
+/// instruction pointer and the user stack pointer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PtRegsOffsets {
+    /// `orig_ax`: the syscall number, or -1 outside a syscall.
+    pub orig_ax: u32,
+    /// `di`, `si`, `dx`, `r10`, `r8`, `r9`: arguments 1 to 6.
+    pub args: [u32; 6],
+    /// `ip`: user instruction pointer.
+    pub ip: u32,
+    /// `sp`: user stack pointer.
+    pub sp: u32,
+    /// Set to 1 when the offsets above are valid; 0 disables register reads.
+    pub valid: u32,
+}
+
+/// What a thread was doing in user space when it entered the kernel: read
+/// from its saved user registers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    /// Syscall number (`orig_ax`), or -1 when the thread entered the kernel
+    /// for another reason (interrupt, fault, preemption in user mode).
+    pub syscall_nr: i64,
+    /// The six syscall arguments.
+    pub args: [u64; 6],
+    /// User instruction pointer.
+    pub ip: u64,
+    /// User stack pointer.
+    pub sp: u64,
+}
+
+/// Per-thread kernel state kept in the `THREADS` map, keyed by thread id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadRecord {
+    /// CLOCK_MONOTONIC ns of the last switch off the CPU (0: not seen).
+    pub off_cpu_ns: u64,
+    /// CLOCK_MONOTONIC ns of the last switch onto the CPU (0: not seen).
+    pub on_cpu_ns: u64,
+    /// `prev_state` at the last switch off the CPU (see [`task_state`]).
+    pub state: u64,
+    /// Number of switches off the CPU observed.
+    pub switches: u64,
+    /// Kernel stack id in the `STACKS` map at the last switch off (<0: none).
+    pub kstack_id: i64,
+    /// User registers at the last switch off the CPU.
+    pub regs: UserRegs,
+    /// 1 while the thread is on a CPU, 0 while it is off.
+    pub on_cpu: u32,
+    /// Explicit padding, always 0.
+    pub _pad: u32,
+}
+
+/// One context switch of an observed thread, sent through the `EVENTS` ring
+/// buffer to whoever observes the session.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwitchEvent {
+    /// CLOCK_MONOTONIC ns.
+    pub ts_ns: u64,
+    /// Thread id.
+    pub tid: u32,
+    /// [`SWITCH_OFF`] or [`SWITCH_ON`].
+    pub kind: u32,
+    /// `prev_state` for a switch off; 0 for a switch on.
+    pub state: u64,
+    /// Kernel stack id for a switch off (<0: none).
+    pub kstack_id: i64,
+    /// User registers for a switch off.
+    pub regs: UserRegs,
+}
+
+/// [`SwitchEvent::kind`]: the thread left the CPU.
+pub const SWITCH_OFF: u32 = 0;
+/// [`SwitchEvent::kind`]: the thread got the CPU.
+pub const SWITCH_ON: u32 = 1;
+
+/// The last traced function a thread entered, kept in `LAST_FN` by the
+/// uprobe program.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FnHit {
+    /// Address of the probed function (the probe's instruction pointer).
+    pub addr: u64,
+    /// CLOCK_MONOTONIC ns of the hit.
+    pub ts_ns: u64,
+    /// Hits by this thread.
+    pub count: u64,
+}
+
+/// Bits of the sched_switch `prev_state` field, as the tracepoint's
+/// `print fmt` defines them.
+pub mod task_state {
+    /// `S`: interruptible sleep.
+    pub const INTERRUPTIBLE: u64 = 0x1;
+    /// `D`: uninterruptible sleep.
+    pub const UNINTERRUPTIBLE: u64 = 0x2;
+    /// `T`: stopped by a signal.
+    pub const STOPPED: u64 = 0x4;
+    /// `t`: stopped by a tracer.
+    pub const TRACED: u64 = 0x8;
+    /// `X`: dead.
+    pub const DEAD: u64 = 0x10;
+    /// `Z`: zombie.
+    pub const ZOMBIE: u64 = 0x20;
+    /// `P`: parked.
+    pub const PARKED: u64 = 0x40;
+    /// `I`: idle (an uninterruptible sleep that does not count as load).
+    pub const IDLE: u64 = 0x80;
+    /// `R+`: preempted while runnable.
+    pub const PREEMPTED: u64 = 0x100;
+}
+
+/// Names of the maps and programs in the object, shared so the loader never
+/// spells them differently from the programs.
+pub mod names {
+    /// The sched_switch tracepoint program.
+    pub const SCHED_SWITCH: &str = "sched_switch";
+    /// The uprobe program ("last function entered").
+    pub const FN_ENTRY: &str = "fn_entry";
+    /// Per-thread kernel state, `HashMap<u32, ThreadRecord>`.
+    pub const THREADS: &str = "THREADS";
+    /// Kernel stacks, `StackTraceMap`.
+    pub const STACKS: &str = "STACKS";
+    /// Switch events, `RingBuf` of [`super::SwitchEvent`].
+    pub const EVENTS: &str = "EVENTS";
+    /// Last function entered per thread, `HashMap<u32, FnHit>`.
+    pub const LAST_FN: &str = "LAST_FN";
+    /// The configuration global.
+    pub const CONFIG: &str = "CONFIG";
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)] structs of integers with explicit
+    // padding fields, so every bit pattern is a valid value.
+    unsafe impl aya::Pod for super::Config {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ThreadRecord {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SwitchEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FnHit {}
+}

@@ -1,0 +1,15 @@
+//! rip's eBPF programs. Built for `bpfel-unknown-none` by rip-probe's
+//! build.rs; on the host this file compiles to a binary that only says so.
+#![cfg_attr(target_arch = "bpf", no_std, no_main)]
+
+#[cfg(target_arch = "bpf")]
+mod programs;
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {
+    eprintln!(
+        "rip-ebpf holds BPF programs: rip-probe's build.rs builds it for bpfel-unknown-none; \
+         run `cargo build -p rip-probe` instead"
+    );
+    std::process::exit(2);
+}

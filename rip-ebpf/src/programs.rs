@@ -1,0 +1,209 @@
+//! The programs: a sched_switch tracepoint that keeps, per thread of the
+//! target process, when and how it left the CPU; and a uprobe that keeps the
+//! last function each thread entered.
+//!
+//! Cost matters more than completeness here: sched_switch fires for every
+//! context switch on the machine, so threads of other processes leave after
+//! one helper call and one map lookup.
+
+use aya_ebpf::{
+    Global,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, generated::bpf_task_pt_regs,
+    },
+    macros::{map, tracepoint, uprobe},
+    maps::{HashMap, RingBuf, StackTrace},
+    programs::{ProbeContext, TracePointContext, tracing::StackIdContext},
+};
+use rip_ebpf::{Config, FnHit, SWITCH_OFF, SWITCH_ON, SwitchEvent, ThreadRecord, UserRegs};
+
+/// Set by the loader (`EbpfLoader::override_global`).
+#[unsafe(no_mangle)]
+static CONFIG: Global<Config> = Global::new(Config {
+    target_tgid: 0,
+    prev_pid_off: 0,
+    prev_state_off: 0,
+    next_pid_off: 0,
+    regs: rip_ebpf::PtRegsOffsets {
+        orig_ax: 0,
+        args: [0; 6],
+        ip: 0,
+        sp: 0,
+        valid: 0,
+    },
+});
+
+/// Per-thread state. The loader seeds it with the target's threads so that
+/// their switches onto a CPU are recognised before they first switch off.
+#[map]
+static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, 0);
+
+/// Kernel stacks of threads at their last switch off the CPU.
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(1 << 14, 0);
+
+/// Switch events for observers. Dropped (not blocked on) when full.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Last function entered, per thread (uprobe mode).
+#[map]
+static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, 0);
+
+/// sched:sched_switch. `prev` is the current task; `next` is identified by
+/// its thread id in `THREADS`.
+#[tracepoint(category = "sched", name = "sched_switch")]
+pub fn sched_switch(ctx: TracePointContext) -> u32 {
+    let cfg = CONFIG.load();
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if tgid == cfg.target_tgid {
+        switch_off(&ctx, &cfg, now);
+    }
+    // SAFETY: the offset comes from the tracepoint's format file.
+    if let Ok(next) = unsafe { ctx.read_at::<i32>(cfg.next_pid_off as usize) } {
+        switch_on(next as u32, now);
+    }
+    0
+}
+
+fn switch_off(ctx: &TracePointContext, cfg: &Config, now: u64) {
+    // SAFETY: offsets come from the tracepoint's format file.
+    let Ok(tid) = (unsafe { ctx.read_at::<i32>(cfg.prev_pid_off as usize) }) else {
+        return;
+    };
+    let tid = tid as u32;
+    // SAFETY: as above.
+    let state = unsafe { ctx.read_at::<i64>(cfg.prev_state_off as usize) }.unwrap_or(0) as u64;
+    let kstack_id = ctx.get_stackid(&STACKS, 0).unwrap_or(-1);
+    let regs = user_regs(cfg);
+
+    let rec = match THREADS.get_ptr_mut(tid) {
+        Some(rec) => rec,
+        None => {
+            let _ = THREADS.insert(tid, ThreadRecord::default(), 0);
+            match THREADS.get_ptr_mut(tid) {
+                Some(rec) => rec,
+                None => return,
+            }
+        }
+    };
+    // SAFETY: a map value pointer stays valid for the program's run.
+    unsafe {
+        (*rec).off_cpu_ns = now;
+        (*rec).state = state;
+        (*rec).switches += 1;
+        (*rec).kstack_id = kstack_id;
+        (*rec).regs = regs;
+        (*rec).on_cpu = 0;
+    }
+    emit(SwitchEvent {
+        ts_ns: now,
+        tid,
+        kind: SWITCH_OFF,
+        state,
+        kstack_id,
+        regs,
+    });
+}
+
+fn switch_on(tid: u32, now: u64) {
+    let Some(rec) = THREADS.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: a map value pointer stays valid for the program's run.
+    unsafe {
+        (*rec).on_cpu_ns = now;
+        (*rec).on_cpu = 1;
+    }
+    emit(SwitchEvent {
+        ts_ns: now,
+        tid,
+        kind: SWITCH_ON,
+        ..SwitchEvent::default()
+    });
+}
+
+fn emit(ev: SwitchEvent) {
+    if let Some(mut slot) = EVENTS.reserve::<SwitchEvent>(0) {
+        slot.write(ev);
+        slot.submit(0);
+    }
+}
+
+/// The current task's saved user registers: which syscall it is in and with
+/// which arguments. Offsets into `struct pt_regs` come from the kernel's BTF.
+fn user_regs(cfg: &Config) -> UserRegs {
+    let off = &cfg.regs;
+    let mut out = UserRegs {
+        syscall_nr: -1,
+        ..UserRegs::default()
+    };
+    if off.valid == 0 {
+        return out;
+    }
+    // SAFETY: bpf_task_pt_regs returns the task's saved user register frame
+    // (or 0); every read goes through bpf_probe_read_kernel.
+    unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8;
+        if regs.is_null() {
+            return out;
+        }
+        let rd = |o: u32| bpf_probe_read_kernel(regs.add(o as usize) as *const u64).unwrap_or(0);
+        out.syscall_nr = rd(off.orig_ax) as i64;
+        out.args = [
+            rd(off.args[0]),
+            rd(off.args[1]),
+            rd(off.args[2]),
+            rd(off.args[3]),
+            rd(off.args[4]),
+            rd(off.args[5]),
+        ];
+        out.ip = rd(off.ip);
+        out.sp = rd(off.sp);
+    }
+    out
+}
+
+/// Attached by the loader to each function the user asked for; records the
+/// probed address as the thread's last function entered.
+#[uprobe]
+pub fn fn_entry(ctx: ProbeContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: for a uprobe the context is the user register frame.
+    let addr = unsafe { (*ctx.regs).rip };
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    match LAST_FN.get_ptr_mut(tid) {
+        // SAFETY: a map value pointer stays valid for the program's run.
+        Some(hit) => unsafe {
+            (*hit).addr = addr;
+            (*hit).ts_ns = now;
+            (*hit).count += 1;
+        },
+        None => {
+            let _ = LAST_FN.insert(
+                tid,
+                FnHit {
+                    addr,
+                    ts_ns: now,
+                    count: 1,
+                },
+                0,
+            );
+        }
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

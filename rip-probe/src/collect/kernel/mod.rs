@@ -1,0 +1,222 @@
+//! The kernel side of collection: rip-ebpf's programs loaded with aya,
+//! attached to one target process, and read back.
+//!
+//! The sched_switch tracepoint is filtered in the kernel to the target's
+//! thread group; its record layout comes from tracefs and the offsets into
+//! `struct pt_regs` from BTF, both passed to the program as globals.
+
+pub mod btf;
+pub mod privileges;
+pub mod tracefs;
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd, AsRawFd},
+    path::PathBuf,
+    time::Duration,
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, RingBuf, StackTraceMap},
+    programs::TracePoint,
+};
+use rip_ebpf::{Config, SwitchEvent, ThreadRecord, names};
+
+use crate::error::{Error, Result};
+
+/// rip-ebpf's object file, built by build.rs and embedded in this library.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rip-ebpf"));
+
+/// The sched_switch program attached to one process.
+///
+/// Dropping it detaches and unloads everything: links are file descriptors,
+/// so even a SIGKILLed rip-probe leaves nothing behind.
+pub struct KernelProbe {
+    ebpf: Ebpf,
+    tgid: u32,
+    tracefs: PathBuf,
+    config: Config,
+}
+
+impl KernelProbe {
+    /// Loads the programs for process `tgid` and attaches the sched_switch
+    /// tracepoint.
+    pub fn attach(tgid: u32) -> Result<Self> {
+        let task_dir = PathBuf::from(format!("/proc/{tgid}/task"));
+        if tgid == 0 || !task_dir.is_dir() {
+            return Err(Error::NoSuchProcess(tgid));
+        }
+        privileges::check()?;
+        let tracefs = tracefs::ensure_mounted()?;
+        let kbtf = btf::KernelBtf::load()?;
+
+        let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
+        let field = |name, size| {
+            fmt.field(name, size).map_err(|what| Error::Kernel {
+                path: tracefs.join("events/sched/sched_switch/format"),
+                what,
+            })
+        };
+        let config = Config {
+            target_tgid: tgid,
+            prev_pid_off: field("prev_pid", 4)?.offset,
+            prev_state_off: field("prev_state", 8)?.offset,
+            next_pid_off: field("next_pid", 4)?.offset,
+            regs: kbtf.pt_regs()?,
+        };
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global(names::CONFIG, &config, true)
+            .load(EBPF_OBJECT)
+            .map_err(|e| Error::bpf("loading rip-ebpf", e))?;
+
+        // Seed the thread table so that switches *onto* a CPU are recognised
+        // for threads that have not yet been seen leaving one.
+        {
+            let mut threads: BpfHashMap<_, u32, ThreadRecord> = BpfHashMap::try_from(
+                ebpf.map_mut(names::THREADS)
+                    .ok_or_else(|| missing(names::THREADS))?,
+            )
+            .map_err(|e| Error::bpf("THREADS map", e))?;
+            for tid in list_tids(tgid)? {
+                threads
+                    .insert(tid, ThreadRecord::default(), 0)
+                    .map_err(|e| Error::bpf("seeding THREADS", e))?;
+            }
+        }
+
+        let prog: &mut TracePoint = ebpf
+            .program_mut(names::SCHED_SWITCH)
+            .ok_or_else(|| missing(names::SCHED_SWITCH))?
+            .try_into()
+            .map_err(|e| Error::bpf("sched_switch program", e))?;
+        prog.load()
+            .map_err(|e| Error::bpf("loading sched_switch", e))?;
+        prog.attach("sched", "sched_switch")
+            .map_err(|e| Error::bpf("attaching sched:sched_switch", e))?;
+
+        Ok(KernelProbe {
+            ebpf,
+            tgid,
+            tracefs,
+            config,
+        })
+    }
+
+    /// The observed process.
+    pub fn tgid(&self) -> u32 {
+        self.tgid
+    }
+
+    /// Where tracefs is mounted.
+    pub fn tracefs(&self) -> &std::path::Path {
+        &self.tracefs
+    }
+
+    /// The configuration handed to the programs (tracepoint and register
+    /// offsets), for diagnostics.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Names of the programs loaded in the kernel, as `bpftool prog` shows them.
+    pub fn program_names(&self) -> Vec<String> {
+        self.ebpf.programs().map(|(n, _)| n.to_string()).collect()
+    }
+
+    /// The per-thread records the programs have written so far.
+    pub fn threads(&self) -> Result<HashMap<u32, ThreadRecord>> {
+        let map: BpfHashMap<_, u32, ThreadRecord> = BpfHashMap::try_from(
+            self.ebpf
+                .map(names::THREADS)
+                .ok_or_else(|| missing(names::THREADS))?,
+        )
+        .map_err(|e| Error::bpf("THREADS map", e))?;
+        let mut out = HashMap::new();
+        for kv in map.iter() {
+            let (k, v) = kv.map_err(|e| Error::bpf("reading THREADS", e))?;
+            out.insert(k, v);
+        }
+        Ok(out)
+    }
+
+    /// The kernel stack recorded under `id` (innermost first), if any.
+    pub fn kernel_stack(&self, id: i64) -> Option<Vec<u64>> {
+        let id = u32::try_from(id).ok()?;
+        let map = StackTraceMap::try_from(self.ebpf.map(names::STACKS)?).ok()?;
+        let st = map.get(&id, 0).ok()?;
+        Some(st.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// Takes the switch-event stream. Only one stream exists per probe.
+    pub fn take_events(&mut self) -> Result<EventStream> {
+        let map = self
+            .ebpf
+            .take_map(names::EVENTS)
+            .ok_or_else(|| missing(names::EVENTS))?;
+        let ring = RingBuf::try_from(map).map_err(|e| Error::bpf("EVENTS ring buffer", e))?;
+        Ok(EventStream { ring })
+    }
+}
+
+/// Context switches of the target's threads, in the order the kernel
+/// recorded them.
+pub struct EventStream {
+    ring: RingBuf<MapData>,
+}
+
+impl EventStream {
+    /// Waits up to `timeout` for events and returns those available (possibly
+    /// none).
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<SwitchEvent>> {
+        let mut out = self.drain();
+        if !out.is_empty() {
+            return Ok(out);
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.ring.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("EVENTS ring buffer", e));
+            }
+        }
+        out.extend(self.drain());
+        Ok(out)
+    }
+
+    fn drain(&mut self) -> Vec<SwitchEvent> {
+        let mut out = Vec::new();
+        while let Some(item) = self.ring.next() {
+            if item.len() >= std::mem::size_of::<SwitchEvent>() {
+                // SAFETY: the program writes whole SwitchEvents; the length
+                // was checked and read_unaligned tolerates any alignment.
+                out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<SwitchEvent>()) });
+            }
+        }
+        out
+    }
+}
+
+fn missing(what: &str) -> Error {
+    Error::Bpf(format!("{what} is missing from the embedded BPF object"))
+}
+
+/// Thread ids of process `tgid`, from /proc.
+pub fn list_tids(tgid: u32) -> Result<Vec<u32>> {
+    let dir = format!("/proc/{tgid}/task");
+    let rd = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NoSuchProcess(tgid),
+        _ => Error::io(&dir, e),
+    })?;
+    Ok(rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect())
+}

@@ -1,0 +1,4 @@
+//! Collection: the raw facts about a target's threads, from the kernel
+//! (eBPF and /proc) and from the process's own ring file.
+
+pub mod kernel;

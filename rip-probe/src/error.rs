@@ -1,0 +1,79 @@
+//! Errors a user can act on. Each variant renders as one line that says what
+//! is wrong and what to do about it.
+
+use std::path::PathBuf;
+
+/// What went wrong, phrased for the person at the terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Loading BPF needs privileges this process does not have.
+    #[error(
+        "not permitted to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON \
+         (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`)"
+    )]
+    NotPrivileged,
+    /// tracefs is not mounted and we could not mount it.
+    #[error("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing` as root")]
+    TracefsMissing,
+    /// The kernel exposes no BTF.
+    #[error(
+        "the kernel has no BTF (/sys/kernel/btf/vmlinux is missing): \
+         use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    )]
+    NoBtf,
+    /// The target process does not exist.
+    #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
+    NoSuchProcess(u32),
+    /// A kernel interface answered something we cannot parse.
+    #[error("unexpected contents in {path}: {what}")]
+    Kernel {
+        /// The file that was read.
+        path: PathBuf,
+        /// What was wrong with it.
+        what: String,
+    },
+    /// An I/O error on a named file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The BPF loader or verifier refused something.
+    #[error("BPF: {0}")]
+    Bpf(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Maps an aya error to [`Error::NotPrivileged`] when it is EPERM/EACCES,
+    /// and to [`Error::Bpf`] with its full cause chain otherwise.
+    pub fn bpf(context: &str, err: impl std::error::Error) -> Self {
+        let mut msg = format!("{context}: {err}");
+        let mut src = err.source();
+        let mut denied = false;
+        while let Some(s) = src {
+            msg.push_str(&format!(": {s}"));
+            if let Some(io) = s.downcast_ref::<std::io::Error>() {
+                denied |= matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES));
+            }
+            src = s.source();
+        }
+        if denied {
+            Error::NotPrivileged
+        } else {
+            Error::Bpf(msg)
+        }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,236 @@
+//! `cargo xtask setup`: idempotent installation of what the build and the
+//! tests need. Each step first checks, and only acts when something is
+//! missing, so a second run takes seconds.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::util::{exec, is_root, output, step};
+
+/// The toolchain that compiles rip-ebpf (it needs `-Z build-std`).
+pub const NIGHTLY: &str = "nightly";
+/// The bpf-linker release the project is built and tested with.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Debian packages the tests call (bpftool to check nothing is left
+/// attached, valgrind for instruction counts, gdb as a peer).
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("bpftool", "bpftool"),
+    ("valgrind", "valgrind"),
+    ("gdb", "gdb"),
+];
+
+/// Runs every step.
+pub fn run_setup() -> Result<()> {
+    step("setup: nightly toolchain");
+    let sysroot = nightly_sysroot()?;
+    eprintln!("    {NIGHTLY} at {}", sysroot.display());
+
+    step("setup: rust-src for the nightly toolchain");
+    rust_src(&sysroot)?;
+
+    step("setup: bpf-linker built against the nightly's LLVM");
+    bpf_linker(&sysroot)?;
+
+    step("setup: tracefs");
+    tracefs()?;
+
+    step("setup: Debian packages the tests use");
+    apt_packages()?;
+
+    Ok(())
+}
+
+fn nightly_sysroot() -> Result<PathBuf> {
+    match output(Command::new("rustup").args(["run", NIGHTLY, "rustc", "--print", "sysroot"])) {
+        Some(s) => Ok(PathBuf::from(s.trim())),
+        None => bail!(
+            "no `{NIGHTLY}` toolchain: install one with `rustup toolchain install {NIGHTLY}` \
+             (rip-ebpf needs -Z build-std)"
+        ),
+    }
+}
+
+fn rust_src(sysroot: &Path) -> Result<()> {
+    if sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        eprintln!("    present");
+        return Ok(());
+    }
+    exec(
+        Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]),
+        "rustup component add rust-src",
+    )
+    .context(
+        "cannot install rust-src: is the rustup dist server reachable? retry `cargo xtask setup`",
+    )
+}
+
+/// The nightly's LLVM shared library, e.g. `libLLVM.so.22.1-rust-1.97.0-nightly`,
+/// and its major version.
+fn nightly_llvm(sysroot: &Path) -> Result<(PathBuf, u32)> {
+    let lib = sysroot.join("lib");
+    for e in std::fs::read_dir(&lib).with_context(|| format!("reading {}", lib.display()))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if let Some(ver) = name.strip_prefix("libLLVM.so.") {
+            let major = ver.split('.').next().and_then(|m| m.parse().ok());
+            if let Some(major) = major {
+                return Ok((lib.join(&name), major));
+            }
+        }
+    }
+    bail!(
+        "no libLLVM.so.* in {}: the nightly toolchain looks incomplete",
+        lib.display()
+    )
+}
+
+fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cargo"))
+}
+
+/// bpf-linker must load the same LLVM as the rustc that emits the bitcode,
+/// or linking fails with "Invalid record". It is built against the
+/// nightly's own libLLVM through a prefix of symlinks that stays in place,
+/// since the binary's RUNPATH points there.
+fn bpf_linker(sysroot: &Path) -> Result<()> {
+    let (llvm, major) = nightly_llvm(sysroot)?;
+    let soname = llvm.file_name().expect("file name").to_owned();
+    let home = cargo_home();
+    let prefix = home.join("rip-llvm");
+    let bin = home.join("bin/bpf-linker");
+
+    if bin.is_file() {
+        let needed = output(Command::new("readelf").arg("-d").arg(&bin)).unwrap_or_default();
+        let runs = output(Command::new(&bin).arg("--version")).unwrap_or_default();
+        if needed.contains(&*soname.to_string_lossy()) && runs.contains(BPF_LINKER_VERSION) {
+            eprintln!(
+                "    present: {} ({})",
+                bin.display(),
+                soname.to_string_lossy()
+            );
+            return Ok(());
+        }
+        eprintln!(
+            "    {} is not {BPF_LINKER_VERSION} against {}: rebuilding",
+            bin.display(),
+            soname.to_string_lossy()
+        );
+    }
+
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    for name in [std::ffi::OsStr::new("libLLVM.so"), soname.as_os_str()] {
+        let link = lib.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&llvm, &link)
+            .with_context(|| format!("linking {} -> {}", link.display(), llvm.display()))?;
+    }
+    let mut cmd = Command::new("cargo");
+    cmd.args([
+        "install",
+        "bpf-linker",
+        "--version",
+        BPF_LINKER_VERSION,
+        "--locked",
+        "--force",
+        "--no-default-features",
+        "--features",
+        &format!("llvm-{major}"),
+        "--root",
+    ])
+    .arg(&home)
+    .env("LLVM_PREFIX", &prefix);
+    eprintln!("    building bpf-linker {BPF_LINKER_VERSION} against LLVM {major} (about a minute)");
+    exec(&mut cmd, "cargo install bpf-linker").context(
+        "cannot build bpf-linker: is crates.io reachable? retry `cargo xtask setup` once it is",
+    )?;
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("bpf-linker").is_file()))
+        .unwrap_or(false);
+    if !on_path {
+        bail!(
+            "bpf-linker was installed in {} which is not on PATH: add it to PATH",
+            home.join("bin").display()
+        );
+    }
+    Ok(())
+}
+
+fn tracefs() -> Result<()> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    if mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+    {
+        eprintln!("    mounted");
+        return Ok(());
+    }
+    if !is_root() {
+        if std::env::var("RIP_SKIP_BPF_TESTS").is_ok_and(|v| v == "1") {
+            eprintln!("    not mounted (not root; BPF tests are skipped by RIP_SKIP_BPF_TESTS=1)");
+            return Ok(());
+        }
+        bail!(
+            "tracefs is not mounted and we are not root: run `sudo mount -t tracefs nodev \
+             /sys/kernel/tracing`, or set RIP_SKIP_BPF_TESTS=1 to skip the BPF tests"
+        );
+    }
+    exec(
+        Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]),
+        "mount -t tracefs nodev /sys/kernel/tracing",
+    )
+}
+
+fn apt_packages() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(bin, _)| {
+            output(Command::new("sh").args(["-c", &format!("command -v {bin}")])).is_none()
+        })
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        eprintln!("    present");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "missing {}: run `sudo apt-get install -y {}`",
+            missing.join(", "),
+            missing.join(" ")
+        );
+    }
+    exec(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+    )
+    .or_else(|_| {
+        // A fresh machine may have stale package lists.
+        exec(
+            Command::new("apt-get").args(["update", "-q"]),
+            "apt-get update",
+        )?;
+        exec(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install",
+        )
+    })
+    .with_context(|| {
+        format!(
+            "cannot install {}: is the Debian mirror reachable?",
+            missing.join(" ")
+        )
+    })
+}
