@@ -27,6 +27,68 @@ pub struct Config {
     pub next_pid_off: u32,
     /// Offsets of the saved user registers in `struct pt_regs`.
     pub regs: PtRegsOffsets,
+    /// Offsets of the `task_struct` members the task iterator reads.
+    pub task: TaskOffsets,
+}
+
+/// Byte offsets of `task_struct` members, from BTF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskOffsets {
+    /// `pid` (the thread id).
+    pub pid: u32,
+    /// `tgid` (the process id).
+    pub tgid: u32,
+    /// `__state` (TASK_* bits; 0 = running or runnable).
+    pub state: u32,
+    /// `on_cpu`: 1 while running on a CPU.
+    pub on_cpu: u32,
+    /// `on_rq`: non-zero while on a run queue (runnable).
+    pub on_rq: u32,
+    /// `comm`: the 16-byte thread name.
+    pub comm: u32,
+    /// `se.exec_start`: run-queue task clock (ns) when the thread last
+    /// started or stopped running.
+    pub exec_start: u32,
+    /// `se.sum_exec_runtime`: CPU time consumed (ns).
+    pub sum_exec_runtime: u32,
+    /// Set to 1 when the offsets above are valid.
+    pub valid: u32,
+}
+
+/// Kernel stack frames kept per task by the task iterator.
+pub const TASK_STACK_DEPTH: usize = 32;
+
+/// One thread of the target as the task iterator saw it: the state of every
+/// thread at one instant, including those that blocked before rip-probe
+/// attached and so never pass through sched_switch while it watches.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// Thread id.
+    pub tid: u32,
+    /// Process id.
+    pub tgid: u32,
+    /// `task_struct.__state`.
+    pub state: u32,
+    /// `task_struct.on_cpu`.
+    pub on_cpu: u32,
+    /// `task_struct.on_rq`.
+    pub on_rq: u32,
+    /// Number of valid frames in `kstack`.
+    pub kstack_len: u32,
+    /// `se.exec_start` (run-queue task clock, ns).
+    pub exec_start: u64,
+    /// `se.sum_exec_runtime` (ns).
+    pub sum_exec_runtime: u64,
+    /// CLOCK_MONOTONIC ns when the record was taken.
+    pub now_ns: u64,
+    /// Saved user registers (syscall number and arguments).
+    pub regs: UserRegs,
+    /// Thread name.
+    pub comm: [u8; 16],
+    /// Kernel stack, innermost first.
+    pub kstack: [u64; TASK_STACK_DEPTH],
 }
 
 /// Byte offsets of the members of the kernel's `struct pt_regs` that carry a
@@ -152,6 +214,8 @@ pub mod names {
     pub const SCHED_SWITCH: &str = "sched_switch";
     /// The uprobe program ("last function entered").
     pub const FN_ENTRY: &str = "fn_entry";
+    /// The task iterator program.
+    pub const TASK_ITER: &str = "task_iter";
     /// Per-thread kernel state, `HashMap<u32, ThreadRecord>`.
     pub const THREADS: &str = "THREADS";
     /// Kernel stacks, `StackTraceMap`.
@@ -175,4 +239,6 @@ mod pod {
     unsafe impl aya::Pod for super::SwitchEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FnHit {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TaskRecord {}
 }

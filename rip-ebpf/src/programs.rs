@@ -8,15 +8,20 @@
 
 use aya_ebpf::{
     Global,
+    bindings::{seq_file, task_struct},
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, generated::bpf_task_pt_regs,
+        bpf_probe_read_kernel,
+        generated::{bpf_get_task_stack, bpf_seq_write, bpf_task_pt_regs},
     },
     macros::{map, tracepoint, uprobe},
-    maps::{HashMap, RingBuf, StackTrace},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{ProbeContext, TracePointContext, tracing::StackIdContext},
 };
-use rip_ebpf::{Config, FnHit, SWITCH_OFF, SWITCH_ON, SwitchEvent, ThreadRecord, UserRegs};
+use rip_ebpf::{
+    Config, FnHit, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH, TaskRecord, ThreadRecord,
+    UserRegs,
+};
 
 /// Set by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -30,6 +35,17 @@ static CONFIG: Global<Config> = Global::new(Config {
         args: [0; 6],
         ip: 0,
         sp: 0,
+        valid: 0,
+    },
+    task: rip_ebpf::TaskOffsets {
+        pid: 0,
+        tgid: 0,
+        state: 0,
+        on_cpu: 0,
+        on_rq: 0,
+        comm: 0,
+        exec_start: 0,
+        sum_exec_runtime: 0,
         valid: 0,
     },
 });
@@ -78,7 +94,8 @@ fn switch_off(ctx: &TracePointContext, cfg: &Config, now: u64) {
     // SAFETY: as above.
     let state = unsafe { ctx.read_at::<i64>(cfg.prev_state_off as usize) }.unwrap_or(0) as u64;
     let kstack_id = ctx.get_stackid(&STACKS, 0).unwrap_or(-1);
-    let regs = user_regs(cfg);
+    // SAFETY: the current task is valid for the duration of the program.
+    let regs = unsafe { user_regs(bpf_get_current_task_btf(), cfg) };
 
     let rec = match THREADS.get_ptr_mut(tid) {
         Some(rec) => rec,
@@ -133,9 +150,13 @@ fn emit(ev: SwitchEvent) {
     }
 }
 
-/// The current task's saved user registers: which syscall it is in and with
-/// which arguments. Offsets into `struct pt_regs` come from the kernel's BTF.
-fn user_regs(cfg: &Config) -> UserRegs {
+/// A task's saved user registers: which syscall it is in and with which
+/// arguments. Offsets into `struct pt_regs` come from the kernel's BTF.
+///
+/// # Safety
+/// `task` must be a valid, trusted `task_struct` pointer (the current task,
+/// or the task an iterator hands us after a null check).
+unsafe fn user_regs(task: *mut task_struct, cfg: &Config) -> UserRegs {
     let off = &cfg.regs;
     let mut out = UserRegs {
         syscall_nr: -1,
@@ -147,7 +168,7 @@ fn user_regs(cfg: &Config) -> UserRegs {
     // SAFETY: bpf_task_pt_regs returns the task's saved user register frame
     // (or 0); every read goes through bpf_probe_read_kernel.
     unsafe {
-        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const u8;
+        let regs = bpf_task_pt_regs(task) as *const u8;
         if regs.is_null() {
             return out;
         }
@@ -165,6 +186,85 @@ fn user_regs(cfg: &Config) -> UserRegs {
         out.sp = rd(off.sp);
     }
     out
+}
+
+/// Scratch space for one [`TaskRecord`]: too big for the 512-byte BPF stack.
+#[map]
+static TASK_SCRATCH: PerCpuArray<TaskRecord> = PerCpuArray::with_max_entries(1, 0);
+
+/// `struct bpf_iter__task`: the context of a task iterator.
+#[repr(C)]
+struct IterTaskCtx {
+    meta: *mut bpf_iter_meta,
+    task: *mut task_struct,
+}
+
+/// `struct bpf_iter_meta`; only `seq` is read.
+#[repr(C)]
+struct bpf_iter_meta {
+    seq: *mut seq_file,
+}
+
+/// Task iterator: writes one [`TaskRecord`] per thread of the target, with
+/// its state, saved user registers and kernel stack, to the iterator's
+/// output. This is how threads that blocked before rip-probe attached are
+/// seen: in one pass, instead of five /proc files per thread.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn task_iter(ctx: *mut core::ffi::c_void) -> i32 {
+    let ctx = ctx as *const IterTaskCtx;
+    // SAFETY: the kernel passes a `bpf_iter__task`; loads of its members
+    // are checked by the verifier against the kernel's BTF.
+    let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
+    if task.is_null() {
+        return 0;
+    }
+    let cfg = CONFIG.load();
+    let t = &cfg.task;
+    if t.valid == 0 {
+        return 0;
+    }
+    let base = task as *const u8;
+    // SAFETY: all reads go through bpf_probe_read_kernel at BTF offsets.
+    let rd32 =
+        |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u32) }.unwrap_or(0);
+    // SAFETY: as above.
+    let rd64 =
+        |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u64) }.unwrap_or(0);
+    if rd32(t.tgid) != cfg.target_tgid {
+        return 0;
+    }
+    let Some(rec) = TASK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: `rec` points to this CPU's scratch value; `task` is non-null
+    // and trusted (iterator context); `meta` is the iterator's metadata.
+    unsafe {
+        (*rec).tid = rd32(t.pid);
+        (*rec).tgid = cfg.target_tgid;
+        (*rec).state = rd32(t.state);
+        (*rec).on_cpu = rd32(t.on_cpu);
+        (*rec).on_rq = rd32(t.on_rq);
+        (*rec).exec_start = rd64(t.exec_start);
+        (*rec).sum_exec_runtime = rd64(t.sum_exec_runtime);
+        (*rec).now_ns = bpf_ktime_get_ns();
+        (*rec).regs = user_regs(task, &cfg);
+        (*rec).comm =
+            bpf_probe_read_kernel(base.add(t.comm as usize) as *const [u8; 16]).unwrap_or([0; 16]);
+        let bytes = bpf_get_task_stack(
+            task,
+            (&raw mut (*rec).kstack).cast(),
+            (TASK_STACK_DEPTH * 8) as u32,
+            0,
+        );
+        (*rec).kstack_len = if bytes > 0 { (bytes / 8) as u32 } else { 0 };
+        bpf_seq_write(
+            (*meta).seq,
+            rec as *const core::ffi::c_void,
+            core::mem::size_of::<TaskRecord>() as u32,
+        );
+    }
+    0
 }
 
 /// Attached by the loader to each function the user asked for; records the

@@ -11,6 +11,7 @@ pub mod tracefs;
 
 use std::{
     collections::HashMap,
+    io::Read,
     os::fd::{AsFd, AsRawFd},
     path::PathBuf,
     time::Duration,
@@ -19,9 +20,9 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, RingBuf, StackTraceMap},
-    programs::TracePoint,
+    programs::{Iter, TracePoint},
 };
-use rip_ebpf::{Config, SwitchEvent, ThreadRecord, names};
+use rip_ebpf::{Config, SwitchEvent, TaskRecord, ThreadRecord, names};
 
 use crate::error::{Error, Result};
 
@@ -64,6 +65,7 @@ impl KernelProbe {
             prev_state_off: field("prev_state", 8)?.offset,
             next_pid_off: field("next_pid", 4)?.offset,
             regs: kbtf.pt_regs()?,
+            task: kbtf.task_struct()?,
         };
 
         let mut ebpf = EbpfLoader::new()
@@ -96,6 +98,15 @@ impl KernelProbe {
         prog.attach("sched", "sched_switch")
             .map_err(|e| Error::bpf("attaching sched:sched_switch", e))?;
 
+        let btf = aya::Btf::from_sys_fs().map_err(|e| Error::bpf("reading kernel BTF", e))?;
+        let iter: &mut Iter = ebpf
+            .program_mut(names::TASK_ITER)
+            .ok_or_else(|| missing(names::TASK_ITER))?
+            .try_into()
+            .map_err(|e| Error::bpf("task_iter program", e))?;
+        iter.load("task", &btf)
+            .map_err(|e| Error::bpf("loading the task iterator", e))?;
+
         Ok(KernelProbe {
             ebpf,
             tgid,
@@ -122,7 +133,11 @@ impl KernelProbe {
 
     /// Names of the programs loaded in the kernel, as `bpftool prog` shows them.
     pub fn program_names(&self) -> Vec<String> {
-        self.ebpf.programs().map(|(n, _)| n.to_string()).collect()
+        self.ebpf
+            .programs()
+            .filter(|(_, p)| p.fd().is_ok())
+            .map(|(n, _)| n.to_string())
+            .collect()
     }
 
     /// The per-thread records the programs have written so far.
@@ -147,6 +162,37 @@ impl KernelProbe {
         let map = StackTraceMap::try_from(self.ebpf.map(names::STACKS)?).ok()?;
         let st = map.get(&id, 0).ok()?;
         Some(st.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// Every thread of the target as the kernel sees it right now: state,
+    /// saved user registers and kernel stack, in one pass of a BPF task
+    /// iterator.
+    pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
+        let iter: &mut Iter = self
+            .ebpf
+            .program_mut(names::TASK_ITER)
+            .ok_or_else(|| missing(names::TASK_ITER))?
+            .try_into()
+            .map_err(|e| Error::bpf("task_iter program", e))?;
+        let id = iter
+            .attach()
+            .map_err(|e| Error::bpf("attaching the task iterator", e))?;
+        let link = iter
+            .take_link(id)
+            .map_err(|e| Error::bpf("task iterator link", e))?;
+        let mut file = link
+            .into_file()
+            .map_err(|e| Error::bpf("creating the task iterator", e))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)
+            .map_err(|e| Error::io("BPF task iterator", e))?;
+        let size = std::mem::size_of::<TaskRecord>();
+        Ok(buf
+            .chunks_exact(size)
+            // SAFETY: the iterator writes whole TaskRecords back to back;
+            // read_unaligned tolerates the Vec's alignment.
+            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<TaskRecord>()) })
+            .collect())
     }
 
     /// Takes the switch-event stream. Only one stream exists per probe.
