@@ -83,6 +83,9 @@ pub struct TaskRecord {
     pub sum_exec_runtime: u64,
     /// CLOCK_MONOTONIC ns when the record was taken.
     pub now_ns: u64,
+    /// `se.exec_start` of the task running the iterator (rip-probe itself,
+    /// on a CPU): "now" on the run-queue task clock, at most a tick behind.
+    pub cur_exec_start: u64,
     /// Saved user registers (syscall number and arguments).
     pub regs: UserRegs,
     /// Thread name.

@@ -23,6 +23,10 @@ use rip_ebpf::{
     UserRegs,
 };
 
+/// `BPF_F_NO_PREALLOC`: hash maps sized for 128k threads would otherwise
+/// allocate every entry up front, which costs attach time.
+const BPF_F_NO_PREALLOC: u32 = 1;
+
 /// Set by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
 static CONFIG: Global<Config> = Global::new(Config {
@@ -53,7 +57,7 @@ static CONFIG: Global<Config> = Global::new(Config {
 /// Per-thread state. The loader seeds it with the target's threads so that
 /// their switches onto a CPU are recognised before they first switch off.
 #[map]
-static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, 0);
+static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, BPF_F_NO_PREALLOC);
 
 /// Kernel stacks of threads at their last switch off the CPU.
 #[map]
@@ -65,7 +69,7 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// Last function entered, per thread (uprobe mode).
 #[map]
-static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, 0);
+static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, BPF_F_NO_PREALLOC);
 
 /// sched:sched_switch. `prev` is the current task; `next` is identified by
 /// its thread id in `THREADS`.
@@ -248,6 +252,9 @@ pub fn task_iter(ctx: *mut core::ffi::c_void) -> i32 {
         (*rec).exec_start = rd64(t.exec_start);
         (*rec).sum_exec_runtime = rd64(t.sum_exec_runtime);
         (*rec).now_ns = bpf_ktime_get_ns();
+        let cur = bpf_get_current_task_btf() as *const u8;
+        (*rec).cur_exec_start =
+            bpf_probe_read_kernel(cur.add(t.exec_start as usize) as *const u64).unwrap_or(0);
         (*rec).regs = user_regs(task, &cfg);
         (*rec).comm =
             bpf_probe_read_kernel(base.add(t.comm as usize) as *const [u8; 16]).unwrap_or([0; 16]);

@@ -40,6 +40,22 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// `--help` or `--version` was asked for: the text to print.
+    #[error("{0}")]
+    Help(String),
+    /// The process has no ring file mapped.
+    #[error(
+        "process {0} has no rip ring mapped: it must link librip and create a ring \
+         (rip_create_ring / librip::Ring::create); `rip-probe --pid {0}` still shows kernel state"
+    )]
+    NoRing(u32),
+    /// A ring file could not be read (librip's reader says why and what to do).
+    #[error("{0}")]
+    Ring(String), // TEMP-PLACEHOLDER librip::reader::ReadError
+    /// The command line asks for something that cannot be done; the message
+    /// says what to change.
+    #[error("{0}")]
+    Usage(String),
     /// The BPF loader or verifier refused something.
     #[error("BPF: {0}")]
     Bpf(String),

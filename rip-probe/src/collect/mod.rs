@@ -2,3 +2,5 @@
 //! (eBPF and /proc) and from the process's own ring file.
 
 pub mod kernel;
+pub mod procfs;
+pub mod ring;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Btf, Struct, Type};
+use btf_rs::{Backend, Btf, Struct, Type};
 use rip_ebpf::{PtRegsOffsets, TaskOffsets};
 
 use crate::error::{Error, Result};
@@ -30,7 +30,9 @@ impl KernelBtf {
         if !Path::new(VMLINUX).exists() {
             return Err(Error::NoBtf);
         }
-        let btf = Btf::from_file(VMLINUX).map_err(|e| err(e.to_string()))?;
+        // A few lookups only: mmap instead of parsing every type up front.
+        let btf =
+            Btf::from_file_with_backend(VMLINUX, Backend::Mmap).map_err(|e| err(e.to_string()))?;
         Ok(KernelBtf { btf })
     }
 

@@ -8,6 +8,7 @@
 pub mod btf;
 pub mod privileges;
 pub mod tracefs;
+pub mod uprobe;
 
 use std::{
     collections::HashMap,
@@ -22,7 +23,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, RingBuf, StackTraceMap},
     programs::{Iter, TracePoint},
 };
-use rip_ebpf::{Config, SwitchEvent, TaskRecord, ThreadRecord, names};
+use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, ThreadRecord, names};
 
 use crate::error::{Error, Result};
 
@@ -38,6 +39,9 @@ pub struct KernelProbe {
     tgid: u32,
     tracefs: PathBuf,
     config: Config,
+    /// The kernel BTF being parsed for the task iterator.
+    btf: Option<std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>>,
+    iter_loaded: bool,
 }
 
 impl KernelProbe {
@@ -68,7 +72,13 @@ impl KernelProbe {
             task: kbtf.task_struct()?,
         };
 
+        // aya parses the whole kernel BTF (about a quarter of a second) to
+        // resolve the task iterator's attach point. The programs need no
+        // CO-RE relocations, so the loader goes without it, and the parse
+        // runs on another thread while the session observes.
+        let btf = std::thread::spawn(aya::Btf::from_sys_fs);
         let mut ebpf = EbpfLoader::new()
+            .btf(None)
             .override_global(names::CONFIG, &config, true)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::bpf("loading rip-ebpf", e))?;
@@ -81,7 +91,7 @@ impl KernelProbe {
                     .ok_or_else(|| missing(names::THREADS))?,
             )
             .map_err(|e| Error::bpf("THREADS map", e))?;
-            for tid in list_tids(tgid)? {
+            for tid in crate::collect::procfs::tids(tgid)? {
                 threads
                     .insert(tid, ThreadRecord::default(), 0)
                     .map_err(|e| Error::bpf("seeding THREADS", e))?;
@@ -98,20 +108,13 @@ impl KernelProbe {
         prog.attach("sched", "sched_switch")
             .map_err(|e| Error::bpf("attaching sched:sched_switch", e))?;
 
-        let btf = aya::Btf::from_sys_fs().map_err(|e| Error::bpf("reading kernel BTF", e))?;
-        let iter: &mut Iter = ebpf
-            .program_mut(names::TASK_ITER)
-            .ok_or_else(|| missing(names::TASK_ITER))?
-            .try_into()
-            .map_err(|e| Error::bpf("task_iter program", e))?;
-        iter.load("task", &btf)
-            .map_err(|e| Error::bpf("loading the task iterator", e))?;
-
         Ok(KernelProbe {
             ebpf,
             tgid,
             tracefs,
             config,
+            btf: Some(btf),
+            iter_loaded: false,
         })
     }
 
@@ -168,6 +171,7 @@ impl KernelProbe {
     /// saved user registers and kernel stack, in one pass of a BPF task
     /// iterator.
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
+        self.load_iter()?;
         let iter: &mut Iter = self
             .ebpf
             .program_mut(names::TASK_ITER)
@@ -193,6 +197,51 @@ impl KernelProbe {
             // read_unaligned tolerates the Vec's alignment.
             .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<TaskRecord>()) })
             .collect())
+    }
+
+    /// Loads the task iterator once the kernel BTF is parsed.
+    fn load_iter(&mut self) -> Result<()> {
+        if self.iter_loaded {
+            return Ok(());
+        }
+        let btf = self
+            .btf
+            .take()
+            .ok_or_else(|| Error::Bpf("kernel BTF parse failed earlier".into()))?
+            .join()
+            .map_err(|_| Error::Bpf("kernel BTF parser panicked".into()))?
+            .map_err(|e| Error::bpf("reading kernel BTF", e))?;
+        let iter: &mut Iter = self
+            .ebpf
+            .program_mut(names::TASK_ITER)
+            .ok_or_else(|| missing(names::TASK_ITER))?
+            .try_into()
+            .map_err(|e| Error::bpf("task_iter program", e))?;
+        iter.load("task", &btf)
+            .map_err(|e| Error::bpf("loading the task iterator", e))?;
+        self.iter_loaded = true;
+        Ok(())
+    }
+
+    /// Attaches the `fn_entry` uprobe to each site (see [`uprobe`]).
+    pub fn attach_uprobes(&mut self, sites: &[uprobe::ProbeSite]) -> Result<()> {
+        uprobe::attach(&mut self.ebpf, self.tgid, sites)
+    }
+
+    /// The last function each thread entered, from the uprobes.
+    pub fn uprobe_hits(&self) -> Result<HashMap<u32, FnHit>> {
+        let map: BpfHashMap<_, u32, FnHit> = BpfHashMap::try_from(
+            self.ebpf
+                .map(names::LAST_FN)
+                .ok_or_else(|| missing(names::LAST_FN))?,
+        )
+        .map_err(|e| Error::bpf("LAST_FN map", e))?;
+        let mut out = HashMap::new();
+        for kv in map.iter() {
+            let (k, v) = kv.map_err(|e| Error::bpf("reading LAST_FN", e))?;
+            out.insert(k, v);
+        }
+        Ok(out)
     }
 
     /// Takes the switch-event stream. Only one stream exists per probe.
@@ -253,16 +302,4 @@ impl EventStream {
 
 fn missing(what: &str) -> Error {
     Error::Bpf(format!("{what} is missing from the embedded BPF object"))
-}
-
-/// Thread ids of process `tgid`, from /proc.
-pub fn list_tids(tgid: u32) -> Result<Vec<u32>> {
-    let dir = format!("/proc/{tgid}/task");
-    let rd = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::NoSuchProcess(tgid),
-        _ => Error::io(&dir, e),
-    })?;
-    Ok(rd
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect())
 }

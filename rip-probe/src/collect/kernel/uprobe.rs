@@ -1,0 +1,130 @@
+//! `--uprobe PATTERN`: for programs built without librip, attach the
+//! `fn_entry` uprobe to every function of the target matching a glob, so
+//! each thread's "last function entered" stands in for its ring.
+//!
+//! `PATTERN` matches function names (demangled, and as stored) in the
+//! target's executable; `LIB:PATTERN` matches in a mapped shared library
+//! whose file name contains `LIB` (e.g. `libc:pthread_mutex_*`).
+
+use std::{
+    num::NonZeroU32,
+    ops::ControlFlow,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf,
+    programs::{UProbe, uprobe::UProbeScope},
+};
+use blazesym::{
+    SymType,
+    inspect::{Inspector, source::Elf, source::Source},
+};
+use rip_ebpf::names;
+
+use crate::error::{Error, Result};
+
+/// More probes than this would make attaching slow and the target slower
+/// (each hit costs tens of microseconds): ask for a narrower pattern.
+pub const MAX_PROBES: usize = 2000;
+
+/// A function chosen for probing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSite {
+    /// The binary holding it.
+    pub binary: PathBuf,
+    /// Its name as stored in the binary.
+    pub name: String,
+    /// Offset in the file (what the kernel attaches to).
+    pub file_offset: u64,
+}
+
+/// Splits `LIB:PATTERN` into the binary to search and the glob.
+fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, String)> {
+    match spec.split_once(':') {
+        Some((lib, pat)) if !lib.is_empty() => {
+            let maps_path = format!("/proc/{pid}/maps");
+            let maps = std::fs::read_to_string(&maps_path).map_err(|e| Error::io(&maps_path, e))?;
+            let found = maps
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .filter(|p| p.starts_with('/'))
+                .find(|p| {
+                    Path::new(p)
+                        .file_name()
+                        .is_some_and(|f| f.to_string_lossy().contains(lib))
+                })
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "--uprobe {spec}: pid {pid} maps no library matching `{lib}`"
+                    ))
+                })?;
+            Ok((PathBuf::from(found), pat.to_string()))
+        }
+        _ => {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .map_err(|_| Error::NoSuchProcess(pid))?;
+            Ok((exe, spec.to_string()))
+        }
+    }
+}
+
+/// The functions of the target matching `spec`.
+pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
+    let (binary, pattern) = target_binary(pid, spec)?;
+    let glob = glob::Pattern::new(&pattern)
+        .map_err(|e| Error::Usage(format!("--uprobe {spec}: bad pattern: {e}")))?;
+    let src = Source::Elf(Elf::new(&binary));
+    let mut sites = Vec::new();
+    Inspector::new()
+        .for_each(&src, |s| {
+            if s.sym_type == SymType::Function
+                && s.addr != 0
+                && let Some(off) = s.file_offset
+            {
+                let demangled = rustc_demangle::demangle(&s.name).to_string();
+                // `{:#}` drops the hash suffix of Rust symbols.
+                let short = format!("{:#}", rustc_demangle::demangle(&s.name));
+                if glob.matches(&s.name) || glob.matches(&demangled) || glob.matches(&short) {
+                    sites.push(ProbeSite {
+                        binary: binary.clone(),
+                        name: s.name.to_string(),
+                        file_offset: off,
+                    });
+                }
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| Error::Usage(format!("--uprobe: cannot read {}: {e}", binary.display())))?;
+    sites.sort_by_key(|s| s.file_offset);
+    sites.dedup_by_key(|s| s.file_offset);
+    if sites.is_empty() {
+        return Err(Error::Usage(format!(
+            "--uprobe {spec}: no function in {} matches `{pattern}`",
+            binary.display()
+        )));
+    }
+    if sites.len() > MAX_PROBES {
+        return Err(Error::Usage(format!(
+            "--uprobe {spec}: {} functions match (at most {MAX_PROBES}); use a narrower pattern",
+            sites.len()
+        )));
+    }
+    Ok(sites)
+}
+
+/// Loads `fn_entry` and attaches it to every site, firing only for `pid`.
+pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
+    let prog: &mut UProbe = ebpf
+        .program_mut(names::FN_ENTRY)
+        .ok_or_else(|| Error::Bpf("fn_entry missing from the BPF object".into()))?
+        .try_into()
+        .map_err(|e| Error::bpf("fn_entry program", e))?;
+    prog.load().map_err(|e| Error::bpf("loading fn_entry", e))?;
+    let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess(pid))?);
+    for s in sites {
+        prog.attach(s.file_offset, &s.binary, scope)
+            .map_err(|e| Error::bpf(&format!("attaching a uprobe to {}", s.name), e))?;
+    }
+    Ok(())
+}

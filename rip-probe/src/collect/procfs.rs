@@ -1,0 +1,416 @@
+//! Facts about a live process from /proc: thread names and states, what an
+//! fd refers to (sockets resolved to their addresses), and a few bytes of
+//! its memory for syscall arguments that are pointers.
+
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    decode::Lookup,
+    error::{Error, Result},
+};
+
+/// Reads `/proc/<pid>/task/<tid>/<file>` (or `/proc/<pid>/<file>` for
+/// tid 0) to a string.
+fn read(pid: u32, tid: u32, file: &str) -> std::io::Result<String> {
+    let p = if tid == 0 {
+        format!("/proc/{pid}/{file}")
+    } else {
+        format!("/proc/{pid}/task/{tid}/{file}")
+    };
+    std::fs::read_to_string(p)
+}
+
+/// The fields of `/proc/<pid>/task/<tid>/stat` we use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// Thread name.
+    pub comm: String,
+    /// State letter (`R`, `S`, `D`, `T`, `t`, `Z`, `X`, `I`, `P`).
+    pub state: char,
+    /// Start time in clock ticks since boot (identifies a pid across reuse).
+    pub start_time: u64,
+}
+
+/// Parses a stat line. The comm may contain spaces and parentheses, so the
+/// fields are found from the last `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state); start time is field 22.
+    let state = rest.first()?.chars().next()?;
+    let start_time = rest.get(19)?.parse().ok()?;
+    Some(Stat {
+        comm,
+        state,
+        start_time,
+    })
+}
+
+/// `stat` of a thread (tid 0: of the process).
+pub fn stat(pid: u32, tid: u32) -> Option<Stat> {
+    parse_stat(&read(pid, tid, "stat").ok()?)
+}
+
+/// The executable path of a process.
+pub fn exe(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// A thread's syscall state from `/proc/<pid>/task/<tid>/syscall`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyscallState {
+    /// On a CPU: the file cannot tell.
+    Running,
+    /// Blocked outside a syscall (page fault, preemption): user sp and pc.
+    NotInSyscall {
+        /// User stack pointer.
+        sp: u64,
+        /// User instruction pointer.
+        pc: u64,
+    },
+    /// In syscall `nr` with `args`.
+    InSyscall {
+        /// Syscall number.
+        nr: i64,
+        /// Arguments.
+        args: [u64; 6],
+        /// User stack pointer.
+        sp: u64,
+        /// User instruction pointer.
+        pc: u64,
+    },
+}
+
+/// Parses the `syscall` file's one line.
+pub fn parse_syscall(text: &str) -> Option<SyscallState> {
+    let t = text.trim();
+    if t == "running" {
+        return Some(SyscallState::Running);
+    }
+    let f: Vec<&str> = t.split_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    match f.as_slice() {
+        [nr, sp, pc] if *nr == "-1" => Some(SyscallState::NotInSyscall {
+            sp: hex(sp)?,
+            pc: hex(pc)?,
+        }),
+        [nr, a @ .., sp, pc] if a.len() == 6 => {
+            let mut args = [0u64; 6];
+            for (d, s) in args.iter_mut().zip(a) {
+                *d = hex(s)?;
+            }
+            Some(SyscallState::InSyscall {
+                nr: nr.parse().ok()?,
+                args,
+                sp: hex(sp)?,
+                pc: hex(pc)?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A thread's syscall state (needs ptrace access to the target: root or
+/// the same user).
+pub fn syscall(pid: u32, tid: u32) -> Option<SyscallState> {
+    parse_syscall(&read(pid, tid, "syscall").ok()?)
+}
+
+/// Thread ids of process `pid`.
+pub fn tids(pid: u32) -> Result<Vec<u32>> {
+    let dir = format!("/proc/{pid}/task");
+    let rd = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+        _ => Error::io(&dir, e),
+    })?;
+    let mut v: Vec<u32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Resolves fds and reads memory of one live process, with caches: ten
+/// thousand threads waiting on the same fd cost one readlink.
+pub struct ProcLookup {
+    pid: u32,
+    fds: RefCell<HashMap<i32, Option<String>>>,
+    sockets: RefCell<Option<HashMap<u64, String>>>,
+}
+
+impl ProcLookup {
+    /// A lookup for process `pid`.
+    pub fn new(pid: u32) -> Self {
+        ProcLookup {
+            pid,
+            fds: RefCell::default(),
+            sockets: RefCell::default(),
+        }
+    }
+
+    fn socket(&self, inode: u64) -> Option<String> {
+        let mut cache = self.sockets.borrow_mut();
+        let table = cache.get_or_insert_with(|| socket_table(self.pid));
+        table.get(&inode).cloned()
+    }
+}
+
+impl Lookup for ProcLookup {
+    fn fd(&self, fd: i32) -> Option<String> {
+        if fd < 0 {
+            return None;
+        }
+        if let Some(v) = self.fds.borrow().get(&fd) {
+            return v.clone();
+        }
+        let link = std::fs::read_link(format!("/proc/{}/fd/{fd}", self.pid))
+            .ok()
+            .map(|p| p.display().to_string());
+        let v = link.map(|l| {
+            let inode = l
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .and_then(|n| n.parse().ok());
+            match inode.and_then(|i| self.socket(i)) {
+                Some(desc) => format!("{l} {desc}"),
+                None => l,
+            }
+        });
+        self.fds.borrow_mut().insert(fd, v.clone());
+        v
+    }
+
+    fn mem(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if len == 0 || len > 4096 {
+            return None;
+        }
+        let mut buf = vec![0u8; len];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: len,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: one local iovec over our buffer; the remote one is only
+        // read by the kernel, which checks it.
+        let n = unsafe { libc::process_vm_readv(self.pid as i32, &local, 1, &remote, 1, 0) };
+        (n == len as isize).then_some(buf)
+    }
+}
+
+/// Socket inode → `TCP 127.0.0.1:80 -> 10.0.0.2:5555 ESTABLISHED`, from the
+/// target's network namespace (`/proc/<pid>/net/{tcp,tcp6,udp,udp6,unix}`).
+fn socket_table(pid: u32) -> HashMap<u64, String> {
+    let mut out = HashMap::new();
+    let base = PathBuf::from(format!("/proc/{pid}/net"));
+    for (file, proto) in [
+        ("tcp", "TCP"),
+        ("tcp6", "TCP"),
+        ("udp", "UDP"),
+        ("udp6", "UDP"),
+    ] {
+        if let Ok(text) = std::fs::read_to_string(base.join(file)) {
+            parse_inet(&text, proto, &mut out);
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string(base.join("unix")) {
+        parse_unix(&text, &mut out);
+    }
+    out
+}
+
+fn parse_inet(text: &str, proto: &str, out: &mut HashMap<u64, String>) {
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 10 {
+            continue;
+        }
+        let (Some(local), Some(remote), Ok(inode)) =
+            (inet_addr(f[1]), inet_addr(f[2]), f[9].parse::<u64>())
+        else {
+            continue;
+        };
+        let state = tcp_state(f[3]);
+        let desc = if proto == "TCP" && state == "LISTEN" {
+            format!("{proto} {local} LISTEN")
+        } else if remote.ends_with(":0") && proto == "UDP" {
+            format!("{proto} {local}")
+        } else {
+            format!("{proto} {local} -> {remote} {state}")
+        };
+        out.insert(inode, desc.trim_end().to_string());
+    }
+}
+
+fn parse_unix(text: &str, out: &mut HashMap<u64, String>) {
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 7 {
+            continue;
+        }
+        let Ok(inode) = f[6].parse::<u64>() else {
+            continue;
+        };
+        let path = f.get(7).copied().unwrap_or("(unnamed)");
+        let listening = f[3] == "00010000";
+        let desc = if listening {
+            format!("UNIX {path} LISTEN")
+        } else {
+            format!("UNIX {path}")
+        };
+        out.insert(inode, desc);
+    }
+}
+
+/// `0100007F:1F90` → `127.0.0.1:8080`; 32-hex-digit IPv6 forms too.
+fn inet_addr(s: &str) -> Option<String> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    match ip.len() {
+        8 => {
+            let v = u32::from_str_radix(ip, 16).ok()?;
+            let ip = std::net::Ipv4Addr::from(v.swap_bytes());
+            Some(format!("{ip}:{port}"))
+        }
+        32 => {
+            let mut bytes = [0u8; 16];
+            for (i, chunk) in bytes.chunks_exact_mut(4).enumerate() {
+                let w = u32::from_str_radix(ip.get(i * 8..i * 8 + 8)?, 16).ok()?;
+                chunk.copy_from_slice(&w.swap_bytes().to_be_bytes());
+            }
+            Some(format!("[{}]:{port}", std::net::Ipv6Addr::from(bytes)))
+        }
+        _ => None,
+    }
+}
+
+fn tcp_state(hex: &str) -> &'static str {
+    match hex {
+        "01" => "ESTABLISHED",
+        "02" => "SYN_SENT",
+        "03" => "SYN_RECV",
+        "04" => "FIN_WAIT1",
+        "05" => "FIN_WAIT2",
+        "06" => "TIME_WAIT",
+        "07" => "CLOSE",
+        "08" => "CLOSE_WAIT",
+        "09" => "LAST_ACK",
+        "0A" => "LISTEN",
+        "0B" => "CLOSING",
+        _ => "",
+    }
+}
+
+/// The largest difference in accumulated steal time between two CPUs, in
+/// ns, from /proc/stat (USER_HZ ticks).
+pub fn steal_skew_ns() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/stat") else {
+        return 0;
+    };
+    parse_steal_skew(&text, user_hz())
+}
+
+fn user_hz() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as u64 } else { 100 }
+}
+
+fn parse_steal_skew(text: &str, hz: u64) -> u64 {
+    let steals: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .filter_map(|l| l.split_whitespace().nth(8)?.parse().ok())
+        .collect();
+    match (steals.iter().min(), steals.iter().max()) {
+        (Some(lo), Some(hi)) => (hi - lo) * (1_000_000_000 / hz),
+        _ => 0,
+    }
+}
+
+/// Whether `path` exists and is a directory (a cheap liveness test).
+pub fn exists(path: impl AsRef<Path>) -> bool {
+    path.as_ref().is_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let s = parse_stat(
+            "4711 (a) b (c)) S 1 4711 4711 0 -1 4194560 107 0 0 0 0 0 0 0 20 0 1 0 123456 0 0",
+        )
+        .unwrap();
+        assert_eq!(s.comm, "a) b (c)");
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.start_time, 123456);
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn syscall_lines() {
+        assert_eq!(parse_syscall("running\n"), Some(SyscallState::Running));
+        assert_eq!(
+            parse_syscall("-1 0x7ffd1 0x401000\n"),
+            Some(SyscallState::NotInSyscall {
+                sp: 0x7ffd1,
+                pc: 0x401000
+            })
+        );
+        let s = parse_syscall("0 0x3 0x7ffc 0x1 0x0 0x0 0x0 0x7ffb 0x7f00\n").unwrap();
+        assert_eq!(
+            s,
+            SyscallState::InSyscall {
+                nr: 0,
+                args: [3, 0x7ffc, 1, 0, 0, 0],
+                sp: 0x7ffb,
+                pc: 0x7f00
+            }
+        );
+        assert!(parse_syscall("1 2 3 4").is_none());
+    }
+
+    #[test]
+    fn inet_addresses() {
+        assert_eq!(inet_addr("0100007F:1F90").unwrap(), "127.0.0.1:8080");
+        assert_eq!(
+            inet_addr("00000000000000000000000001000000:0050").unwrap(),
+            "[::1]:80"
+        );
+        let mut m = HashMap::new();
+        parse_inet(
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5555 1 0000000000000000 100 0 0 10 0\n",
+            "TCP",
+            &mut m,
+        );
+        assert_eq!(m[&5555], "TCP 127.0.0.1:8080 LISTEN");
+    }
+
+    #[test]
+    fn steal_skew() {
+        let stat =
+            "cpu  1 2 3 4 5 6 7 19 0 0\ncpu0 1 2 3 4 5 6 7 7 0 0\ncpu1 1 2 3 4 5 6 7 12 0 0\n";
+        assert_eq!(parse_steal_skew(stat, 100), 50_000_000);
+        assert_eq!(parse_steal_skew("", 100), 0);
+    }
+
+    #[test]
+    fn lookup_own_process() {
+        let me = ProcLookup::new(std::process::id());
+        let x = 0x1234_5678_u64;
+        let got = me.mem(&x as *const u64 as u64, 8).unwrap();
+        assert_eq!(u64::from_ne_bytes(got.try_into().unwrap()), x);
+        assert!(me.fd(0).is_some() || me.fd(1).is_some());
+        assert!(me.fd(-1).is_none());
+    }
+}

@@ -1,0 +1,72 @@
+//! The user-space side of collection: a process's librip ring file, read
+//! with librip's reader (which copies the shared memory with atomic loads
+//! and validates every offset) and turned into the few facts rip-probe
+//! joins with the kernel's view.
+
+mod read; // TEMP-PLACEHOLDER until librip's reader is merged
+
+use std::path::PathBuf;
+
+use crate::symbolize::ModuleMap;
+
+/// One slot of a ring: a thread or a coroutine.
+#[derive(Clone, Debug)]
+pub struct RingSlot {
+    /// Thread (`false`) or coroutine/task (`true`).
+    pub coroutine: bool,
+    /// Marked exited by the program.
+    pub exited: bool,
+    /// Thread id, or coroutine id.
+    pub id: u64,
+    /// Distinguishes reuses of a coroutine slot.
+    pub generation: u32,
+    /// Name given at registration.
+    pub name: String,
+    /// Total snaps.
+    pub snaps: u64,
+    /// `(seq, address)`, oldest first.
+    pub entries: Vec<(u64, u64)>,
+    /// Poll statistics of an async task.
+    pub task: Option<TaskStats>,
+}
+
+/// Poll statistics of a task slot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskStats {
+    /// Completed and running polls.
+    pub polls: u64,
+    /// CLOCK_MONOTONIC ns at the start of the last poll.
+    pub last_poll_start_ns: u64,
+    /// CLOCK_MONOTONIC ns at the end of the last poll (0: never ended).
+    pub last_poll_end_ns: u64,
+    /// Thread polling it now (0: none).
+    pub polling_tid: u32,
+}
+
+/// What a ring file says, copied out of it.
+#[derive(Clone, Debug)]
+pub struct RingView {
+    /// Path of the file.
+    pub path: PathBuf,
+    /// Layout version.
+    pub version: u32,
+    /// Pid that created it.
+    pub pid: u32,
+    /// The creating process's start time (clock ticks since boot), to
+    /// recognise pid reuse.
+    pub process_start_time: u64,
+    /// Executable of that process.
+    pub exe: Option<String>,
+    /// Creation time, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// Creation time on CLOCK_MONOTONIC, ns.
+    pub created_monotonic_ns: u64,
+    /// Entries kept per slot.
+    pub depth: u32,
+    /// Snaps dropped because their thread had no slot (a lower bound).
+    pub dropped: u64,
+    /// Executable mappings at creation (and as refreshed by the writer).
+    pub modules: Vec<ModuleMap>,
+    /// Non-free slots.
+    pub slots: Vec<RingSlot>,
+}

@@ -1,0 +1,572 @@
+//! Correlation: joins what the kernel says about each thread (state,
+//! syscall, since when, kernel stack) with where the program last said it
+//! was (its ring slot, or the last function a uprobe saw it enter), per
+//! thread id, into the report model. Addresses are left for the symbolize
+//! stage; grouping happens after symbolization (see [`group_threads`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use rip_ebpf::{FnHit, TaskRecord, ThreadRecord};
+
+use crate::{
+    collect::ring::{RingSlot, RingView},
+    decode::{self, Lookup},
+    model::{
+        Blocked, Frame, Group, Location, LocationSource, Mode, ProcessInfo, Report, RingInfo,
+        SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
+    },
+};
+
+/// Kernel `__state` bits (include/linux/sched.h).
+mod kstate {
+    pub const INTERRUPTIBLE: u32 = 0x1;
+    pub const UNINTERRUPTIBLE: u32 = 0x2;
+    pub const STOPPED: u32 = 0x4;
+    pub const TRACED: u32 = 0x8;
+    pub const PARKED: u32 = 0x40;
+    pub const DEAD: u32 = 0x80;
+    pub const NOLOAD: u32 = 0x400;
+}
+
+/// Maps a task's `__state` and `on_cpu` to a [`ThreadState`].
+pub fn thread_state(state: u32, on_cpu: u32) -> ThreadState {
+    use kstate::*;
+    if state == 0 {
+        return if on_cpu != 0 {
+            ThreadState::Running
+        } else {
+            ThreadState::Runnable
+        };
+    }
+    if state & TRACED != 0 {
+        ThreadState::Traced
+    } else if state & STOPPED != 0 {
+        ThreadState::Stopped
+    } else if state & DEAD != 0 {
+        ThreadState::Exited
+    } else if state & PARKED != 0 {
+        ThreadState::Parked
+    } else if state & UNINTERRUPTIBLE != 0 {
+        if state & NOLOAD != 0 {
+            ThreadState::Idle
+        } else {
+            ThreadState::Uninterruptible
+        }
+    } else if state & INTERRUPTIBLE != 0 {
+        ThreadState::Sleeping
+    } else {
+        ThreadState::Unknown
+    }
+}
+
+/// Clocks needed to turn kernel timestamps into durations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Clock {
+    /// CLOCK_MONOTONIC ns when the sched_switch program was attached.
+    pub attached_ns: u64,
+    /// CLOCK_MONOTONIC ns when the task snapshot was taken.
+    pub now_ns: u64,
+    /// Largest difference in accumulated steal time between two CPUs, ns.
+    /// The run-queue task clock excludes steal time per CPU, so comparing
+    /// task-clock stamps taken on different CPUs may overstate a duration
+    /// by up to this much; lower bounds subtract it.
+    pub steal_skew_ns: u64,
+}
+
+/// Everything collected about a live process.
+pub struct LiveInputs<'a> {
+    /// Process facts.
+    pub process: ProcessInfo,
+    /// The task iterator's snapshot of every thread.
+    pub tasks: &'a [TaskRecord],
+    /// sched_switch's per-thread records (threads seen switching).
+    pub switches: &'a HashMap<u32, ThreadRecord>,
+    /// Clocks.
+    pub clock: Clock,
+    /// The process's ring, if it has one.
+    pub ring: Option<&'a RingView>,
+    /// Last function entered per thread (`--uprobe`).
+    pub uprobe_hits: &'a HashMap<u32, FnHit>,
+    /// fd and memory access for syscall decoding.
+    pub lookup: &'a dyn Lookup,
+}
+
+/// How long a thread has been off CPU: exact when sched_switch saw it
+/// leave during the window, else a lower bound.
+pub fn blocked_for(task: &TaskRecord, sw: Option<&ThreadRecord>, clock: &Clock) -> Option<Blocked> {
+    if !thread_state(task.state, task.on_cpu).is_blocked() {
+        return None;
+    }
+    if let Some(sw) = sw
+        && sw.off_cpu_ns != 0
+        && sw.on_cpu == 0
+    {
+        return Some(Blocked {
+            ns: clock.now_ns.saturating_sub(sw.off_cpu_ns),
+            exact: true,
+        });
+    }
+    // Blocked since before we attached: at least the whole window...
+    let window = clock.now_ns.saturating_sub(clock.attached_ns);
+    // ...and at least the distance between "now" and the thread's last
+    // exec_start on the task clock (the iterator's own exec_start lags
+    // "now" by at most a tick, which only lowers the bound), less steal skew.
+    let est = task
+        .cur_exec_start
+        .saturating_sub(task.exec_start)
+        .saturating_sub(clock.steal_skew_ns);
+    Some(Blocked {
+        ns: window.max(if task.exec_start == 0 { 0 } else { est }),
+        exact: false,
+    })
+}
+
+fn comm(c: &[u8; 16]) -> String {
+    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..end]).into_owned()
+}
+
+/// Addresses-only frame, to be filled in by the symbolize stage.
+fn raw(addr: u64) -> Frame {
+    Frame {
+        addr,
+        ..Frame::default()
+    }
+}
+
+fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
+    let (seq, addr) = entries[i];
+    Location {
+        source: LocationSource::Ring,
+        seq: Some(seq),
+        ago_ns: None,
+        frame: raw(addr),
+    }
+}
+
+/// Builds the live report (before symbolization).
+pub fn live(inp: &LiveInputs<'_>) -> Report {
+    // Live thread slots by tid; if a tid has several (an exited slot and a
+    // reused tid), the live one wins.
+    let mut ring_by_tid: HashMap<u32, &RingSlot> = HashMap::new();
+    if let Some(ring) = inp.ring {
+        for s in ring.slots.iter().filter(|s| !s.coroutine) {
+            let tid = s.id as u32;
+            match ring_by_tid.get(&tid) {
+                Some(old) if !old.exited => {}
+                _ => {
+                    ring_by_tid.insert(tid, s);
+                }
+            }
+        }
+    }
+
+    let mut threads: Vec<Thread> = inp
+        .tasks
+        .iter()
+        .map(|t| {
+            let state = thread_state(t.state, t.on_cpu);
+            let sw = inp.switches.get(&t.tid);
+            let slot = ring_by_tid.get(&t.tid).filter(|s| !s.exited);
+            let blocked = state.is_blocked();
+            let syscall = if blocked {
+                decode::decode(t.regs.syscall_nr, &t.regs.args, inp.lookup)
+            } else {
+                None
+            };
+            let kernel_stack = if blocked {
+                t.kstack[..(t.kstack_len as usize).min(t.kstack.len())]
+                    .iter()
+                    .map(|&a| raw(a))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let location = if let Some(s) = slot.filter(|s| !s.entries.is_empty()) {
+                Some(ring_location(&s.entries, s.entries.len() - 1))
+            } else if let Some(hit) = inp.uprobe_hits.get(&t.tid) {
+                Some(Location {
+                    source: LocationSource::Uprobe,
+                    seq: Some(hit.count),
+                    ago_ns: Some(inp.clock.now_ns.saturating_sub(hit.ts_ns)),
+                    frame: raw(hit.addr),
+                })
+            } else if blocked && t.regs.ip != 0 {
+                Some(Location {
+                    source: LocationSource::UserPc,
+                    seq: None,
+                    ago_ns: None,
+                    frame: raw(t.regs.ip),
+                })
+            } else {
+                None
+            };
+            let (name, name_source) = match slot {
+                Some(s) if !s.name.is_empty() => (s.name.clone(), "ring"),
+                _ => (comm(&t.comm), "comm"),
+            };
+            Thread {
+                tid: t.tid,
+                name,
+                name_source,
+                state,
+                syscall,
+                blocked: blocked_for(t, sw, &inp.clock),
+                kernel_stack,
+                location,
+                history: Vec::new(),
+                snaps: slot.map(|s| s.snaps),
+                exited: false,
+            }
+        })
+        .collect();
+    threads.sort_by_key(|t| t.tid);
+
+    let tasks = inp
+        .ring
+        .map(|r| ring_tasks(r, Some(inp.clock.now_ns), false))
+        .unwrap_or_default();
+    let mut warnings = Vec::new();
+    if let Some(r) = inp.ring
+        && r.dropped > 0
+    {
+        warnings.push(dropped_warning(r));
+    }
+    Report {
+        schema: SCHEMA_VERSION,
+        mode: Mode::Pid,
+        process: inp.process.clone(),
+        rings: inp.ring.map(ring_info).into_iter().collect(),
+        window_ns: inp.clock.now_ns.saturating_sub(inp.clock.attached_ns),
+        threads,
+        tasks,
+        groups: Vec::new(),
+        task_groups: Vec::new(),
+        warnings,
+    }
+}
+
+fn dropped_warning(r: &RingView) -> String {
+    format!(
+        "{} snaps from threads without a ring slot were dropped (at least; register threads \
+         with rip_init / librip::thread::register)",
+        r.dropped
+    )
+}
+
+fn ring_info(r: &RingView) -> RingInfo {
+    RingInfo {
+        path: r.path.display().to_string(),
+        version: r.version,
+        pid: r.pid,
+        created_unix_ns: r.created_unix_ns,
+        depth: r.depth,
+        dropped_snaps: r.dropped,
+    }
+}
+
+/// Tasks (coroutine slots) of a ring. `now_ns` (CLOCK_MONOTONIC) gives idle
+/// times; `history` keeps every entry, oldest first.
+fn ring_tasks(r: &RingView, now_ns: Option<u64>, history: bool) -> Vec<Task> {
+    let mut v: Vec<Task> = r
+        .slots
+        .iter()
+        .filter(|s| s.coroutine)
+        .map(|s| {
+            let st = s.task.unwrap_or_default();
+            let state = if s.exited {
+                TaskState::Exited
+            } else if st.polling_tid != 0 {
+                TaskState::Polling
+            } else {
+                TaskState::Idle
+            };
+            let idle_ns = match (state, now_ns) {
+                (TaskState::Idle, Some(now)) if st.last_poll_end_ns != 0 => {
+                    Some(now.saturating_sub(st.last_poll_end_ns))
+                }
+                _ => None,
+            };
+            let n = s.entries.len();
+            Task {
+                id: s.id,
+                generation: s.generation,
+                name: s.name.clone(),
+                state,
+                polling_tid: (st.polling_tid != 0).then_some(st.polling_tid),
+                polls: st.polls,
+                idle_ns,
+                location: (n > 0).then(|| ring_location(&s.entries, n - 1)),
+                history: if history && n > 1 {
+                    (0..n - 1).map(|i| ring_location(&s.entries, i)).collect()
+                } else {
+                    Vec::new()
+                },
+            }
+        })
+        .collect();
+    v.sort_by_key(|t| (t.id, t.generation));
+    v
+}
+
+/// Options of a dump.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DumpOptions {
+    /// Keep every entry (per-thread history), not only the last.
+    pub history: bool,
+    /// Include slots marked exited.
+    pub exited: bool,
+    /// CLOCK_MONOTONIC now, when the ring's process is alive on this boot
+    /// (makes task idle times meaningful).
+    pub now_ns: Option<u64>,
+}
+
+/// Builds a dump report from a ring alone (before symbolization).
+pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report {
+    let mut threads: Vec<Thread> = ring
+        .slots
+        .iter()
+        .filter(|s| !s.coroutine && (opts.exited || !s.exited))
+        .map(|s| {
+            let n = s.entries.len();
+            Thread {
+                tid: s.id as u32,
+                name: s.name.clone(),
+                name_source: "ring",
+                state: if s.exited {
+                    ThreadState::Exited
+                } else {
+                    ThreadState::Unknown
+                },
+                syscall: None,
+                blocked: None,
+                kernel_stack: Vec::new(),
+                location: (n > 0).then(|| ring_location(&s.entries, n - 1)),
+                history: if opts.history && n > 1 {
+                    (0..n - 1).map(|i| ring_location(&s.entries, i)).collect()
+                } else {
+                    Vec::new()
+                },
+                snaps: Some(s.snaps),
+                exited: s.exited,
+            }
+        })
+        .collect();
+    threads.sort_by_key(|t| (t.tid, t.exited));
+    let mut tasks = ring_tasks(ring, opts.now_ns, opts.history);
+    if !opts.exited {
+        tasks.retain(|t| t.state != TaskState::Exited);
+    }
+    let mut warnings = Vec::new();
+    if ring.dropped > 0 {
+        warnings.push(dropped_warning(ring));
+    }
+    Report {
+        schema: SCHEMA_VERSION,
+        mode: Mode::Dump,
+        process,
+        rings: vec![ring_info(ring)],
+        window_ns: 0,
+        threads,
+        tasks,
+        groups: Vec::new(),
+        task_groups: Vec::new(),
+        warnings,
+    }
+}
+
+/// The wait reason a group is keyed on: the syscall (futex split by
+/// wait/lock/wake), else the innermost kernel function.
+fn wait_reason(t: &Thread) -> Option<String> {
+    if let Some(s) = &t.syscall {
+        if s.name == "futex"
+            && let Some(op) = s.args.get(1)
+        {
+            let op = op.text.to_ascii_lowercase();
+            let op = op.trim_end_matches("_private");
+            let op = op.split('|').next().unwrap_or(op);
+            return Some(op.to_string());
+        }
+        return Some(s.name.clone());
+    }
+    t.kernel_stack.first().and_then(|f| f.function.clone())
+}
+
+/// Groups threads by (state, wait reason, location), most populated first,
+/// then longest blocked. Runs after symbolization so that locations with
+/// different addresses on the same line group together.
+pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
+    let mut map: BTreeMap<(String, Option<String>, Option<String>), Group> = BTreeMap::new();
+    for t in threads {
+        let loc = t.location.as_ref().map(|l| l.frame.describe());
+        let wait = wait_reason(t);
+        let key = (t.state.as_str().to_string(), wait.clone(), loc.clone());
+        let g = map.entry(key).or_insert_with(|| Group {
+            count: 0,
+            ids: Vec::new(),
+            state: t.state.as_str().to_string(),
+            wait,
+            min_ns: None,
+            lower_bound: false,
+            location: loc,
+            source: t.location.as_ref().map(|l| l.source),
+        });
+        g.count += 1;
+        g.ids.push(u64::from(t.tid));
+        if let Some(b) = t.blocked {
+            g.min_ns = Some(g.min_ns.map_or(b.ns, |m| m.min(b.ns)));
+            g.lower_bound |= !b.exact;
+        }
+    }
+    sorted(map.into_values().collect())
+}
+
+/// Groups tasks by (state, location).
+pub fn group_tasks(tasks: &[Task]) -> Vec<Group> {
+    let mut map: BTreeMap<(TaskState, Option<String>), Group> = BTreeMap::new();
+    for t in tasks {
+        let loc = t.location.as_ref().map(|l| l.frame.describe());
+        let state = match t.state {
+            TaskState::Polling => "polling",
+            TaskState::Idle => "idle",
+            TaskState::Exited => "exited",
+        };
+        let g = map.entry((t.state, loc.clone())).or_insert_with(|| Group {
+            count: 0,
+            ids: Vec::new(),
+            state: state.to_string(),
+            wait: None,
+            min_ns: None,
+            lower_bound: false,
+            location: loc,
+            source: t.location.as_ref().map(|l| l.source),
+        });
+        g.count += 1;
+        g.ids.push(t.id);
+        if let Some(ns) = t.idle_ns {
+            g.min_ns = Some(g.min_ns.map_or(ns, |m| m.min(ns)));
+        }
+    }
+    sorted(map.into_values().collect())
+}
+
+fn sorted(mut v: Vec<Group>) -> Vec<Group> {
+    for g in &mut v {
+        g.ids.sort_unstable();
+    }
+    v.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(b.min_ns.cmp(&a.min_ns))
+            .then(a.ids.first().cmp(&b.ids.first()))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(tid: u32, state: u32, exec_start: u64, cur: u64) -> TaskRecord {
+        TaskRecord {
+            tid,
+            tgid: 1,
+            state,
+            on_cpu: 0,
+            on_rq: 0,
+            kstack_len: 0,
+            exec_start,
+            sum_exec_runtime: 0,
+            now_ns: 0,
+            cur_exec_start: cur,
+            regs: Default::default(),
+            comm: *b"worker\0\0\0\0\0\0\0\0\0\0",
+            kstack: [0; rip_ebpf::TASK_STACK_DEPTH],
+        }
+    }
+
+    #[test]
+    fn states() {
+        assert_eq!(thread_state(0, 1), ThreadState::Running);
+        assert_eq!(thread_state(0, 0), ThreadState::Runnable);
+        assert_eq!(thread_state(1, 0), ThreadState::Sleeping);
+        assert_eq!(thread_state(2, 0), ThreadState::Uninterruptible);
+        assert_eq!(thread_state(0x402, 0), ThreadState::Idle);
+        assert_eq!(
+            thread_state(0x102, 0),
+            ThreadState::Uninterruptible,
+            "killable"
+        );
+        assert_eq!(thread_state(0x104, 0), ThreadState::Stopped);
+        assert_eq!(thread_state(0x8, 0), ThreadState::Traced);
+    }
+
+    #[test]
+    fn blocked_exact_and_lower_bound() {
+        let clock = Clock {
+            attached_ns: 1_000,
+            now_ns: 11_000,
+            steal_skew_ns: 100,
+        };
+        // Seen leaving the CPU during the window: exact.
+        let sw = ThreadRecord {
+            off_cpu_ns: 6_000,
+            ..Default::default()
+        };
+        let b = blocked_for(&task(1, 1, 0, 0), Some(&sw), &clock).unwrap();
+        assert_eq!((b.ns, b.exact), (5_000, true));
+        // Blocked before attach: task-clock estimate beats the window.
+        let b = blocked_for(&task(1, 1, 50_000, 80_000), None, &clock).unwrap();
+        assert_eq!((b.ns, b.exact), (29_900, false));
+        // Estimate below the window: the window is the bound.
+        let b = blocked_for(&task(1, 1, 79_000, 80_000), None, &clock).unwrap();
+        assert_eq!((b.ns, b.exact), (10_000, false));
+        // Running threads are not blocked.
+        assert!(blocked_for(&task(1, 0, 0, 0), None, &clock).is_none());
+    }
+
+    fn thread(tid: u32, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
+        Thread {
+            tid,
+            name: "w".into(),
+            name_source: "comm",
+            state,
+            syscall: None,
+            blocked: Some(Blocked { ns, exact: true }),
+            kernel_stack: vec![Frame {
+                addr: 1,
+                function: Some("pipe_read".into()),
+                ..Default::default()
+            }],
+            location: loc.map(|f| Location {
+                source: LocationSource::Ring,
+                seq: None,
+                ago_ns: None,
+                frame: Frame {
+                    addr: 2,
+                    function: Some(f.into()),
+                    ..Default::default()
+                },
+            }),
+            history: vec![],
+            snaps: None,
+            exited: false,
+        }
+    }
+
+    #[test]
+    fn groups_most_populated_first() {
+        let ts = vec![
+            thread(1, ThreadState::Sleeping, Some("a"), 5),
+            thread(2, ThreadState::Sleeping, Some("b"), 7),
+            thread(3, ThreadState::Sleeping, Some("b"), 3),
+            thread(4, ThreadState::Running, Some("b"), 3),
+        ];
+        let g = group_threads(&ts);
+        assert_eq!(g.len(), 3);
+        assert_eq!((g[0].count, g[0].ids.clone()), (2, vec![2, 3]));
+        assert_eq!(g[0].min_ns, Some(3));
+        assert_eq!(g[0].wait.as_deref(), Some("pipe_read"));
+        assert_eq!(g[0].location.as_deref(), Some("b"));
+    }
+}

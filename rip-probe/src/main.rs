@@ -1,0 +1,5 @@
+//! `rip-probe`: see [`rip_probe::cli`].
+
+fn main() {
+    std::process::exit(rip_probe::cli::main());
+}

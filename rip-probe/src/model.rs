@@ -1,0 +1,315 @@
+//! The one data model every output is rendered from: the table, the grouped
+//! view and `--json` all read these structs, so they cannot disagree.
+//!
+//! The JSON form is documented in `docs/JSON.md`; [`SCHEMA_VERSION`] changes
+//! whenever a field is removed or changes meaning (adding fields does not).
+
+use serde::Serialize;
+
+/// Version of the JSON schema (`docs/JSON.md`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A whole report: one process (live) or one ring file (post-mortem).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema: u32,
+    /// What produced the report: `"pid"` (live, kernel state joined) or
+    /// `"dump"` (ring only).
+    pub mode: Mode,
+    /// The process the report is about.
+    pub process: ProcessInfo,
+    /// Ring files the locations came from (empty when none was found).
+    pub rings: Vec<RingInfo>,
+    /// How long the kernel was observed, in ns (0 for dump).
+    pub window_ns: u64,
+    /// Threads, sorted by tid.
+    pub threads: Vec<Thread>,
+    /// Coroutines and async tasks that have a ring slot.
+    pub tasks: Vec<Task>,
+    /// Threads grouped by what they are doing and where, most populated
+    /// first.
+    pub groups: Vec<Group>,
+    /// Tasks grouped by state and await location, most populated first.
+    pub task_groups: Vec<Group>,
+    /// Things the user should know (build-id mismatches, the target
+    /// exiting during the window, dropped snaps...).
+    pub warnings: Vec<String>,
+}
+
+/// How the report was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// `rip-probe --pid N`: kernel state joined with ring locations.
+    Pid,
+    /// `rip-probe dump`: ring locations only.
+    Dump,
+}
+
+/// The observed process.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Executable path, when known.
+    pub exe: Option<String>,
+    /// Process name (`comm`), when known.
+    pub comm: Option<String>,
+    /// Whether the process was alive when the report was taken.
+    pub alive: bool,
+    /// Set when the process exited, or its pid was reused, during the
+    /// observation window.
+    pub lost: Option<String>,
+}
+
+/// A ring file that contributed locations.
+#[derive(Clone, Debug, Serialize)]
+pub struct RingInfo {
+    /// Path of the ring file.
+    pub path: String,
+    /// Ring layout version.
+    pub version: u32,
+    /// Pid that created the ring.
+    pub pid: u32,
+    /// Creation time, ns since the Unix epoch.
+    pub created_unix_ns: u64,
+    /// Ring depth (entries kept per slot).
+    pub depth: u32,
+    /// Snaps of unregistered threads that were dropped (a lower bound).
+    pub dropped_snaps: u64,
+}
+
+/// Where a thread stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadState {
+    /// On a CPU.
+    Running,
+    /// Ready to run, waiting for a CPU (including preempted).
+    Runnable,
+    /// Interruptible sleep (`S`).
+    Sleeping,
+    /// Uninterruptible sleep (`D`).
+    Uninterruptible,
+    /// Uninterruptible but not counted as load (`I`).
+    Idle,
+    /// Stopped by a signal (`T`).
+    Stopped,
+    /// Stopped by a tracer (`t`).
+    Traced,
+    /// Exited, not yet reaped (`Z`).
+    Zombie,
+    /// Exited (`X`), or a ring slot marked exited.
+    Exited,
+    /// Parked kernel thread (`P`).
+    Parked,
+    /// Not known (ring only, no kernel view).
+    Unknown,
+}
+
+impl ThreadState {
+    /// The word used in text output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadState::Running => "running",
+            ThreadState::Runnable => "runnable",
+            ThreadState::Sleeping => "sleeping",
+            ThreadState::Uninterruptible => "uninterruptible",
+            ThreadState::Idle => "idle",
+            ThreadState::Stopped => "stopped",
+            ThreadState::Traced => "traced",
+            ThreadState::Zombie => "zombie",
+            ThreadState::Exited => "exited",
+            ThreadState::Parked => "parked",
+            ThreadState::Unknown => "unknown",
+        }
+    }
+
+    /// Whether a thread in this state is not making progress on a CPU.
+    pub fn is_blocked(self) -> bool {
+        matches!(
+            self,
+            ThreadState::Sleeping
+                | ThreadState::Uninterruptible
+                | ThreadState::Idle
+                | ThreadState::Stopped
+                | ThreadState::Traced
+        )
+    }
+}
+
+/// One thread of the process.
+#[derive(Clone, Debug, Serialize)]
+pub struct Thread {
+    /// Thread id (for a ring slot: the id it registered with).
+    pub tid: u32,
+    /// Name: the ring slot's name when it has one, else the kernel's comm.
+    pub name: String,
+    /// Where `name` came from: `"ring"` or `"comm"`.
+    pub name_source: &'static str,
+    /// Kernel state ([`ThreadState::Unknown`] in dump mode for live slots).
+    pub state: ThreadState,
+    /// The syscall the thread is blocked in, decoded.
+    pub syscall: Option<Syscall>,
+    /// How long the thread has been off CPU.
+    pub blocked: Option<Blocked>,
+    /// Kernel stack, innermost first, symbolized.
+    pub kernel_stack: Vec<Frame>,
+    /// The thread's last known user-space location.
+    pub location: Option<Location>,
+    /// Older locations, oldest first (dump `--threads` only).
+    pub history: Vec<Location>,
+    /// Total snaps the thread made (ring only).
+    pub snaps: Option<u64>,
+    /// The ring slot is marked exited (the thread ended).
+    pub exited: bool,
+}
+
+/// A decoded system call.
+#[derive(Clone, Debug, Serialize)]
+pub struct Syscall {
+    /// Syscall number (x86-64).
+    pub nr: i64,
+    /// Syscall name, e.g. `futex`.
+    pub name: String,
+    /// Arguments, decoded where we know how.
+    pub args: Vec<SyscallArg>,
+    /// One-line rendering, e.g. `futex(0x7f..., FUTEX_WAIT_PRIVATE, 0)`.
+    pub text: String,
+}
+
+/// One decoded syscall argument.
+#[derive(Clone, Debug, Serialize)]
+pub struct SyscallArg {
+    /// Argument name, e.g. `fd`, `op`, `uaddr`.
+    pub name: &'static str,
+    /// Raw register value.
+    pub raw: u64,
+    /// Human reading, e.g. `3 (pipe:[1234])`, `FUTEX_WAIT_PRIVATE`, `1.5s`.
+    pub text: String,
+}
+
+/// How long a thread has been off CPU.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Blocked {
+    /// Duration in ns.
+    pub ns: u64,
+    /// `true` when the switch off the CPU was observed; `false` when the
+    /// thread was already blocked at attach and `ns` is a lower bound.
+    pub exact: bool,
+}
+
+/// A symbolized code location: a function with file and line, and the
+/// functions inlined at that address (outermost first).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Frame {
+    /// The address.
+    pub addr: u64,
+    /// Function name, demangled.
+    pub function: Option<String>,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+    /// Module (executable or shared library) the address belongs to.
+    pub module: Option<String>,
+    /// Offset of `addr` in `module` (file offset), when known.
+    pub module_offset: Option<u64>,
+    /// Functions inlined at this address, outermost first; the last one is
+    /// where the address really is.
+    pub inlined: Vec<InlinedFrame>,
+}
+
+/// A function inlined into a [`Frame`].
+#[derive(Clone, Debug, Serialize)]
+pub struct InlinedFrame {
+    /// Function name.
+    pub function: String,
+    /// Source file.
+    pub file: Option<String>,
+    /// Source line.
+    pub line: Option<u32>,
+}
+
+/// Where a user-space location came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LocationSource {
+    /// A librip ring entry (`snap`).
+    Ring,
+    /// The last traced function entered (`--uprobe`).
+    Uprobe,
+    /// The user instruction pointer saved when the thread entered the
+    /// kernel (no ring, no uprobe).
+    UserPc,
+}
+
+/// A user-space location.
+#[derive(Clone, Debug, Serialize)]
+pub struct Location {
+    /// Where it came from.
+    pub source: LocationSource,
+    /// Ring entry sequence number (ring only).
+    pub seq: Option<u64>,
+    /// How long ago the location was recorded, in ns, where known.
+    pub ago_ns: Option<u64>,
+    /// The symbolized address.
+    pub frame: Frame,
+}
+
+/// A coroutine or async task.
+#[derive(Clone, Debug, Serialize)]
+pub struct Task {
+    /// Task id (librip coroutine id).
+    pub id: u64,
+    /// Slot generation: distinguishes reuses of the same slot.
+    pub generation: u32,
+    /// Name given at spawn.
+    pub name: String,
+    /// `polling` (on a thread now), `idle`, or `exited`.
+    pub state: TaskState,
+    /// Thread polling it now.
+    pub polling_tid: Option<u32>,
+    /// Polls so far.
+    pub polls: u64,
+    /// Time since the last poll ended, ns (idle tasks).
+    pub idle_ns: Option<u64>,
+    /// Last snap location (where it awaits).
+    pub location: Option<Location>,
+    /// Older locations, oldest first (dump `--threads` only).
+    pub history: Vec<Location>,
+}
+
+/// A task's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Being polled on a thread right now.
+    Polling,
+    /// Waiting to be woken.
+    Idle,
+    /// Finished.
+    Exited,
+}
+
+/// Members that share what they are doing and where.
+#[derive(Clone, Debug, Serialize)]
+pub struct Group {
+    /// Number of members.
+    pub count: usize,
+    /// Member ids (tids or task ids), ascending.
+    pub ids: Vec<u64>,
+    /// Shared state word (`sleeping`, `idle`, ...).
+    pub state: String,
+    /// Shared wait reason (syscall name or kernel function), if any.
+    pub wait: Option<String>,
+    /// Shortest blocked/idle time among members, ns.
+    pub min_ns: Option<u64>,
+    /// Whether `min_ns` is only a lower bound for some member.
+    pub lower_bound: bool,
+    /// The shared location, rendered (`file:line function`).
+    pub location: Option<String>,
+    /// Where the location came from.
+    pub source: Option<LocationSource>,
+}

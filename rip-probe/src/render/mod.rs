@@ -1,0 +1,9 @@
+//! Rendering: the report model as text (grouped summary, thread table,
+//! per-thread history) or JSON. Every renderer writes to any
+//! [`std::io::Write`], so output is tested byte for byte.
+
+mod json;
+mod text;
+
+pub use json::json;
+pub use text::{grouped, history, live};

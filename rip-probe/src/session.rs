@@ -1,0 +1,340 @@
+//! The session: attach to a process, observe it for a while (observers see
+//! each context switch of its threads as it happens), and take a snapshot
+//! of every thread's joined state as a [`Report`].
+//!
+//! This is the library API the CLI is built on; other tools can drive it
+//! the same way:
+//!
+//! ```no_run
+//! use rip_probe::session::{Session, SessionOptions};
+//! let mut s = Session::attach(&SessionOptions::new(4711))?;
+//! s.observe(std::time::Duration::from_secs(1), &mut ())?;
+//! let report = s.snapshot()?;
+//! println!("{} threads", report.threads.len());
+//! # Ok::<(), rip_probe::Error>(())
+//! ```
+
+use std::{collections::HashMap, path::PathBuf, time::Duration};
+
+use rip_ebpf::{SwitchEvent, ThreadRecord, task_state};
+
+use crate::{
+    collect::{
+        kernel::{EventStream, KernelProbe, uprobe},
+        procfs::{self, ProcLookup},
+        ring::RingView,
+    },
+    correlate::{self, Clock, LiveInputs},
+    decode::Lookup,
+    discover::{Lost, Target},
+    error::Result,
+    model::{
+        Frame, Location, LocationSource, Mode, ProcessInfo, Report, SCHEMA_VERSION, Thread,
+        ThreadState,
+    },
+    symbolize::{self, Symbolizer, UserSpace},
+    timing,
+};
+
+/// What to attach to and how.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// The process.
+    pub pid: u32,
+    /// `--uprobe PATTERN`: functions whose entry marks each thread's
+    /// location.
+    pub uprobe: Option<String>,
+    /// Use this ring file instead of looking for the process's own.
+    pub ring: Option<PathBuf>,
+    /// Do not read any ring.
+    pub no_ring: bool,
+}
+
+impl SessionOptions {
+    /// Defaults for process `pid`: its own ring if it has one, no uprobes.
+    pub fn new(pid: u32) -> Self {
+        SessionOptions {
+            pid,
+            uprobe: None,
+            ring: None,
+            no_ring: false,
+        }
+    }
+}
+
+/// Receives what a session sees while it observes.
+pub trait Observer {
+    /// A thread of the target left or got a CPU.
+    fn on_switch(&mut self, _event: &SwitchEvent) {}
+    /// The target exited (or its pid was reused).
+    fn on_lost(&mut self, _lost: &Lost) {}
+}
+
+/// The do-nothing observer.
+impl Observer for () {}
+
+/// An attached session. Dropping it detaches everything.
+pub struct Session {
+    target: Target,
+    probe: KernelProbe,
+    events: EventStream,
+    attached_ns: u64,
+    lost: Option<Lost>,
+    opts: SessionOptions,
+    probes: usize,
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Session {
+    /// Opens the target, loads and attaches the programs (and uprobes).
+    pub fn attach(opts: &SessionOptions) -> Result<Self> {
+        let target = Target::open(opts.pid)?;
+        let sites = match &opts.uprobe {
+            Some(spec) => uprobe::resolve(opts.pid, spec)?,
+            None => Vec::new(),
+        };
+        let mut probe = timing::phase("load and attach", || KernelProbe::attach(opts.pid))?;
+        if !sites.is_empty() {
+            timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
+        }
+        let events = probe.take_events()?;
+        Ok(Session {
+            target,
+            probe,
+            events,
+            attached_ns: monotonic_ns(),
+            lost: None,
+            opts: opts.clone(),
+            probes: sites.len(),
+        })
+    }
+
+    /// The target process.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Number of uprobes attached.
+    pub fn uprobes(&self) -> usize {
+        self.probes
+    }
+
+    /// Names of the BPF programs loaded for this session.
+    pub fn program_names(&self) -> Vec<String> {
+        self.probe.program_names()
+    }
+
+    /// Watches for `window`, handing each context switch to `obs`. Returns
+    /// early if the target exits.
+    pub fn observe(&mut self, window: Duration, obs: &mut dyn Observer) -> Result<()> {
+        let deadline = std::time::Instant::now() + window;
+        loop {
+            if let Some(lost) = self.target.lost() {
+                obs.on_lost(&lost);
+                self.lost = Some(lost);
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            for ev in self.events.poll(left.min(Duration::from_millis(50)))? {
+                obs.on_switch(&ev);
+            }
+        }
+    }
+
+    /// Whether the target is gone, and how.
+    pub fn lost(&mut self) -> Option<&Lost> {
+        if self.lost.is_none() {
+            self.lost = self.target.lost();
+        }
+        self.lost.as_ref()
+    }
+
+    fn ring(&self) -> Result<Option<RingView>> {
+        if self.opts.no_ring {
+            return Ok(None);
+        }
+        if let Some(p) = &self.opts.ring {
+            return RingView::open(p).map(Some);
+        }
+        // The first ring the process maps whose header names this process
+        // (a forked child may still map its parent's ring).
+        for p in RingView::find(self.target.pid())? {
+            if let Ok(r) = RingView::open(&p)
+                && r.pid == self.target.pid()
+            {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
+    }
+
+    fn process_info(&mut self) -> ProcessInfo {
+        let pid = self.target.pid();
+        let lost = self.lost().map(|l| l.describe(pid));
+        ProcessInfo {
+            pid,
+            exe: self.target.exe().map(str::to_string),
+            comm: Some(self.target.comm().to_string()),
+            alive: lost.is_none(),
+            lost,
+        }
+    }
+
+    /// Every thread's joined state now: kernel view (task iterator and
+    /// sched_switch), ring or uprobe location, symbolized and grouped.
+    pub fn snapshot(&mut self) -> Result<Report> {
+        let ring = timing::phase("read ring", || self.ring())?;
+        let switches = timing::phase("read thread map", || self.probe.threads())?;
+        let hits = self.probe.uprobe_hits()?;
+        let tasks = if self.lost().is_none() {
+            timing::phase("task iterator", || self.probe.tasks())?
+        } else {
+            Vec::new()
+        };
+        // Checked again after the snapshot: if the pid was reused while the
+        // iterator ran, its records may describe a stranger.
+        let lost_now = self.lost().is_some();
+        let mut sym = Symbolizer::new();
+        let mut report = if lost_now {
+            self.report_after_exit(&switches, ring.as_ref())
+        } else {
+            let lookup = ProcLookup::new(self.target.pid());
+            let now_ns = tasks.first().map_or_else(monotonic_ns, |t| t.now_ns);
+            let inputs = LiveInputs {
+                process: self.process_info(),
+                tasks: &tasks,
+                switches: &switches,
+                clock: Clock {
+                    attached_ns: self.attached_ns,
+                    now_ns,
+                    steal_skew_ns: procfs::steal_skew_ns(),
+                },
+                ring: ring.as_ref(),
+                uprobe_hits: &hits,
+                lookup: &lookup,
+            };
+            timing::phase("correlate", || correlate::live(&inputs))
+        };
+        let space = match (&ring, lost_now) {
+            (Some(r), true) => UserSpace::Modules(&r.modules),
+            _ => UserSpace::Live(self.target.pid()),
+        };
+        timing::phase("symbolize", || {
+            symbolize::fill(&mut report, &space, &mut sym)
+        });
+        report.groups = correlate::group_threads(&report.threads);
+        report.task_groups = correlate::group_tasks(&report.tasks);
+        Ok(report)
+    }
+
+    /// The target died during the window: report what sched_switch saw of
+    /// each thread last (state and syscall at its last switch off the CPU,
+    /// kernel stack) and where its ring says it was.
+    fn report_after_exit(
+        &mut self,
+        switches: &HashMap<u32, ThreadRecord>,
+        ring: Option<&RingView>,
+    ) -> Report {
+        struct Gone;
+        impl Lookup for Gone {
+            fn fd(&self, _: i32) -> Option<String> {
+                None
+            }
+            fn mem(&self, _: u64, _: usize) -> Option<Vec<u8>> {
+                None
+            }
+        }
+        let mut threads: Vec<Thread> = switches
+            .iter()
+            .filter(|(_, r)| r.switches > 0)
+            .map(|(&tid, r)| {
+                let slot = ring.and_then(|ring| {
+                    ring.slots
+                        .iter()
+                        .find(|s| !s.coroutine && s.id == u64::from(tid))
+                });
+                Thread {
+                    tid,
+                    name: slot.map(|s| s.name.clone()).unwrap_or_default(),
+                    name_source: "ring",
+                    state: state_from_switch(r.state),
+                    syscall: crate::decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone),
+                    blocked: None,
+                    kernel_stack: self
+                        .probe
+                        .kernel_stack(r.kstack_id)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|addr| Frame {
+                            addr,
+                            ..Frame::default()
+                        })
+                        .collect(),
+                    location: slot
+                        .and_then(|s| s.entries.last())
+                        .map(|&(seq, addr)| Location {
+                            source: LocationSource::Ring,
+                            seq: Some(seq),
+                            ago_ns: None,
+                            frame: Frame {
+                                addr,
+                                ..Frame::default()
+                            },
+                        }),
+                    history: Vec::new(),
+                    snaps: slot.map(|s| s.snaps),
+                    exited: true,
+                }
+            })
+            .collect();
+        threads.sort_by_key(|t| t.tid);
+        Report {
+            schema: SCHEMA_VERSION,
+            mode: Mode::Pid,
+            process: self.process_info(),
+            rings: Vec::new(),
+            window_ns: monotonic_ns().saturating_sub(self.attached_ns),
+            threads,
+            tasks: Vec::new(),
+            groups: Vec::new(),
+            task_groups: Vec::new(),
+            warnings: vec![
+                "states are as of each thread's last switch off the CPU before the exit".into(),
+            ],
+        }
+    }
+}
+
+/// The state a sched_switch `prev_state` describes.
+fn state_from_switch(s: u64) -> ThreadState {
+    if s & task_state::PREEMPTED != 0 || s == 0 {
+        ThreadState::Runnable
+    } else if s & task_state::UNINTERRUPTIBLE != 0 {
+        ThreadState::Uninterruptible
+    } else if s & task_state::INTERRUPTIBLE != 0 {
+        ThreadState::Sleeping
+    } else if s & (task_state::STOPPED) != 0 {
+        ThreadState::Stopped
+    } else if s & task_state::TRACED != 0 {
+        ThreadState::Traced
+    } else if s & (task_state::DEAD | task_state::ZOMBIE) != 0 {
+        ThreadState::Exited
+    } else if s & task_state::IDLE != 0 {
+        ThreadState::Idle
+    } else {
+        ThreadState::Unknown
+    }
+}

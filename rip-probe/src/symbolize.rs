@@ -1,0 +1,346 @@
+//! Symbolization with blazesym: user addresses of a live process, user
+//! addresses of a dead one through the ring's module table (file offsets
+//! and build-ids), and kernel addresses through kallsyms.
+//!
+//! Every distinct address is symbolized once per report, however many
+//! threads share it.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::{Path, PathBuf},
+};
+
+use blazesym::{
+    Pid,
+    symbolize::{
+        Input, Symbolized, Symbolizer as Blaze,
+        source::{Elf, Kernel, Process, Source},
+    },
+};
+
+use crate::model::{Frame, InlinedFrame};
+
+/// One executable mapping of the traced process, as its ring recorded it.
+#[derive(Clone, Debug)]
+pub struct ModuleMap {
+    /// Path of the mapped file.
+    pub path: PathBuf,
+    /// First mapped address.
+    pub start: u64,
+    /// One past the last mapped address.
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub file_offset: u64,
+    /// GNU build-id of the file when it was mapped.
+    pub build_id: Option<Vec<u8>>,
+}
+
+/// Where the user addresses of a report come from.
+pub enum UserSpace<'a> {
+    /// A live process: blazesym reads its maps and binaries.
+    Live(u32),
+    /// A process that may be gone: the ring's module table.
+    Modules(&'a [ModuleMap]),
+}
+
+/// A symbolizer for one report. Caches parsed binaries across calls.
+pub struct Symbolizer {
+    blaze: Blaze,
+    /// Problems worth telling the user (missing binary, build-id mismatch),
+    /// each reported once.
+    warnings: BTreeSet<String>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    /// A symbolizer that reports source lines and inlined functions.
+    pub fn new() -> Self {
+        Symbolizer {
+            blaze: Blaze::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .enable_demangling(true)
+                .build(),
+            warnings: BTreeSet::new(),
+        }
+    }
+
+    /// Warnings gathered so far, sorted.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings).into_iter().collect()
+    }
+
+    /// Symbolizes user-space addresses. Unknown addresses still get a frame
+    /// (with module and offset when the module is known).
+    pub fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let addrs = distinct(addrs);
+        match space {
+            UserSpace::Live(pid) => self.live(*pid, &addrs),
+            UserSpace::Modules(mods) => self.post_mortem(mods, &addrs),
+        }
+    }
+
+    fn live(&mut self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let src = Source::Process(Process::new(Pid::from(pid)));
+        match self.blaze.symbolize(&src, Input::AbsAddr(addrs)) {
+            Ok(syms) => addrs
+                .iter()
+                .zip(syms)
+                .map(|(&a, s)| (a, to_frame(a, &s, None)))
+                .collect(),
+            Err(e) => {
+                self.warnings
+                    .insert(format!("cannot symbolize pid {pid}'s addresses: {e}"));
+                addrs.iter().map(|&a| (a, bare(a))).collect()
+            }
+        }
+    }
+
+    fn post_mortem(&mut self, mods: &[ModuleMap], addrs: &[u64]) -> HashMap<u64, Frame> {
+        let mut out = HashMap::with_capacity(addrs.len());
+        // Group addresses by module so each binary is opened once.
+        let mut by_module: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
+        for &a in addrs {
+            match mods.iter().position(|m| (m.start..m.end).contains(&a)) {
+                Some(i) => by_module
+                    .entry(i)
+                    .or_default()
+                    .push((a, a - mods[i].start + mods[i].file_offset)),
+                None => {
+                    out.insert(a, bare(a));
+                }
+            }
+        }
+        for (i, pairs) in by_module {
+            let m = &mods[i];
+            let name = m.path.display().to_string();
+            let offsets: Vec<u64> = pairs.iter().map(|p| p.1).collect();
+            let unresolved = |out: &mut HashMap<u64, Frame>| {
+                for &(a, off) in &pairs {
+                    out.insert(a, module_only(a, &name, off));
+                }
+            };
+            if let Some(problem) = check_binary(&m.path, m.build_id.as_deref()) {
+                self.warnings.insert(format!(
+                    "{name}: {problem}; its addresses are shown as module+offset"
+                ));
+                unresolved(&mut out);
+                continue;
+            }
+            let src = Source::Elf(Elf::new(&m.path));
+            match self.blaze.symbolize(&src, Input::FileOffset(&offsets)) {
+                Ok(syms) => {
+                    for (&(a, off), s) in pairs.iter().zip(syms) {
+                        let mut f = to_frame(a, &s, Some((&name, off)));
+                        f.module = Some(name.clone());
+                        f.module_offset = Some(off);
+                        out.insert(a, f);
+                    }
+                }
+                Err(e) => {
+                    self.warnings
+                        .insert(format!("{name}: cannot symbolize: {e}"));
+                    unresolved(&mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// Symbolizes kernel addresses through /proc/kallsyms.
+    pub fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let addrs = distinct(addrs);
+        let src = Source::Kernel(Kernel {
+            kallsyms: blazesym::MaybeDefault::Default,
+            // No vmlinux with DWARF is installed on production machines;
+            // looking for one costs time and finds nothing.
+            vmlinux: blazesym::MaybeDefault::None,
+            ..Kernel::default()
+        });
+        match self.blaze.symbolize(&src, Input::AbsAddr(&addrs)) {
+            Ok(syms) => addrs
+                .iter()
+                .zip(syms)
+                .map(|(&a, s)| (a, to_frame(a, &s, None)))
+                .collect(),
+            Err(e) => {
+                self.warnings
+                    .insert(format!("cannot symbolize kernel stacks: {e}"));
+                addrs.iter().map(|&a| (a, bare(a))).collect()
+            }
+        }
+    }
+}
+
+fn distinct(addrs: &[u64]) -> Vec<u64> {
+    let mut v = addrs.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Why a module's binary cannot be trusted for symbolization, if it can't.
+fn check_binary(path: &Path, want: Option<&[u8]>) -> Option<String> {
+    if !path.exists() {
+        return Some("binary not found".into());
+    }
+    let want = want?;
+    match blazesym::helper::read_elf_build_id(&path) {
+        Ok(Some(have)) if have.as_ref() == want => None,
+        Ok(Some(have)) => Some(format!(
+            "build-id mismatch (ring {}, file {})",
+            hex(want),
+            hex(&have)
+        )),
+        Ok(None) => Some("the file on disk has no build-id".into()),
+        Err(e) => Some(format!("cannot read: {e}")),
+    }
+}
+
+/// Lowercase hex of a byte string (build-ids).
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn bare(addr: u64) -> Frame {
+    Frame {
+        addr,
+        ..Frame::default()
+    }
+}
+
+fn module_only(addr: u64, module: &str, off: u64) -> Frame {
+    Frame {
+        addr,
+        module: Some(module.to_string()),
+        module_offset: Some(off),
+        ..Frame::default()
+    }
+}
+
+fn to_frame(addr: u64, s: &Symbolized<'_>, module: Option<(&str, u64)>) -> Frame {
+    let Some(sym) = s.as_sym() else {
+        return match module {
+            Some((m, off)) => module_only(addr, m, off),
+            None => bare(addr),
+        };
+    };
+    let (file, line) = match &sym.code_info {
+        Some(ci) => (Some(ci.to_path().display().to_string()), ci.line),
+        None => (None, None),
+    };
+    Frame {
+        addr,
+        function: Some(sym.name.to_string()),
+        file,
+        line,
+        module: sym
+            .module
+            .as_ref()
+            .map(|m| m.to_string_lossy().into_owned()),
+        module_offset: None,
+        inlined: sym
+            .inlined
+            .iter()
+            .map(|i| InlinedFrame {
+                function: i.name.to_string(),
+                file: i
+                    .code_info
+                    .as_ref()
+                    .map(|c| c.to_path().display().to_string()),
+                line: i.code_info.as_ref().and_then(|c| c.line),
+            })
+            .collect(),
+    }
+}
+
+impl Frame {
+    /// The function and source position to show for this address: the
+    /// innermost inlined function when there is one, else the function.
+    /// Inlined helpers of librip itself (the C header's inline snap) are
+    /// skipped, so a snap is reported at its caller's line.
+    pub fn best(&self) -> (Option<&str>, Option<&str>, Option<u32>) {
+        let mut best = (self.function.as_deref(), self.file.as_deref(), self.line);
+        for i in &self.inlined {
+            if is_librip(&i.function, i.file.as_deref()) {
+                break;
+            }
+            best = (Some(&i.function), i.file.as_deref(), i.line);
+        }
+        best
+    }
+
+    /// `file:line function`, `function+0x12`, `module+0x1234` or the bare
+    /// address, whichever is the best we know.
+    pub fn describe(&self) -> String {
+        let (func, file, line) = self.best();
+        match (func, file, line) {
+            (Some(f), Some(file), Some(line)) => format!("{}:{line} {f}", short_path(file)),
+            (Some(f), _, _) => f.to_string(),
+            _ => match (&self.module, self.module_offset) {
+                (Some(m), Some(off)) => format!("{}+{off:#x}", short_path(m)),
+                _ => format!("{:#x}", self.addr),
+            },
+        }
+    }
+}
+
+/// Whether an inlined function is librip's own snap helper.
+fn is_librip(function: &str, file: Option<&str>) -> bool {
+    function.starts_with("rip_snap") || file.is_some_and(|f| f.ends_with("librip.h"))
+}
+
+/// Keeps the last three components of a path: enough to recognise a
+/// source file without the build machine's directories.
+pub fn short_path(p: &str) -> String {
+    let parts: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+    if parts.len() <= 3 {
+        return p.to_string();
+    }
+    parts[parts.len() - 3..].join("/")
+}
+
+/// The symbolize stage: fills every frame of a report — user locations
+/// through `space`, kernel stacks through kallsyms — symbolizing each
+/// distinct address once, and appends warnings to the report.
+pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut Symbolizer) {
+    let mut user = Vec::new();
+    let mut kernel = Vec::new();
+    for t in &report.threads {
+        user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
+        kernel.extend(t.kernel_stack.iter().map(|f| f.addr));
+    }
+    for t in &report.tasks {
+        user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
+    }
+    let user = sym.user(space, &user);
+    let kernel = if kernel.is_empty() {
+        HashMap::new()
+    } else {
+        sym.kernel(&kernel)
+    };
+    let put = |f: &mut Frame, table: &HashMap<u64, Frame>| {
+        if let Some(s) = table.get(&f.addr) {
+            *f = s.clone();
+        }
+    };
+    for t in &mut report.threads {
+        for l in t.location.iter_mut().chain(t.history.iter_mut()) {
+            put(&mut l.frame, &user);
+        }
+        for f in &mut t.kernel_stack {
+            put(f, &kernel);
+        }
+    }
+    for t in &mut report.tasks {
+        for l in t.location.iter_mut().chain(t.history.iter_mut()) {
+            put(&mut l.frame, &user);
+        }
+    }
+    report.warnings.extend(sym.take_warnings());
+}

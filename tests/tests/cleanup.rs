@@ -1,0 +1,117 @@
+//! Nothing is left behind: rip-probe SIGKILLed while attached (sched_switch,
+//! task iterator and uprobes) leaves no BPF program, link or uprobe, and the
+//! target keeps running.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rip_tests::{Workload, bpf_tests_enabled, build_c};
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+/// Names of rip's programs as the kernel keeps them (bpftool shows these).
+const OURS: [&str; 3] = ["sched_switch", "task_iter", "fn_entry"];
+
+fn bpftool(what: &str) -> serde_json::Value {
+    let out = Command::new("bpftool")
+        .args([what, "show", "--json"])
+        .output()
+        .expect("bpftool runs (cargo xtask setup installs it)");
+    assert!(out.status.success(), "bpftool {what} show failed");
+    serde_json::from_slice(&out.stdout).expect("bpftool JSON")
+}
+
+/// Ids of loaded programs carrying one of our names.
+fn our_programs() -> Vec<u64> {
+    bpftool("prog")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| OURS.contains(&p["name"].as_str().unwrap_or_default()))
+        .map(|p| p["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// Links that point at one of `progs`.
+fn links_of(progs: &[u64]) -> Vec<u64> {
+    bpftool("link")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["prog_id"].as_u64().is_some_and(|p| progs.contains(&p)))
+        .map(|l| l["id"].as_u64().unwrap())
+        .collect()
+}
+
+fn uprobe_events() -> String {
+    std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default()
+}
+
+#[test]
+fn sigkill_while_attached_leaves_nothing() {
+    if !bpf_tests_enabled("sigkill_while_attached_leaves_nothing") {
+        return;
+    }
+    let before = our_programs();
+    assert!(
+        before.is_empty(),
+        "rip programs already loaded before the test: {before:?}"
+    );
+    let events_before = uprobe_events();
+
+    let exe = build_c("uninstrumented", &[]);
+    let mut cmd = Command::new(&exe);
+    cmd.arg("2");
+    let mut w = Workload::start(cmd);
+    let pid = w.pid().to_string();
+    let mut probe = Command::new(CLI)
+        .args(["--pid", &pid, "--duration", "60s", "--uprobe", "worker_*"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rip-probe");
+
+    // Wait until all three programs are in the kernel and linked.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (progs, links) = loop {
+        let p = our_programs();
+        let l = links_of(&p);
+        if p.len() >= 2 && !l.is_empty() {
+            break (p, l);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rip-probe never attached: {p:?} {l:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("attached: programs {progs:?}, links {links:?}; sending SIGKILL");
+    probe.kill().expect("SIGKILL rip-probe");
+    probe.wait().unwrap();
+
+    // The kernel frees programs once their last fd closes (after an RCU
+    // grace period): give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = our_programs();
+        let l = links_of(&progs);
+        if p.is_empty() && l.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: programs {p:?}, links {l:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(uprobe_events(), events_before, "no uprobe left in tracefs");
+    // The target is unharmed: its uprobe breakpoints are gone and its
+    // workers keep polling.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        w.child.try_wait().unwrap().is_none(),
+        "target still running"
+    );
+    eprintln!("after SIGKILL: no rip program, link or uprobe remains; target alive");
+}

@@ -1,0 +1,133 @@
+//! The target's life during observation, and the one-line errors with
+//! their fixes: pid not found, not privileged, tracefs unmounted (mounted
+//! for the user when root), kernel without BTF.
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use rip_tests::{Workload, bpf_tests_enabled, build_c, rip_probe};
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+#[test]
+fn target_exit_during_window_is_reported() {
+    if !bpf_tests_enabled("target_exit_during_window_is_reported") {
+        return;
+    }
+    let mut child = Command::new("sleep").arg("0.7").spawn().unwrap();
+    let pid = child.id().to_string();
+    let t = Instant::now();
+    let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "10s"]);
+    let took = t.elapsed();
+    child.wait().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("process {pid} exited during observation")),
+        "{out}"
+    );
+    assert!(took < Duration::from_secs(5), "stopped early ({took:?})");
+    let (code, out, _) = rip_probe(CLI, &["--pid", &pid, "--duration", "10ms"]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+}
+
+fn one_line_error(args: &[&str], wrap: Option<(&str, &[&str])>, expect: &str) {
+    let (code, out, err) = match wrap {
+        None => rip_probe(CLI, args),
+        Some((prog, pre)) => {
+            let o = Command::new(prog)
+                .args(pre)
+                .arg(CLI)
+                .args(args)
+                .output()
+                .expect("wrapper runs");
+            (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        }
+    };
+    assert_ne!(code, 0, "{args:?} should fail");
+    assert!(out.is_empty(), "nothing on stdout: {out}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains(expect), "{args:?}: {err}");
+    eprintln!("{args:?} -> {}", err.trim());
+}
+
+#[test]
+fn errors_are_one_line_with_the_fix() {
+    one_line_error(
+        &["--pid", "2000000000"],
+        None,
+        "no process with pid 2000000000",
+    );
+    one_line_error(&["--pid", "0"], None, "no process with pid 0");
+    if !bpf_tests_enabled("errors_are_one_line_with_the_fix (privileged part)") {
+        return;
+    }
+    let exe = build_c("uninstrumented", &[]);
+    let mut cmd = Command::new(&exe);
+    cmd.arg("1");
+    let w = Workload::start(cmd);
+    let pid = w.pid().to_string();
+    // An unprivileged user: no CAP_BPF/CAP_PERFMON.
+    one_line_error(
+        &["--pid", &pid],
+        Some((
+            "setpriv",
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ],
+        )),
+        "CAP_BPF",
+    );
+    // No BTF: hide /sys/kernel/btf in a private mount namespace.
+    one_line_error(
+        &["--pid", &pid],
+        Some((
+            "unshare",
+            &[
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount -t tmpfs none /sys/kernel/btf && exec \"$0\" \"$@\"",
+            ],
+        )),
+        "no BTF",
+    );
+}
+
+#[test]
+fn unmounted_tracefs_is_mounted_when_root() {
+    if !bpf_tests_enabled("unmounted_tracefs_is_mounted_when_root") {
+        return;
+    }
+    let exe = build_c("uninstrumented", &[]);
+    let mut cmd = Command::new(&exe);
+    cmd.arg("1");
+    let w = Workload::start(cmd);
+    let pid = w.pid().to_string();
+    // In a private mount namespace, so the machine's tracefs stays mounted.
+    let o = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("umount /sys/kernel/tracing && ! grep -q tracefs /proc/self/mounts && exec \"$0\" \"$@\"")
+        .arg(CLI)
+        .args(["--pid", &pid, "--duration", "200ms"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("mounted tracefs at /sys/kernel/tracing"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("threads"));
+}

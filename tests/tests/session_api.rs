@@ -1,0 +1,95 @@
+//! rip-probe's library API, driven directly: attach a session, watch a
+//! target through an observer, take a snapshot of the joined state.
+
+use std::{collections::HashMap, process::Command, time::Duration};
+
+use rip_ebpf::{SWITCH_OFF, SWITCH_ON, SwitchEvent};
+use rip_probe::{
+    model::{LocationSource, ThreadState},
+    session::{Observer, Session, SessionOptions},
+};
+use rip_tests::{Workload, bpf_tests_enabled, build_c};
+
+/// Counts switches per thread.
+#[derive(Default)]
+struct Counter {
+    off: HashMap<u32, u32>,
+    on: HashMap<u32, u32>,
+}
+
+impl Observer for Counter {
+    fn on_switch(&mut self, ev: &SwitchEvent) {
+        let m = if ev.kind == SWITCH_OFF {
+            &mut self.off
+        } else {
+            assert_eq!(ev.kind, SWITCH_ON);
+            &mut self.on
+        };
+        *m.entry(ev.tid).or_default() += 1;
+    }
+}
+
+#[test]
+fn observe_and_snapshot() {
+    if !bpf_tests_enabled("observe_and_snapshot") {
+        return;
+    }
+    let exe = build_c("uninstrumented", &[]);
+    let mut cmd = Command::new(&exe);
+    cmd.arg("2");
+    let w = Workload::start(cmd);
+    let workers: Vec<u32> = w
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("worker ")?.parse().ok())
+        .collect();
+
+    let mut opts = SessionOptions::new(w.pid());
+    opts.uprobe = Some("worker_wait".into());
+    let mut session = Session::attach(&opts).expect("attach");
+    assert_eq!(session.uprobes(), 1);
+    let mut counter = Counter::default();
+    session
+        .observe(Duration::from_millis(900), &mut counter)
+        .unwrap();
+    // Workers wake every 200 ms: several switches each in 900 ms.
+    for tid in &workers {
+        assert!(
+            counter.off.get(tid).copied().unwrap_or(0) >= 2,
+            "{tid}: {:?}",
+            counter.off
+        );
+        assert!(
+            counter.on.get(tid).copied().unwrap_or(0) >= 2,
+            "{tid}: {:?}",
+            counter.on
+        );
+    }
+    let report = session.snapshot().unwrap();
+    assert_eq!(report.process.pid, w.pid());
+    assert!(report.process.alive);
+    assert_eq!(report.threads.len(), workers.len() + 1);
+    for tid in &workers {
+        let t = report.threads.iter().find(|t| t.tid == *tid).unwrap();
+        assert_eq!(t.state, ThreadState::Sleeping);
+        assert_eq!(t.syscall.as_ref().unwrap().name, "poll");
+        let b = t.blocked.unwrap();
+        assert!(
+            b.exact,
+            "a worker blocked during the window is timed exactly"
+        );
+        assert!(b.ns < 1_000_000_000);
+        let loc = t.location.as_ref().unwrap();
+        assert_eq!(loc.source, LocationSource::Uprobe);
+        assert_eq!(loc.frame.function.as_deref(), Some("worker_wait"));
+        assert!(!t.kernel_stack.is_empty());
+        assert!(t.kernel_stack.iter().any(|f| f.function.is_some()));
+    }
+    assert_eq!(report.groups[0].count, workers.len());
+    eprintln!(
+        "session saw {} switch-offs; snapshot grouped {} threads into {} groups",
+        counter.off.values().sum::<u32>(),
+        report.threads.len(),
+        report.groups.len()
+    );
+}
