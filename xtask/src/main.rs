@@ -6,6 +6,7 @@
 //! - `demo`: the main job on a bundled workload.
 //! - `bench`: the overhead comparison.
 
+mod demo;
 mod setup;
 mod test;
 mod util;
@@ -25,6 +26,9 @@ enum Cmd {
     Setup,
     /// Setup, then `cargo fmt --check`, clippy with -D warnings, all tests.
     Test,
+    /// Run rip-probe on a bundled workload with stuck threads, live and
+    /// post-mortem.
+    Demo,
 }
 
 fn main() {
@@ -32,6 +36,7 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Setup => setup::run_setup().map(|_| eprintln!("setup: done")),
         Cmd::Test => test::run_tests(),
+        Cmd::Demo => demo::run_demo(),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");
