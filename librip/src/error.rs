@@ -56,7 +56,14 @@ impl fmt::Display for Error {
                 write!(f, "refusing to use {}: {reason}", path.display())
             }
             Error::Io { what, path, err } => {
-                write!(f, "cannot {what} {}: {err}", path.display())
+                let hint = match err.kind() {
+                    std::io::ErrorKind::NotFound => ": create the directory or fix the path",
+                    std::io::ErrorKind::PermissionDenied => {
+                        ": check the directory's owner and mode"
+                    }
+                    _ => "",
+                };
+                write!(f, "cannot {what} {}: {err}{hint}", path.display())
             }
             Error::NoSpace(p) => write!(
                 f,

@@ -96,7 +96,7 @@ pub(crate) fn create(
     let dir = if private_dir {
         private_directory(&dir_path)?
     } else {
-        open_dir(&dir_path)?
+        open_dir(&dir_path, path)?
     };
     let file = match tmpfile(&dir, &dir_path)? {
         Some(tmp) => {
@@ -143,8 +143,8 @@ fn last_err() -> io::Error {
     io::Error::last_os_error()
 }
 
-fn open_dir(dir: &Path) -> Result<OwnedFd, Error> {
-    let c = cstring(dir.as_os_str(), dir)?;
+fn open_dir(dir: &Path, path: &Path) -> Result<OwnedFd, Error> {
+    let c = cstring(dir.as_os_str(), path)?;
     // SAFETY: valid NUL-terminated path; the result is checked.
     let fd = unsafe {
         libc::open(
@@ -153,7 +153,7 @@ fn open_dir(dir: &Path) -> Result<OwnedFd, Error> {
         )
     };
     if fd < 0 {
-        return Err(Error::io("open directory", dir, last_err()));
+        return Err(Error::io("open the directory of", path, last_err()));
     }
     // SAFETY: a fresh descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -436,6 +436,27 @@ mod tests {
                 .unwrap()
                 .ends_with(&format!(".{}.ring", std::process::id()))
         );
+    }
+
+    #[test]
+    fn a_private_directory_must_be_ours_0700_and_no_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = PathBuf::from(format!("/dev/shm/rip-unit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        let dir = base.join("d");
+        assert!(private_directory(&dir).is_ok(), "made");
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(private_directory(&dir).is_ok(), "checked again");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = private_directory(&dir).unwrap_err().to_string();
+        assert!(e.contains("chmod 700"), "{e}");
+        let link = base.join("l");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = private_directory(&link).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
