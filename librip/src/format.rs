@@ -236,40 +236,24 @@ pub fn decode_entries(seq: u64, raw: &[u64]) -> Vec<Entry> {
     if depth == 0 || !depth.is_power_of_two() {
         return Vec::new();
     }
-    let lap = seq - seq % depth;
+    let entry = |s: u64| -> Option<Entry> {
+        let e = raw[(s % depth) as usize];
+        (e != 0 && e >> ADDR_BITS == s & TAG).then_some(Entry {
+            seq: s,
+            addr: e & ADDR_MASK,
+        })
+    };
     let mut out = Vec::with_capacity(raw.len());
-    for (i, &e) in raw.iter().enumerate() {
-        if e == 0 {
-            continue;
-        }
-        let tag = e >> ADDR_BITS;
-        let Some(mut s) = lap.checked_add(i as u64) else {
-            continue;
-        };
-        if s > seq {
-            // The position's latest write belongs to the previous lap.
-            match s.checked_sub(depth) {
-                Some(p) => s = p,
-                None => continue,
-            }
-        }
-        let found = if s == seq {
-            if tag == seq & TAG {
-                Some(seq)
-            } else {
-                seq.checked_sub(depth).filter(|p| tag == p & TAG)
-            }
-        } else {
-            (tag == s & TAG).then_some(s)
-        };
-        if let Some(s) = found {
-            out.push(Entry {
-                seq: s,
-                addr: e & ADDR_MASK,
-            });
-        }
+    // Position seq % depth holds either seq - depth (the oldest) or, when
+    // the writer stopped between its two stores, seq itself (the newest);
+    // the other positions hold seq - depth + 1 ..= seq - 1.
+    let oldest = seq.checked_sub(depth).and_then(entry);
+    out.extend(oldest);
+    let first = seq.saturating_sub(depth - 1);
+    out.extend((first..seq).filter_map(entry));
+    if oldest.is_none() {
+        out.extend(entry(seq));
     }
-    out.sort_unstable_by_key(|e| e.seq);
     out
 }
 

@@ -148,10 +148,10 @@ impl RingFile {
             .len(len)
             .map_raw_read_only(&file)
             .map_err(|e| ReadError::io(path, e))?;
-        // SAFETY: the mapping is page-aligned, `len` bytes, alive until the
-        // end of this function, and only read through atomic loads.
+        // SAFETY: the mapping is page-aligned, `len` bytes, lives as long
+        // as `shm` (both are in `Mapped`), and is only read through atomic loads.
         let shm = unsafe { Shm::new(map.as_mut_ptr(), map.len()) };
-        parse::parse(&shm)
+        parse::parse(&parse::Mapped { map, shm })
     }
 
     /// Parses a ring from bytes (a copy of a file; for tests and fuzzing).

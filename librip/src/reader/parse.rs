@@ -27,15 +27,34 @@ pub(crate) trait Source {
     fn len(&self) -> u64;
     /// Copies `out.len()` words at the 8-aligned `off` (in bounds).
     fn words(&self, off: u64, out: &mut [u64]);
+    /// Says `len` bytes at `off` will be copied soon (in bounds).
+    fn prefetch(&self, _off: u64, _len: u64) {}
 }
 
-impl Source for Shm {
+/// A read-only mapping of a ring file.
+pub(crate) struct Mapped {
+    pub(crate) map: memmap2::MmapRaw,
+    pub(crate) shm: Shm,
+}
+
+impl Source for Mapped {
     fn len(&self) -> u64 {
-        Shm::len(self) as u64
+        self.shm.len() as u64
     }
 
     fn words(&self, off: u64, out: &mut [u64]) {
-        self.copy_words(off, out)
+        self.shm.copy_words(off, out)
+    }
+
+    fn prefetch(&self, off: u64, len: u64) {
+        // Maps the range's pages in one call instead of a fault per few
+        // pages; an old kernel without MADV_POPULATE_READ just faults.
+        let start = off - off % format::PAGE;
+        let _ = self.map.advise_range(
+            memmap2::Advice::PopulateRead,
+            start as usize,
+            (off + len - start) as usize,
+        );
     }
 }
 
@@ -194,6 +213,7 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
         return Err(bad("the thread and coroutine regions overlap"));
     }
 
+    src.prefetch(0, header_size);
     let h = copy(src, 0, header_size);
     let h = View(&h);
     let header = header_fields(&h, header_size as usize, depth, &t, &c)?;
@@ -400,7 +420,11 @@ fn module_table(h: &View<'_>, size: usize) -> Result<Vec<Module>, ReadError> {
 /// sequence word changed during the copy (a live writer), then checks states.
 fn copy_region(src: &impl Source, r: Region) -> Result<Vec<u64>, ReadError> {
     let slot_words = words_for(r.slot_size);
-    let mut w = copy(src, r.offset, r.slot_size * u64::from(r.used));
+    let bytes = r.slot_size * u64::from(r.used);
+    if bytes > 0 {
+        src.prefetch(r.offset, bytes);
+    }
+    let mut w = copy(src, r.offset, bytes);
     let seq_word = (r.meta_size / 8 - 1) as usize;
     let mut probe = [0u64; 1];
     for i in 0..r.used as usize {
@@ -442,7 +466,10 @@ impl Snapshot {
             state::EXITED => SlotState::Exited,
             _ => return None,
         };
-        let name = v.bytes(slot::NAME, NAME_LEN);
+        let mut name = [0u8; NAME_LEN];
+        for (chunk, w) in name.chunks_exact_mut(8).zip(&s[slot::NAME / 8..]) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
         let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN)];
         let meta_words = (r.meta_size / 8) as usize;
         let snaps = s[meta_words - 1];
