@@ -55,12 +55,3 @@ pub const LOOPS: [(&str, unsafe extern "C" fn(u64)); 6] = [
     ("c_call", rip_loop_c_call),
     ("original", rip_loop_original),
 ];
-
-/// The baseline a loop is compared with (same language).
-pub fn baseline_of(name: &str) -> &'static str {
-    if name.starts_with("rust") {
-        "rust_empty"
-    } else {
-        "c_empty"
-    }
-}

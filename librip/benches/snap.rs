@@ -57,7 +57,11 @@ fn median(dir: &std::path::Path, name: &str) -> Option<f64> {
 
 fn summary(dir: &std::path::Path) {
     let per_snap = |name: &str| -> Option<f64> {
-        let base = loops::baseline_of(name);
+        let base = if name.starts_with("rust") {
+            "rust_empty"
+        } else {
+            "c_empty"
+        };
         Some((median(dir, name)? - median(dir, base)?) / BATCH as f64)
     };
     let Some(original) = per_snap("original") else {

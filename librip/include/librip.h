@@ -104,28 +104,32 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
 
 /*
  * The inline snap: stores (seq << 48 | address of this point) into the
- * target slot's entry seq & rip_mask, then increments seq. No call, branch,
- * lock, fence or syscall. The asm pins the instruction sequence.
+ * target slot's entry seq & rip_mask, then increments seq. Ten
+ * instructions; no call, branch, lock, fence or syscall; the asm pins the
+ * sequence. A macro rather than an inline function, so that the recorded
+ * address's line is the caller's line, not a line of this header.
  */
-static inline __attribute__((always_inline)) void rip_snap_inline(void)
-{
-    uint64_t mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);
-    uint64_t cur, seq, addr;
-    __asm__ volatile("movq rip_cursor@gottpoff(%%rip), %[cur]\n\t"
-                     "movq %%fs:(%[cur]), %[cur]\n\t"
-                     "movq (%[cur]), %[seq]\n\t"
-                     "andq %[seq], %[mask]\n\t"
-                     "shlq $48, %[seq]\n\t"
-                     "leaq 0(%%rip), %[addr]\n\t"
-                     "orq %[seq], %[addr]\n\t"
-                     "movq %[addr], 8(%[cur],%[mask],8)\n\t"
-                     "incq (%[cur])"
-                     : [cur] "=&r"(cur), [seq] "=&r"(seq), [addr] "=&r"(addr), [mask] "+r"(mask)
-                     :
-                     : "memory", "cc");
-}
+#define RIP_SNAP()                                                                               \
+    do {                                                                                         \
+        uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
+        uint64_t rip__cur, rip__seq, rip__addr;                                                  \
+        __asm__ volatile("movq rip_cursor@gottpoff(%%rip), %[cur]\n\t"                           \
+                         "movq %%fs:(%[cur]), %[cur]\n\t"                                         \
+                         "movq (%[cur]), %[seq]\n\t"                                              \
+                         "andq %[seq], %[mask]\n\t"                                               \
+                         "shlq $48, %[seq]\n\t"                                                   \
+                         "leaq 0(%%rip), %[addr]\n\t"                                             \
+                         "orq %[seq], %[addr]\n\t"                                                \
+                         "movq %[addr], 8(%[cur],%[mask],8)\n\t"                                  \
+                         "incq (%[cur])"                                                         \
+                         : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [addr] "=&r"(rip__addr), \
+                           [mask] "+r"(rip__mask)                                                \
+                         :                                                                       \
+                         : "memory", "cc");                                                      \
+    } while (0)
 
-#define RIP_SNAP() rip_snap_inline()
+/* The same inline snap under the name of a function call. */
+#define rip_snap_inline() RIP_SNAP()
 
 #ifdef __cplusplus
 }

@@ -152,3 +152,41 @@ pub fn check_whole(slot: &Slot, depth: u64) -> Result<(), String> {
         ))
     }
 }
+
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf()
+}
+
+/// Builds librip optimized (its static and shared libraries and the
+/// `snap_loops` example) in `target/nested`, a target directory of its own
+/// since the cargo running the tests holds `target/`'s lock. Returns the
+/// directory holding the artifacts.
+pub fn build_librip_release() -> PathBuf {
+    let root = workspace_root();
+    let target = root.join("target/nested");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "librip",
+            "--lib",
+            "--example",
+            "snap_loops",
+            "--target-dir",
+        ])
+        .arg(&target));
+    assert!(
+        out.status.success(),
+        "building librip failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("release")
+}

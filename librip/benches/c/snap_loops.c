@@ -75,10 +75,17 @@ int rip_loop_original_setup(uint32_t procs, pid_t tid)
     return 0;
 }
 
+/*
+ * The memory clobber stands for the code around a real call site (any call
+ * would do the same): without it the compiler keeps the thread-locals in
+ * registers across iterations, which no snap between other code gets.
+ * librip's own snaps carry the same clobber.
+ */
 void rip_loop_original(uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++) {
         orig_snap();
+        __asm__ volatile("" : : : "memory");
         KEEP(i);
     }
 }
