@@ -382,14 +382,22 @@ fn wait_reason(t: &Thread) -> Option<String> {
         if s.name == "futex"
             && let Some(op) = s.args.get(1)
         {
-            let op = op.text.to_ascii_lowercase();
-            let op = op.trim_end_matches("_private");
-            let op = op.split('|').next().unwrap_or(op);
-            return Some(op.to_string());
+            return Some(futex_wait_name(op.raw as u32).to_string());
         }
         return Some(s.name.clone());
     }
     t.kernel_stack.first().and_then(|f| f.function.clone())
+}
+
+/// What a thread blocked in futex(2) waits for, by operation: the plain
+/// and bitset waits are both `futex_wait`.
+fn futex_wait_name(op: u32) -> &'static str {
+    match op & 0x7f {
+        0 | 9 => "futex_wait",
+        6 | 8 | 13 => "futex_lock_pi",
+        11 => "futex_wait_requeue_pi",
+        _ => "futex",
+    }
 }
 
 /// Groups threads by (state, wait reason, location), most populated first,

@@ -51,7 +51,7 @@ pub enum Error {
     NoRing(u32),
     /// A ring file could not be read (librip's reader says why and what to do).
     #[error("{0}")]
-    Ring(String), // TEMP-PLACEHOLDER librip::reader::ReadError
+    Ring(librip::reader::ReadError),
     /// The command line asks for something that cannot be done; the message
     /// says what to change.
     #[error("{0}")]

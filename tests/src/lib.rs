@@ -1,10 +1,23 @@
 //! Shared helpers for rip's end-to-end tests, and the workload programs
 //! they run (under `src/bin/`).
 
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use librip::reader::{RingFile, Slot};
+
 /// Set to `1` to skip the tests that load BPF programs (for unprivileged
 /// local runs). CI never sets it: there, a test that cannot load BPF fails
 /// with the reason.
 pub const SKIP_BPF_ENV: &str = "RIP_SKIP_BPF_TESTS";
+
+/// Set to `1` to skip the tests that need root for something else than BPF
+/// (mounting a small tmpfs). CI never sets it.
+pub const SKIP_PRIVILEGED_ENV: &str = "RIP_SKIP_PRIVILEGED_TESTS";
 
 /// Returns `false` (after saying so on stderr) when BPF tests are
 /// explicitly skipped; `true` otherwise. A test that gets `true` must load
@@ -12,6 +25,15 @@ pub const SKIP_BPF_ENV: &str = "RIP_SKIP_BPF_TESTS";
 pub fn bpf_tests_enabled(test: &str) -> bool {
     if std::env::var(SKIP_BPF_ENV).is_ok_and(|v| v == "1") {
         eprintln!("SKIPPED {test}: {SKIP_BPF_ENV}=1 is set, BPF programs were not loaded");
+        return false;
+    }
+    true
+}
+
+/// Like [`bpf_tests_enabled`], for tests that need root to mount things.
+pub fn privileged_tests_enabled(test: &str, what: &str) -> bool {
+    if std::env::var(SKIP_PRIVILEGED_ENV).is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED {test}: {SKIP_PRIVILEGED_ENV}=1 is set, {what} was not tested");
         return false;
     }
     true
@@ -34,11 +56,141 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-use std::{
-    io::{BufRead, BufReader},
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-};
+/// A directory removed (with its contents) when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh 0700 directory under `base` (`/dev/shm` for tmpfs, `/tmp` for disk).
+    pub fn new(base: &str, tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p = PathBuf::from(format!("{base}/rip-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        TempDir(p)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A small deterministic generator (xorshift64*), seeded per test.
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded with `seed` (any value).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value below `n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Runs `cmd`, failing the test with its stderr if it cannot start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()))
+}
+
+/// The values of the `key ...` lines of a workload's stdout.
+pub fn facts<'a>(stdout: &'a str, key: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .collect()
+}
+
+/// Reads a ring, failing the test with the reader's message.
+pub fn read_ring(path: &Path) -> RingFile {
+    RingFile::open(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Checks that a slot's entries are exactly its last snaps: consecutive
+/// sequence numbers ending at `snaps - 1` (or at `snaps`, when the writer
+/// stopped between storing an entry and counting it), as many as the depth
+/// allows. Only holds for slots whose sequence started at 0.
+pub fn check_whole(slot: &Slot, depth: u64) -> Result<(), String> {
+    let n = slot.snaps;
+    let got: Vec<u64> = slot.entries.iter().map(|e| e.seq).collect();
+    let want = |last: u64| -> Vec<u64> {
+        let first = (last + 1).saturating_sub(depth);
+        (first..=last).collect()
+    };
+    let ok = match n {
+        0 => got.is_empty() || got == [0],
+        n => got == want(n - 1) || got == want(n),
+    };
+    if ok && slot.entries.iter().all(|e| e.addr != 0) {
+        Ok(())
+    } else {
+        Err(format!(
+            "slot {} ({:?} {:?}, id {}, gen {}) has {n} snaps but entries {got:?}",
+            slot.index, slot.kind, slot.state, slot.id, slot.generation
+        ))
+    }
+}
+
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf()
+}
+
+/// Builds librip optimized (its static and shared libraries and the
+/// `snap_loops` example) in `target/nested`, a target directory of its own
+/// since the cargo running the tests holds `target/`'s lock. Returns the
+/// directory holding the artifacts.
+pub fn build_librip_release() -> PathBuf {
+    let root = workspace_root();
+    let target = root.join("target/nested");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "librip",
+            "--lib",
+            "--example",
+            "snap_loops",
+            "--target-dir",
+        ])
+        .arg(&target));
+    assert!(
+        out.status.success(),
+        "building librip failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join("release")
+}
 
 /// Compiles a C program from `tests/c/` with the system `cc` into the
 /// target directory and returns the executable's path.

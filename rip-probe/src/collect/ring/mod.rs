@@ -3,7 +3,7 @@
 //! and validates every offset) and turned into the few facts rip-probe
 //! joins with the kernel's view.
 
-mod read; // TEMP-PLACEHOLDER until librip's reader is merged
+mod read;
 
 use std::path::PathBuf;
 

@@ -1,14 +1,67 @@
-//! TEMP-PLACEHOLDER
-use super::RingView;
-use crate::error::Error;
+//! Reading ring files with librip's reader.
+
 use std::path::{Path, PathBuf};
+
+use librip::reader::{RingFile, SlotKind, SlotState};
+
+use super::{RingSlot, RingView, TaskStats};
+use crate::{error::Error, symbolize::ModuleMap};
+
 impl RingView {
-    /// placeholder
-    pub fn open(_path: &Path) -> Result<Self, Error> {
-        Err(Error::Usage("TEMP".into()))
+    /// Reads a ring file. Errors are librip's, mapped to one-line messages.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let ring = RingFile::open(path).map_err(Error::Ring)?;
+        Ok(Self::from_ring(path, &ring))
     }
-    /// placeholder
-    pub fn find(_pid: u32) -> Result<Vec<PathBuf>, Error> {
-        Ok(Vec::new())
+
+    /// The rings a live process has mapped (`/proc/PID/maps`).
+    pub fn find(pid: u32) -> Result<Vec<PathBuf>, Error> {
+        librip::reader::find_rings(pid).map_err(Error::Ring)
+    }
+
+    fn from_ring(path: &Path, ring: &RingFile) -> Self {
+        let h = ring.header();
+        RingView {
+            path: path.to_path_buf(),
+            version: h.version,
+            pid: h.pid,
+            process_start_time: h.process_start_ticks,
+            exe: (!h.exe.as_os_str().is_empty()).then(|| h.exe.display().to_string()),
+            created_unix_ns: h.created_realtime_ns,
+            created_monotonic_ns: h.created_monotonic_ns,
+            depth: h.depth,
+            dropped: h.dropped_snaps,
+            modules: ring
+                .modules()
+                .iter()
+                // The vDSO has no file to symbolize from after the fact.
+                .filter(|m| !m.is_vdso)
+                .map(|m| ModuleMap {
+                    path: m.path.clone(),
+                    start: m.start,
+                    end: m.end,
+                    file_offset: m.file_offset,
+                    build_id: m.build_id.clone(),
+                })
+                .collect(),
+            slots: ring
+                .slots()
+                .map(|s| RingSlot {
+                    coroutine: s.kind == SlotKind::Coroutine,
+                    exited: s.state == SlotState::Exited,
+                    id: s.id,
+                    generation: s.generation,
+                    name: s.name.clone(),
+                    snaps: s.snaps,
+                    entries: s.entries.iter().map(|e| (e.seq, e.addr)).collect(),
+                    task: s.task.map(|t| TaskStats {
+                        polls: t.polls,
+                        last_poll_start_ns: t.last_poll_start_ns,
+                        last_poll_end_ns: t.last_poll_end_ns,
+                        polling_tid: t.polling_tid,
+                    }),
+                })
+                .collect(),
+        }
     }
 }

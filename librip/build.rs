@@ -1,0 +1,43 @@
+//! Compiles the C half of librip (the thread-local cursor, the sink and the
+//! non-inline `rip_snap`) and the C loops the snap benchmark measures.
+
+use std::{env, path::PathBuf};
+
+fn main() {
+    let dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    println!("cargo:rerun-if-changed=csrc");
+    println!("cargo:rerun-if-changed=include/librip.h");
+    println!("cargo:rerun-if-changed=benches/c");
+    // For dependents' build scripts (DEP_RIP_INCLUDE).
+    println!("cargo:include={}", dir.join("include").display());
+
+    cc::Build::new()
+        .file(dir.join("csrc/rip.c"))
+        .include(dir.join("include"))
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("rip_c");
+
+    // The cdylib's version script lists only Rust symbols; these C ones are
+    // part of the ABI too (a second version script is merged with it).
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        dir.join("csrc/exports.map").display()
+    );
+
+    // Built but not linked into the library: only the bench names it.
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets it"));
+    // Compiled as a distribution's cc compiles executables (-fPIE), so the
+    // original-style snap sees its extern thread-locals as its users did.
+    cc::Build::new()
+        .file(dir.join("benches/c/snap_loops.c"))
+        .file(dir.join("benches/c/original_storage.c"))
+        .include(dir.join("include"))
+        .opt_level(2)
+        .pic(false)
+        .flag("-fPIE")
+        .cargo_metadata(false)
+        .compile("rip_bench_loops");
+    println!("cargo:rustc-link-search=native={}", out.display());
+}

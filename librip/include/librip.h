@@ -1,0 +1,138 @@
+/*
+ * librip: instruction-pointer snapshots of every thread and coroutine in a
+ * shared-memory ring file on tmpfs, readable live or after a crash.
+ *
+ * The original API (rip_create_ring, rip_init, rip_exit, rip_snap) keeps its
+ * names and meanings; the ring file format is specified in docs/FORMAT.md.
+ *
+ * Link with the static library (librip.a plus -lpthread -ldl -lm) or the
+ * shared library (-lrip). Only Linux on x86-64 is supported.
+ */
+#ifndef LIBRIP_H
+#define LIBRIP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Ring depth (snaps kept per slot) when none is given. */
+#define RIP_DEFAULT_DEPTH 32u
+/* Largest depth a ring may have (a power of two). */
+#define RIP_MAX_DEPTH 4096u
+/* Coroutine slots of a ring made by rip_create_ring. */
+#define RIP_DEFAULT_COROUTINE_SLOTS 65536u
+
+/* Options for rip_create_ring_ex. thread_slots 0 means the system's pid_max. */
+typedef struct rip_options {
+    uint32_t thread_slots;
+    uint32_t coroutine_slots;
+    uint32_t depth; /* a power of two, 1..RIP_MAX_DEPTH; 0 means RIP_DEFAULT_DEPTH */
+} rip_options_t;
+
+/* Where the calling thread's snaps go; saved and restored by schedulers. */
+typedef struct rip_cursor {
+    uint64_t *seq;  /* the target slot's sequence word */
+    uint64_t epoch; /* which ring it belongs to: stale cursors fall back to the sink */
+} rip_cursor_t;
+
+/* A coroutine's slot, from rip_coro_begin. Invalid after rip_coro_exit. */
+typedef struct rip_coro {
+    uint64_t id;
+    uint32_t index;
+    uint32_t generation;
+    uint64_t epoch;
+} rip_coro_t;
+
+/*
+ * Creates the process's ring at `file` ("%p" expands to the pid; NULL means
+ * /dev/shm/rip-<uid>/<comm>.<pid>.ring) with `max_procs` thread slots (0 =
+ * pid_max), depth RIP_DEFAULT_DEPTH and RIP_DEFAULT_COROUTINE_SLOTS
+ * coroutine slots. An existing file is never replaced. On failure it prints
+ * the reason once to stderr and returns false; the program runs on untraced.
+ */
+bool rip_create_ring(const char *file, uint32_t max_procs);
+/* rip_create_ring with explicit options (NULL means the defaults). */
+bool rip_create_ring_ex(const char *file, const rip_options_t *options);
+
+/*
+ * id 0: registers the calling thread (its tid) under `name` and makes its
+ * slot the thread's snap target (again, if it was registered before).
+ * id != 0: makes coroutine `id`'s slot the calling thread's snap target,
+ * taking and naming a slot on first use. A freshly taken slot starts at
+ * sequence number ctr * 256 + idx when idx or ctr is non-zero (the position
+ * a scheduler saved with the original API); an existing slot keeps its own.
+ * Failures (no ring, slots full, tmpfs full) leave the snaps in the sink.
+ */
+void rip_init(uint32_t id, const char *name, size_t namelen, uint8_t idx, uint8_t ctr);
+/*
+ * Marks the current snap target exited. A coroutine's slot is freed for
+ * reuse and the thread returns to its own slot (or the sink); a thread's
+ * slot is kept for post-mortem reading and the thread's snaps go to the sink.
+ */
+void rip_exit(void);
+/* Records the caller's address (the return address minus one). */
+void rip_snap(void);
+
+/* The calling thread's current snap target. */
+rip_cursor_t rip_cursor_save(void);
+/* Makes `cursor` the calling thread's snap target (the sink if it is stale). */
+void rip_cursor_restore(rip_cursor_t cursor);
+
+/*
+ * Takes a coroutine slot for `id` (0 = the next unused id) named `name`.
+ * Returns false when there is no ring or every coroutine slot is taken.
+ */
+bool rip_coro_begin(uint64_t id, const char *name, size_t namelen, rip_coro_t *out);
+/* Makes the coroutine the calling thread's snap target; returns the previous target. */
+rip_cursor_t rip_coro_switch(rip_coro_t coro);
+/* Task statistics: a poll starts on the calling thread / ends. */
+void rip_coro_poll_begin(rip_coro_t coro);
+void rip_coro_poll_end(rip_coro_t coro);
+/* Marks the coroutine exited and frees its slot for reuse. */
+void rip_coro_exit(rip_coro_t coro);
+
+/* Snaps taken by threads that had no slot (a lower bound: see FORMAT.md). */
+uint64_t rip_dropped_snaps(void);
+
+/* Internals read by rip_snap_inline: the ring's depth - 1, and the cursor. */
+extern uint64_t rip_mask;
+extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
+
+/*
+ * The inline snap: stores (seq << 48 | address of this point) into the
+ * target slot's entry seq & rip_mask, then increments seq. Ten
+ * instructions; no call, branch, lock, fence or syscall; the asm pins the
+ * sequence. A macro rather than an inline function, so that the recorded
+ * address's line is the caller's line, not a line of this header.
+ */
+#define RIP_SNAP()                                                                               \
+    do {                                                                                         \
+        uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
+        uint64_t rip__cur, rip__seq, rip__addr;                                                  \
+        __asm__ volatile("movq rip_cursor@gottpoff(%%rip), %[cur]\n\t"                           \
+                         "movq %%fs:(%[cur]), %[cur]\n\t"                                         \
+                         "movq (%[cur]), %[seq]\n\t"                                              \
+                         "andq %[seq], %[mask]\n\t"                                               \
+                         "shlq $48, %[seq]\n\t"                                                   \
+                         "leaq 0(%%rip), %[addr]\n\t"                                             \
+                         "orq %[seq], %[addr]\n\t"                                                \
+                         "movq %[addr], 8(%[cur],%[mask],8)\n\t"                                  \
+                         "incq (%[cur])"                                                         \
+                         : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [addr] "=&r"(rip__addr), \
+                           [mask] "+r"(rip__mask)                                                \
+                         :                                                                       \
+                         : "memory", "cc");                                                      \
+    } while (0)
+
+/* The same inline snap under the name of a function call. */
+#define rip_snap_inline() RIP_SNAP()
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBRIP_H */

@@ -1,0 +1,185 @@
+//! Reading ring files: live (while the writer runs) or post-mortem.
+//!
+//! Shared memory is hostile: the file is mapped read-only and copied with
+//! atomic word loads into private buffers, and only those are parsed.
+//! Every offset and count is bounds-checked; a corrupt file is a
+//! [`ReadError`], never a panic.
+
+mod error;
+mod find;
+mod parse;
+
+use std::{fs::File, path::Path, path::PathBuf};
+
+pub use error::ReadError;
+pub use find::find_rings;
+
+pub use crate::format::{Entry, SlotKind};
+use crate::shm::Shm;
+
+/// The header of a ring: who wrote it, when, and how it is laid out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Layout version.
+    pub version: u32,
+    /// The writer's pid.
+    pub pid: u32,
+    /// The writer's start time in clock ticks after boot (/proc/PID/stat
+    /// field 22): with `pid`, tells a live writer from a reused pid.
+    pub process_start_ticks: u64,
+    /// Clock ticks per second for `process_start_ticks`.
+    pub clock_ticks_per_sec: u32,
+    /// The writer's executable.
+    pub exe: PathBuf,
+    /// Its GNU build-id.
+    pub build_id: Option<Vec<u8>>,
+    /// CLOCK_REALTIME at creation, ns since the epoch.
+    pub created_realtime_ns: u64,
+    /// CLOCK_MONOTONIC at creation, ns (the clock of registration and poll times).
+    pub created_monotonic_ns: u64,
+    /// Entries per slot.
+    pub depth: u32,
+    /// Thread slots in the file.
+    pub thread_slots: u32,
+    /// Coroutine slots in the file.
+    pub coroutine_slots: u32,
+    /// Thread slots ever taken (the rest are free).
+    pub thread_high_water: u32,
+    /// Coroutine slots ever taken.
+    pub coroutine_high_water: u32,
+    /// Snaps of threads without a slot, as last published (a lower bound).
+    pub dropped_snaps: u64,
+    /// The sink counter's address in the writer (readable live through
+    /// /proc/PID/mem for a fresher dropped count).
+    pub sink_addr: u64,
+    /// Some modules did not fit in the module table.
+    pub modules_truncated: bool,
+}
+
+/// An executable mapping of the writer, for symbolization.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// The object's path (for the vDSO, its soname).
+    pub path: PathBuf,
+    /// First address of the mapping.
+    pub start: u64,
+    /// First address past it.
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub file_offset: u64,
+    /// The object's load bias: `addr - load_bias` is the ELF virtual address.
+    pub load_bias: u64,
+    /// The object's GNU build-id.
+    pub build_id: Option<Vec<u8>>,
+    /// The main executable.
+    pub is_main: bool,
+    /// The vDSO (no file behind it).
+    pub is_vdso: bool,
+}
+
+/// A slot's state, as read (free slots are skipped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// Its thread or coroutine is running.
+    Live,
+    /// Its owner exited; the entries are its last snaps.
+    Exited,
+}
+
+/// A coroutine's task statistics (times are CLOCK_MONOTONIC ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskStats {
+    /// Polls so far.
+    pub polls: u64,
+    /// When the last poll started.
+    pub last_poll_start_ns: u64,
+    /// When the last poll ended.
+    pub last_poll_end_ns: u64,
+    /// The thread polling it now (0: idle).
+    pub polling_tid: u32,
+    /// When the task was created.
+    pub created_ns: u64,
+}
+
+/// One thread's or coroutine's slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Index in its region.
+    pub index: u32,
+    /// Thread or coroutine.
+    pub kind: SlotKind,
+    /// Live or exited.
+    pub state: SlotState,
+    /// Thread id, or coroutine id.
+    pub id: u64,
+    /// Times the slot was taken.
+    pub generation: u32,
+    /// Its name.
+    pub name: String,
+    /// When it was taken (CLOCK_MONOTONIC ns).
+    pub registered_ns: u64,
+    /// Snaps taken (the sequence word).
+    pub snaps: u64,
+    /// The last `depth` snaps at most, oldest first.
+    pub entries: Vec<Entry>,
+    /// Coroutines only.
+    pub task: Option<TaskStats>,
+}
+
+/// A private snapshot of a ring file.
+#[derive(Debug)]
+pub struct RingFile {
+    header: Header,
+    modules: Vec<Module>,
+    snapshot: parse::Snapshot,
+}
+
+impl RingFile {
+    /// Maps `path` read-only and copies the header and the used slots.
+    pub fn open(path: &Path) -> Result<RingFile, ReadError> {
+        let file = File::open(path).map_err(|e| ReadError::io(path, e))?;
+        let len = file.metadata().map_err(|e| ReadError::io(path, e))?.len();
+        if len == 0 {
+            return Err(ReadError::Incomplete);
+        }
+        let len = usize::try_from(len)
+            .map_err(|_| ReadError::inconsistent("file larger than the address space"))?;
+        let map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_raw_read_only(&file)
+            .map_err(|e| ReadError::io(path, e))?;
+        // SAFETY: the mapping is page-aligned, `len` bytes, lives as long
+        // as `shm` (both are in `Mapped`), and is only read through atomic loads.
+        let shm = unsafe { Shm::new(map.as_mut_ptr(), map.len()) };
+        parse::parse(&parse::Mapped { map, shm })
+    }
+
+    /// Parses a ring from bytes (a copy of a file; for tests and fuzzing).
+    pub fn from_bytes(bytes: &[u8]) -> Result<RingFile, ReadError> {
+        parse::parse(&parse::Bytes(bytes))
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The executable mappings at creation and those loaded since.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// The module holding `addr`, if any (the latest loaded, if ranges overlap).
+    pub fn module_of(&self, addr: u64) -> Option<&Module> {
+        self.modules
+            .iter()
+            .rev()
+            .find(|m| (m.start..m.end).contains(&addr))
+    }
+
+    /// The live and exited slots, threads first, each with its entries
+    /// oldest first.
+    pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.snapshot.slots()
+    }
+}

@@ -1,0 +1,118 @@
+//! The hot path: the `snap!` macro, and what it reads.
+//!
+//! A snap reads the calling thread's cursor (a thread-local pointer to the
+//! target slot's sequence word `seq`), stores `seq << 48 | address` at
+//! `entries[seq & mask]` (the entries follow `seq`), then increments `seq`.
+//! The cursor is defined in C (`csrc/rip.c`) and shared by Rust and C, so
+//! snaps from both languages on one thread land in the same slot. It starts
+//! out pointing at the sink, so a thread without a slot needs no branch.
+//! The mask lives in private memory: a corrupted file can never make a
+//! snap store outside the target.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The ring's depth minus one, for the Rust snap (private memory, never read
+/// from the file). 0 until a ring exists: snaps then all hit the sink's
+/// first entry.
+#[doc(hidden)]
+pub static MASK: AtomicU64 = AtomicU64::new(0);
+
+/// The same mask for C's inline snap (`librip.h` declares it).
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static rip_mask: AtomicU64 = AtomicU64::new(0);
+
+/// The sink's layout (`struct rip_sink` in `csrc/rip.c`).
+#[repr(C)]
+pub(crate) struct Sink {
+    seq: u64,
+    entries: [u64; crate::format::MAX_DEPTH as usize],
+}
+
+unsafe extern "C" {
+    /// Catches the snaps of threads without a slot.
+    static mut rip_sink: Sink;
+    fn rip__cursor_get() -> *mut u64;
+    fn rip__cursor_set(cursor: *mut u64);
+}
+
+/// Sets both masks; called once per ring, before any cursor points into it.
+pub(crate) fn set_mask(depth: u32) {
+    let m = u64::from(depth) - 1;
+    // The sink holds MAX_DEPTH entries, so any mask a layout allows is safe
+    // for a cursor still aimed at the sink.
+    debug_assert!(m < u64::from(crate::format::MAX_DEPTH));
+    MASK.store(m, Ordering::Relaxed);
+    rip_mask.store(m, Ordering::Relaxed);
+}
+
+/// The sink's sequence word (where unregistered snaps go).
+pub(crate) fn sink_seq() -> *mut u64 {
+    // SAFETY: only the address of the static is taken.
+    unsafe { &raw mut rip_sink.seq }
+}
+
+/// Snaps the sink has caught (racy increments may have lost some).
+pub(crate) fn sink_count() -> u64 {
+    // SAFETY: the sink is a static of suitable alignment; its counter is
+    // only ever accessed as a whole word.
+    unsafe { AtomicU64::from_ptr(sink_seq()) }.load(Ordering::Relaxed)
+}
+
+/// The calling thread's cursor.
+pub(crate) fn cursor() -> *mut u64 {
+    // SAFETY: reads the calling thread's own thread-local.
+    unsafe { rip__cursor_get() }
+}
+
+/// Points the calling thread's snaps at `seq`.
+///
+/// # Safety
+/// `seq` is the sequence word of a slot of the current ring (whose depth
+/// set the mask), or of memory laid out like one with as many entries, that
+/// stays mapped while it is the cursor, or the sink.
+pub(crate) unsafe fn set_cursor(seq: *mut u64) {
+    // SAFETY: contract of this function.
+    unsafe { rip__cursor_set(seq) }
+}
+
+/// Records where the calling thread is: the address of this very point of
+/// the caller's code, into the ring slot the thread (or the coroutine it
+/// runs) snaps into.
+///
+/// Ten instructions, no call, branch, lock, fence, syscall or allocation;
+/// a thread without a slot snaps into the sink. The address symbolizes to
+/// the line of the `snap!()` invocation.
+///
+/// ```
+/// librip::snap!();
+/// ```
+#[macro_export]
+#[collapse_debuginfo(yes)]
+macro_rules! snap {
+    () => {
+        // SAFETY: the cursor is always a sequence word followed by at least
+        // mask + 1 entries: a slot of the ring, the sink, or (after fork) a
+        // private anonymous copy of the ring's range (see librip::snap).
+        unsafe {
+            ::core::arch::asm!(
+                "mov {cur}, qword ptr [rip + rip_cursor@GOTTPOFF]",
+                "mov {cur}, qword ptr fs:[{cur}]",
+                "mov {mask}, qword ptr [rip + {mask_sym}]",
+                "mov {seq}, qword ptr [{cur}]",
+                "and {mask}, {seq}",
+                "shl {seq}, 48",
+                "lea {addr}, [rip]",
+                "or {addr}, {seq}",
+                "mov qword ptr [{cur} + 8*{mask} + 8], {addr}",
+                "inc qword ptr [{cur}]",
+                mask_sym = sym $crate::__private::MASK,
+                cur = out(reg) _,
+                seq = out(reg) _,
+                addr = out(reg) _,
+                mask = out(reg) _,
+                options(nostack),
+            )
+        }
+    };
+}

@@ -1,0 +1,127 @@
+//! The hot path's budget, counted: under callgrind, instructions per snap
+//! (a loop of N snaps minus the same loop without them) are at most 10 for
+//! Rust's `snap!()` and C's `RIP_SNAP()`. The disassembly of the loops and
+//! of `rip_snap` holds no call, syscall, lock or fence. The original
+//! header's snap and the non-inline `rip_snap` are counted for comparison.
+
+use std::{path::Path, process::Command};
+
+use rip_tests::{TempDir, build_librip_release, read_ring, run, workspace_root};
+
+const N: u64 = 100_000;
+const BUDGET: f64 = 10.0;
+
+/// Instructions executed inside `rip_loop_<name>` for `n` iterations.
+fn collected(bin: &Path, name: &str, n: u64) -> u64 {
+    let dir = TempDir::new("/tmp", "callgrind");
+    let out_file = dir.join("callgrind.out");
+    let out = run(Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            &format!("--toggle-collect=rip_loop_{name}"),
+        ])
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(bin)
+        .args([name, &n.to_string()]));
+    assert!(
+        out.status.success(),
+        "valgrind failed (is it installed? `cargo xtask setup`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("totals: ")
+                .or_else(|| l.strip_prefix("summary: "))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no totals in {}", out_file.display()))
+}
+
+/// One function's disassembly, one instruction mnemonic per line.
+fn disassembly(bin: &Path, func: &str) -> Vec<String> {
+    let out = run(Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", &format!("--disassemble={func}")])
+        .arg(bin));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let insns: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_once(":\t").map(|(_, i)| i.trim().to_owned()))
+        .collect();
+    assert!(!insns.is_empty(), "{func} not found in {}", bin.display());
+    insns
+}
+
+fn assert_plain(bin: &Path, func: &str, allow_call: bool) {
+    for i in disassembly(bin, func) {
+        let op = i.split_whitespace().next().unwrap_or("");
+        let bad = op.starts_with("lock")
+            || op.ends_with("fence")
+            || op == "syscall"
+            || op.starts_with("xchg")
+            || (!allow_call && op.starts_with("call"));
+        assert!(!bad, "{func} has `{i}` on the snap path");
+    }
+}
+
+#[test]
+fn a_snap_costs_at_most_ten_instructions() {
+    let bin = build_librip_release().join("examples/snap_loops");
+    let per_snap = |name: &str, base: &str| -> f64 {
+        (collected(&bin, name, N) as f64 - collected(&bin, base, N) as f64) / N as f64
+    };
+    let rust = per_snap("rust_snap", "rust_empty");
+    let c_inline = per_snap("c_inline", "c_empty");
+    let c_call = per_snap("c_call", "c_empty");
+    let original = per_snap("original", "c_empty");
+    eprintln!("instructions per snap (callgrind, {N} snaps minus the empty loop):");
+    eprintln!("  Rust snap!()                 {rust:.2}");
+    eprintln!("  C RIP_SNAP() (inline)        {c_inline:.2}");
+    eprintln!("  C rip_snap() (call)          {c_call:.2}");
+    eprintln!("  original header, inline      {original:.2}");
+    assert!(rust <= BUDGET, "Rust snap: {rust} instructions");
+    assert!(c_inline <= BUDGET, "C inline snap: {c_inline} instructions");
+
+    assert_plain(&bin, "rip_loop_rust_snap", false);
+    assert_plain(&bin, "rip_loop_c_inline", false);
+    assert_plain(&bin, "rip_snap", false);
+    // The loop calls rip_snap, which itself has no call.
+    assert_plain(&bin, "rip_loop_c_call", true);
+}
+
+/// In an optimized build, `snap!()`'s address names the line of its call
+/// site (the macro's debug info is collapsed into the caller).
+#[test]
+fn optimized_snaps_symbolize_to_the_call_site() {
+    let bin = build_librip_release().join("examples/snap_loops");
+    let dir = TempDir::new("/dev/shm", "symbolize");
+    let ring_path = dir.join("loops.ring");
+    let out = run(Command::new(&bin).args(["rust_snap", "40"]).arg(&ring_path));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let source = std::fs::read_to_string(workspace_root().join("librip/benches/loops.rs")).unwrap();
+    let after = source.find("fn rip_loop_rust_snap").unwrap();
+    // The partial line before `fn` counts as the function's line, and the
+    // position counts from it.
+    let line = source[..after].lines().count()
+        + source[after..]
+            .lines()
+            .position(|l| l.trim() == "snap!();")
+            .unwrap();
+    let ring = read_ring(&ring_path);
+    let slot = ring.slots().next().unwrap();
+    assert_eq!(slot.snaps, 40);
+    let m = ring.module_of(slot.entries[0].addr).unwrap();
+    let out = run(Command::new("addr2line")
+        .arg("-e")
+        .arg(&m.path)
+        .arg(format!("{:#x}", slot.entries[0].addr - m.load_bias)));
+    let loc = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        loc.trim().ends_with(&format!("loops.rs:{line}")),
+        "symbolized to {loc}, expected loops.rs:{line}"
+    );
+}
