@@ -211,7 +211,7 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
             ));
         }
     };
-    let ring = RingView::open(&path)?;
+    let ring = crate::timing::phase("read ring", || RingView::open(&path))?;
     let alive = same_process_alive(&ring);
     let process = ProcessInfo {
         pid: ring.pid,
@@ -225,7 +225,7 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
         exited: a.exited,
         now_ns: alive.then(monotonic_ns),
     };
-    let mut report = correlate::dump(&ring, process, opts);
+    let mut report = crate::timing::phase("correlate", || correlate::dump(&ring, process, opts));
     let name = match &a.name {
         Some(g) => {
             Some(glob::Pattern::new(g).map_err(|e| Error::Usage(format!("--name {g}: {e}")))?)
@@ -245,15 +245,19 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         UserSpace::Modules(&ring.modules)
     };
-    symbolize::fill(&mut report, &space, &mut Symbolizer::new());
-    report.groups = correlate::group_threads(&report.threads);
-    filter_idle(&mut report, a.min_idle);
+    crate::timing::phase("symbolize", || {
+        symbolize::fill(&mut report, &space, &mut Symbolizer::new())
+    });
+    crate::timing::phase("group", || {
+        report.groups = correlate::group_threads(&report.threads);
+        filter_idle(&mut report, a.min_idle);
+    });
     let view: fn(&Report, &mut dyn Write) -> std::io::Result<()> = if a.threads {
         render::history
     } else {
         render::grouped
     };
-    emit(&report, a.json, out, view)
+    crate::timing::phase("render", || emit(&report, a.json, out, view))
 }
 
 /// The ring of live process `pid`: the first mapped ring that names it.
@@ -268,7 +272,10 @@ fn ring_of(pid: u32) -> Result<PathBuf> {
 /// Whether the process that wrote `ring` is still running (same pid and
 /// start time, so not a reuse of its pid).
 fn same_process_alive(ring: &RingView) -> bool {
-    procfs::stat(ring.pid, 0).is_some_and(|st| st.start_time == ring.process_start_time)
+    // A killed process lingers as a zombie until reaped: its maps are gone.
+    procfs::stat(ring.pid, 0).is_some_and(|st| {
+        st.start_time == ring.process_start_time && !matches!(st.state, 'Z' | 'X')
+    })
 }
 
 /// The CLI entry point: runs, prints errors as one line, returns the exit

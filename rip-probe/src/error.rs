@@ -45,7 +45,7 @@ pub enum Error {
     Help(String),
     /// The process has no ring file mapped.
     #[error(
-        "process {0} has no rip ring mapped: it must link librip and create a ring \
+        "process {0} maps no librip ring: it must link librip and create a ring \
          (rip_create_ring / librip::Ring::create); `rip-probe --pid {0}` still shows kernel state"
     )]
     NoRing(u32),

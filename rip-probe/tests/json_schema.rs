@@ -76,7 +76,10 @@ fn full_report() -> Report {
                 }],
                 text: "futex(0x1)".into(),
             }),
-            blocked: Some(Blocked { ns: 1, exact: false }),
+            blocked: Some(Blocked {
+                ns: 1,
+                exact: false,
+            }),
             kernel_stack: vec![frame()],
             location: Some(location()),
             history: vec![location()],
@@ -126,7 +129,10 @@ fn every_field_is_documented() {
         .iter()
         .filter(|k| !doc.contains(&format!("`{k}`")))
         .collect();
-    assert!(undocumented.is_empty(), "not in docs/JSON.md: {undocumented:?}");
+    assert!(
+        undocumented.is_empty(),
+        "not in docs/JSON.md: {undocumented:?}"
+    );
     assert!(doc.contains(&format!("(schema {SCHEMA_VERSION})")));
     assert_eq!(v["schema"], SCHEMA_VERSION);
 }

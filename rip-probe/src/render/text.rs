@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use crate::{
     decode::duration,
-    model::{Group, Location, LocationSource, Mode, Report, Task, TaskState, Thread},
+    model::{Group, Location, LocationSource, Mode, Report, Task, TaskState, Thread, ThreadState},
 };
 
 /// Tids listed in a group line before eliding; JSON has them all.
@@ -247,7 +247,12 @@ pub fn history(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     for t in &r.threads {
         writeln!(w)?;
         let snaps = t.snaps.map(|n| format!(", {n} snaps")).unwrap_or_default();
-        writeln!(w, "tid {} {:?} {}{snaps}", t.tid, t.name, t.state.as_str())?;
+        let state = match t.state {
+            // A dump has no kernel view: a slot is live or exited.
+            ThreadState::Unknown => "live",
+            s => s.as_str(),
+        };
+        writeln!(w, "tid {} {:?} {state}{snaps}", t.tid, t.name)?;
         entries(&t.history, &t.location, &mut w)?;
     }
     for t in &r.tasks {

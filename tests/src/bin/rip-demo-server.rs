@@ -166,7 +166,10 @@ fn main() {
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     // SAFETY: pipe2 returned two fresh descriptors we now own.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    spawn("pipe-reader".into(), Box::new(move || wait_for_message(&rd)));
+    spawn(
+        "pipe-reader".into(),
+        Box::new(move || wait_for_message(&rd)),
+    );
     spawn("sleeper".into(), Box::new(nap));
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     spawn("acceptor".into(), Box::new(move || serve(&listener)));
