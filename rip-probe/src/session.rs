@@ -16,6 +16,7 @@
 
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
+use librip::reader::ReadError;
 use rip_ebpf::{SwitchEvent, ThreadRecord, task_state};
 
 use crate::{
@@ -27,7 +28,7 @@ use crate::{
     correlate::{self, Clock, LiveInputs},
     decode::Lookup,
     discover::{Lost, Target},
-    error::Result,
+    error::{Error, Result},
     model::{
         Frame, Location, LocationSource, Mode, ProcessInfo, Report, SCHEMA_VERSION, Thread,
         ThreadState,
@@ -171,7 +172,14 @@ impl Session {
         }
         // The first ring the process maps whose header names this process
         // (a forked child may still map its parent's ring).
-        for p in RingView::find(self.target.pid())? {
+        let found = match RingView::find(self.target.pid()) {
+            Ok(v) => v,
+            // No ring is normal for --pid: kernel state and the user pc
+            // still tell a lot. So is a process that just exited.
+            Err(Error::Ring(ReadError::NoRing(_) | ReadError::NoSuchProcess(_))) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        for p in found {
             if let Ok(r) = RingView::open(&p)
                 && r.pid == self.target.pid()
             {
