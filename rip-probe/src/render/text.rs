@@ -148,6 +148,7 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "      tids: {}", ids(&g.ids))?;
     }
     tasks_section(r, &mut w)?;
+    tasks_table(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "THREADS")?;
     writeln!(
@@ -207,6 +208,30 @@ fn tasks_section(r: &Report, w: &mut impl Write) -> io::Result<()> {
     for g in &r.task_groups {
         writeln!(w, "  {}", group_sentence(g, ("task", "tasks")))?;
         writeln!(w, "      ids: {}", ids(&g.ids))?;
+    }
+    Ok(())
+}
+
+/// One row per task: id, name, state, polls, where it awaits.
+fn tasks_table(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    if r.tasks.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "  {:<8} {:<20} {:<26} {:>7}  LOCATION",
+        "ID", "NAME", "STATE", "POLLS"
+    )?;
+    for t in &r.tasks {
+        writeln!(
+            w,
+            "  {:<8} {:<20} {:<26} {:>7}  {}",
+            t.id,
+            truncate(&t.name, 20),
+            task_state(t),
+            t.polls,
+            location_text(&t.location)
+        )?;
     }
     Ok(())
 }
