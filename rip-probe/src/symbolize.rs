@@ -70,6 +70,29 @@ impl Symbolizer {
         }
     }
 
+    /// Loads what symbolizing will need for a live process — kallsyms and
+    /// the debug information of its executable — ahead of time, so a
+    /// session can do it while it observes instead of after.
+    pub fn warm_up(&mut self, pid: u32, exe: Option<&Path>) {
+        if let Ok(text) = std::fs::read_to_string("/proc/kallsyms")
+            && let Some(addr) = text
+                .lines()
+                .filter_map(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+                .find(|&a| a != 0)
+        {
+            let _ = self.kernel(&[addr]);
+        }
+        if let Some(exe) = exe {
+            let _ = self
+                .blaze
+                .cache(&blazesym::symbolize::cache::Cache::Elf(
+                    blazesym::symbolize::cache::Elf::new(exe),
+                ));
+        }
+        let _ = pid;
+        self.warnings.clear();
+    }
+
     /// Warnings gathered so far, sorted.
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings).into_iter().collect()
