@@ -105,7 +105,10 @@ pub(crate) fn create(
             let file = reopen(&dir, &name, path)?;
             let (a, b) = (meta(&tmp, path)?, meta(&file, path)?);
             if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
-                return Err(unsafe_path(path, "it was replaced while being created"));
+                return Err(unsafe_path(
+                    path,
+                    "it was replaced while being created: use a directory only you can write, such as the default /dev/shm/rip-<uid>/",
+                ));
             }
             check(&file, path, 1)?;
             file
@@ -124,13 +127,19 @@ fn unsafe_path(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 fn cstring(p: &OsStr, path: &Path) -> Result<CString, Error> {
-    CString::new(p.as_bytes()).map_err(|_| unsafe_path(path, "the path contains a NUL byte"))
+    CString::new(p.as_bytes())
+        .map_err(|_| unsafe_path(path, "the path contains a NUL byte: remove it"))
 }
 
 fn split(path: &Path) -> Result<(PathBuf, CString), Error> {
     let name = match path.file_name() {
         Some(n) if !path.as_os_str().as_bytes().ends_with(b"/") => n,
-        _ => return Err(unsafe_path(path, "the path does not name a file")),
+        _ => {
+            return Err(unsafe_path(
+                path,
+                "the path does not name a file: give a file path such as /dev/shm/app.ring",
+            ));
+        }
     };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -245,18 +254,27 @@ fn check(file: &File, path: &Path, links: u64) -> Result<(), Error> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if !m.file_type().is_file() {
-        return Err(unsafe_path(path, "it is not a regular file"));
+        return Err(unsafe_path(
+            path,
+            "it is not a regular file: pick another path",
+        ));
     }
     if m.uid() != uid {
         return Err(unsafe_path(
             path,
-            format!("it belongs to uid {}, not to us ({uid})", m.uid()),
+            format!(
+                "it belongs to uid {}, not to us ({uid}): pick another path",
+                m.uid()
+            ),
         ));
     }
     if m.nlink() != links {
         return Err(unsafe_path(
             path,
-            format!("it has {} links, expected {links}", m.nlink()),
+            format!(
+                "it has {} links, expected {links}: pick another path",
+                m.nlink()
+            ),
         ));
     }
     if m.mode() & 0o7777 != 0o600 {
