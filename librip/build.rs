@@ -32,6 +32,7 @@ fn main() {
     // original-style snap sees its extern thread-locals as its users did.
     cc::Build::new()
         .file(dir.join("benches/c/snap_loops.c"))
+        .file(dir.join("benches/c/snap_loops_static.c"))
         .file(dir.join("benches/c/original_storage.c"))
         .include(dir.join("include"))
         .opt_level(2)

@@ -77,7 +77,7 @@ fn summary(dir: &std::path::Path) {
     for (name, _) in loops::LOOPS.iter().filter(|(n, _)| !n.ends_with("empty")) {
         if let Some(ns) = per_snap(name) {
             println!(
-                "  {name:<10} {ns:>7.3} ns   x{:.2} of original",
+                "  {name:<16} {ns:>7.3} ns   x{:.2} of original",
                 ns / original
             );
         }
@@ -85,7 +85,7 @@ fn summary(dir: &std::path::Path) {
     for base in ["rust_empty", "c_empty"] {
         if let Some(ns) = median(dir, base) {
             println!(
-                "  {base:<10} {:>7.3} ns per loop iteration (baseline)",
+                "  {base:<16} {:>7.3} ns per loop iteration (baseline)",
                 ns / BATCH as f64
             );
         }

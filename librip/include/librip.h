@@ -108,7 +108,35 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
  * instructions; no call, branch, lock, fence or syscall; the asm pins the
  * sequence. A macro rather than an inline function, so that the recorded
  * address's line is the caller's line, not a line of this header.
+ *
+ * By default the cursor is read with the initial-exec TLS model, which
+ * works whether librip is linked statically or as a shared library. A
+ * program linked with the static library may define RIP_LINKED_STATICALLY
+ * before including this header: the local-exec model then reads the cursor
+ * in one instruction, and the spare instruction keeps the increment out of
+ * memory (faster on recent x86-64). Defining it and linking the shared
+ * library fails at link time (R_X86_64_TPOFF32 against rip_cursor).
  */
+#ifdef RIP_LINKED_STATICALLY
+#define RIP_SNAP()                                                                               \
+    do {                                                                                         \
+        uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
+        uint64_t rip__cur, rip__seq, rip__next, rip__addr;                                       \
+        __asm__ volatile("movq %%fs:rip_cursor@tpoff, %[cur]\n\t"                                \
+                         "movq (%[cur]), %[seq]\n\t"                                              \
+                         "leaq 1(%[seq]), %[next]\n\t"                                            \
+                         "andq %[seq], %[mask]\n\t"                                               \
+                         "shlq $48, %[seq]\n\t"                                                   \
+                         "leaq 0(%%rip), %[addr]\n\t"                                             \
+                         "orq %[seq], %[addr]\n\t"                                                \
+                         "movq %[addr], 8(%[cur],%[mask],8)\n\t"                                  \
+                         "movq %[next], (%[cur])"                                                \
+                         : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [next] "=&r"(rip__next), \
+                           [addr] "=&r"(rip__addr), [mask] "+r"(rip__mask)                       \
+                         :                                                                       \
+                         : "memory", "cc");                                                      \
+    } while (0)
+#else
 #define RIP_SNAP()                                                                               \
     do {                                                                                         \
         uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
@@ -127,6 +155,7 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
                          :                                                                       \
                          : "memory", "cc");                                                      \
     } while (0)
+#endif
 
 /* The same inline snap under the name of a function call. */
 #define rip_snap_inline() RIP_SNAP()

@@ -262,3 +262,28 @@ pub extern "C" fn rip_coro_exit(coro: RawCoroutine) {
 pub extern "C" fn rip_dropped_snaps() -> u64 {
     snap::sink_count()
 }
+
+#[cfg(test)]
+mod tests {
+    /// librip.h's constants are the ones the Rust side uses.
+    #[test]
+    fn the_header_agrees_with_the_rust_side() {
+        let h = include_str!("../include/librip.h");
+        let define = |name: &str| -> u32 {
+            let line = h
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not in librip.h"));
+            let v = line.split_whitespace().nth(2).unwrap();
+            v.trim_end_matches('u').parse().unwrap()
+        };
+        assert_eq!(define("RIP_DEFAULT_DEPTH"), crate::format::DEFAULT_DEPTH);
+        assert_eq!(define("RIP_MAX_DEPTH"), crate::format::MAX_DEPTH);
+        assert_eq!(
+            define("RIP_DEFAULT_COROUTINE_SLOTS"),
+            crate::DEFAULT_COROUTINE_SLOTS
+        );
+        let sink = std::mem::size_of::<crate::snap::Sink>();
+        assert_eq!(sink, 8 * (1 + crate::format::MAX_DEPTH as usize));
+    }
+}

@@ -139,8 +139,7 @@ impl Coroutine {
             seq,
             created_ns,
         };
-        let st = &mut *st;
-        let taken = ring.take_slot(&mut st.coroutines, &init)?;
+        let taken = ring.take_slot(&mut st, SlotKind::Coroutine, &init)?;
         st.coroutine_ids.insert(id, taken);
         Ok(Coroutine {
             ring,

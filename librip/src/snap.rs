@@ -84,9 +84,16 @@ pub(crate) unsafe fn set_cursor(seq: *mut u64) {
 /// a thread without a slot snaps into the sink. The address symbolizes to
 /// the line of the `snap!()` invocation.
 ///
+/// The cursor is read with the local-exec TLS model (one instruction),
+/// which only links into executables. Code linked into a shared object
+/// (a cdylib, a plugin) needs librip's `shared-object` feature: the
+/// initial-exec model then costs one more instruction, which the sequence
+/// wins back by incrementing the sequence word in memory.
+///
 /// ```
 /// librip::snap!();
 /// ```
+#[cfg(not(feature = "shared-object"))]
 #[macro_export]
 #[collapse_debuginfo(yes)]
 macro_rules! snap {
@@ -94,6 +101,38 @@ macro_rules! snap {
         // SAFETY: the cursor is always a sequence word followed by at least
         // mask + 1 entries: a slot of the ring, the sink, or (after fork) a
         // private anonymous copy of the ring's range (see librip::snap).
+        unsafe {
+            ::core::arch::asm!(
+                "mov {cur}, qword ptr fs:[rip_cursor@TPOFF]",
+                "mov {mask}, qword ptr [rip + {mask_sym}]",
+                "mov {seq}, qword ptr [{cur}]",
+                "lea {next}, [{seq} + 1]",
+                "and {mask}, {seq}",
+                "shl {seq}, 48",
+                "lea {addr}, [rip]",
+                "or {addr}, {seq}",
+                "mov qword ptr [{cur} + 8*{mask} + 8], {addr}",
+                "mov qword ptr [{cur}], {next}",
+                mask_sym = sym $crate::__private::MASK,
+                cur = out(reg) _,
+                seq = out(reg) _,
+                next = out(reg) _,
+                addr = out(reg) _,
+                mask = out(reg) _,
+                options(nostack),
+            )
+        }
+    };
+}
+
+/// Records where the calling thread is (see the default `snap!`); built
+/// for code linked into a shared object (initial-exec TLS).
+#[cfg(feature = "shared-object")]
+#[macro_export]
+#[collapse_debuginfo(yes)]
+macro_rules! snap {
+    () => {
+        // SAFETY: as for the default snap!.
         unsafe {
             ::core::arch::asm!(
                 "mov {cur}, qword ptr [rip + rip_cursor@GOTTPOFF]",

@@ -10,7 +10,7 @@ use rip_tests::{
     TempDir, build_librip_release, check_whole, facts, read_ring, run, workspace_root,
 };
 
-fn compile(out: &Path, link: &[&str]) {
+fn compile(out: &Path, flags: &[&str]) {
     let root = workspace_root();
     let status = run(Command::new("cc")
         .args([
@@ -20,7 +20,7 @@ fn compile(out: &Path, link: &[&str]) {
         .arg("-I")
         .arg(root.join("librip/include"))
         .arg(root.join("tests/c/ring_user.c"))
-        .args(link));
+        .args(flags));
     assert!(
         status.status.success(),
         "cc failed:\n{}",

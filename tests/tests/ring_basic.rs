@@ -19,6 +19,8 @@ fn threads_coroutines_and_the_sink() {
     assert!(out.status.success(), "writer failed: {stderr}");
     assert!(stderr.is_empty(), "no warning on tmpfs: {stderr}");
     assert_eq!(facts(&stdout, "tmpfs"), ["true"]);
+    let second = facts(&stdout, "second-create");
+    assert!(second[0].contains("one ring per process"), "{second:?}");
 
     // %p expanded to the writer's pid.
     let rings: Vec<_> = std::fs::read_dir(dir.path())
@@ -50,6 +52,19 @@ fn threads_coroutines_and_the_sink() {
     // 50 from the unregistered thread and 1 after exit_thread, at least.
     assert!(h.dropped_snaps >= 51, "dropped {}", h.dropped_snaps);
     assert!(!h.modules_truncated);
+    // libresolv was loaded after creation, before the first registration.
+    assert_eq!(
+        facts(&stdout, "dlopen"),
+        ["true true"],
+        "not loaded before, loaded then"
+    );
+    let resolv = ring
+        .modules()
+        .iter()
+        .find(|m| m.path.to_string_lossy().contains("libresolv"));
+    let resolv = resolv.expect("a library loaded later joins the module table");
+    assert!(resolv.build_id.is_some() && resolv.start < resolv.end && !resolv.is_main);
+    assert!(ring.modules().iter().any(|m| m.is_main && m.path == h.exe));
 
     let slots: Vec<_> = ring.slots().collect();
     let mut threads: Vec<_> = slots

@@ -15,6 +15,8 @@ use crate::util::{exec, is_root, output, step};
 pub const NIGHTLY: &str = "nightly";
 /// The bpf-linker release the project is built and tested with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The cargo-fuzz release that runs the reader's fuzz target.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Debian packages the tests call (bpftool to check nothing is left
 /// attached, valgrind for instruction counts, gdb as a peer).
 const APT_PACKAGES: &[(&str, &str)] = &[
@@ -40,6 +42,9 @@ pub fn run_setup() -> Result<()> {
 
     step("setup: Debian packages the tests use");
     apt_packages()?;
+
+    step("setup: cargo-fuzz (the reader's fuzz target)");
+    cargo_fuzz()?;
 
     Ok(())
 }
@@ -185,6 +190,25 @@ fn tracefs() -> Result<()> {
         Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]),
         "mount -t tracefs nodev /sys/kernel/tracing",
     )
+}
+
+fn cargo_fuzz() -> Result<()> {
+    let version = output(Command::new("cargo").args(["fuzz", "--version"])).unwrap_or_default();
+    if version.contains(CARGO_FUZZ_VERSION) {
+        eprintln!("    present: {}", version.trim());
+        return Ok(());
+    }
+    exec(
+        Command::new("cargo").args([
+            "install",
+            "cargo-fuzz",
+            "--version",
+            CARGO_FUZZ_VERSION,
+            "--locked",
+        ]),
+        "cargo install cargo-fuzz",
+    )
+    .context("cannot install cargo-fuzz: is crates.io reachable? retry `cargo xtask setup`")
 }
 
 fn apt_packages() -> Result<()> {

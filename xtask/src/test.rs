@@ -9,6 +9,27 @@ use crate::{
     util::{cargo, exec, step},
 };
 
+/// How long the reader's fuzz target runs in every test run.
+const FUZZ_SECONDS: u32 = 25;
+
+/// Fuzzes the ring reader for a bounded time. New inputs go to a scratch
+/// corpus under target/, so the committed one only changes by hand.
+fn fuzz_reader() -> Result<()> {
+    let root = crate::util::root();
+    let scratch = root.join("target/fuzz-corpus");
+    std::fs::create_dir_all(&scratch)?;
+    exec(
+        Command::new("rustup")
+            .current_dir(root.join("fuzz"))
+            .args(["run", setup::NIGHTLY, "cargo", "fuzz", "run", "reader"])
+            .arg(&scratch)
+            .arg("corpus/reader")
+            .arg("--")
+            .arg(format!("-max_total_time={FUZZ_SECONDS}")),
+        "cargo fuzz run reader",
+    )
+}
+
 /// Setup, formatting, lints (host and BPF target), then every test of the
 /// workspace, privileged ones included.
 pub fn run_tests() -> Result<()> {
@@ -67,6 +88,11 @@ pub fn run_tests() -> Result<()> {
         cargo().args(["test", "--workspace", "--", "--nocapture"]),
         "cargo test",
     )?;
+
+    step(&format!(
+        "cargo fuzz run reader ({FUZZ_SECONDS} s, the committed corpus plus a scratch one)"
+    ));
+    fuzz_reader()?;
 
     eprintln!("xtask test: all green in {:.0}s", t.elapsed().as_secs_f64());
     Ok(())

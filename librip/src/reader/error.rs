@@ -67,7 +67,10 @@ impl fmt::Display for ReadError {
                 f,
                 "ring file truncated: {len} bytes, its header needs {needed}: it was cut short (copy it whole)"
             ),
-            ReadError::Inconsistent(why) => write!(f, "corrupt ring file: {why}"),
+            ReadError::Inconsistent(why) => write!(
+                f,
+                "corrupt ring file: {why}: it was damaged or not written by librip, and cannot be read"
+            ),
             ReadError::NoSuchProcess(pid) => write!(
                 f,
                 "no process {pid}: check the pid (it may have exited; read its ring file instead)"
@@ -76,7 +79,11 @@ impl fmt::Display for ReadError {
                 f,
                 "process {pid} maps no librip ring: is it built with librip and did it create its ring?"
             ),
-            ReadError::Io(p, e) => write!(f, "cannot read {}: {e}", p.display()),
+            ReadError::Io(p, e) => write!(
+                f,
+                "cannot read {}: {e}: check the path and that it is a readable file",
+                p.display()
+            ),
         }
     }
 }

@@ -105,7 +105,10 @@ pub(crate) fn create(
             let file = reopen(&dir, &name, path)?;
             let (a, b) = (meta(&tmp, path)?, meta(&file, path)?);
             if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
-                return Err(unsafe_path(path, "it was replaced while being created"));
+                return Err(unsafe_path(
+                    path,
+                    "it was replaced while being created: use a directory only you can write, such as the default /dev/shm/rip-<uid>/",
+                ));
             }
             check(&file, path, 1)?;
             file
@@ -124,13 +127,19 @@ fn unsafe_path(path: &Path, reason: impl Into<String>) -> Error {
 }
 
 fn cstring(p: &OsStr, path: &Path) -> Result<CString, Error> {
-    CString::new(p.as_bytes()).map_err(|_| unsafe_path(path, "the path contains a NUL byte"))
+    CString::new(p.as_bytes())
+        .map_err(|_| unsafe_path(path, "the path contains a NUL byte: remove it"))
 }
 
 fn split(path: &Path) -> Result<(PathBuf, CString), Error> {
     let name = match path.file_name() {
         Some(n) if !path.as_os_str().as_bytes().ends_with(b"/") => n,
-        _ => return Err(unsafe_path(path, "the path does not name a file")),
+        _ => {
+            return Err(unsafe_path(
+                path,
+                "the path does not name a file: give a file path such as /dev/shm/app.ring",
+            ));
+        }
     };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -143,20 +152,24 @@ fn last_err() -> io::Error {
     io::Error::last_os_error()
 }
 
-fn open_dir(dir: &Path, path: &Path) -> Result<OwnedFd, Error> {
-    let c = cstring(dir.as_os_str(), path)?;
-    // SAFETY: valid NUL-terminated path; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
+/// `openat(dir, name, flags | O_CLOEXEC, 0600)` as an owned descriptor
+/// (`dir` is `AT_FDCWD` for a path taken as it is).
+fn open_at(dir: libc::c_int, name: &std::ffi::CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let mode = 0o600 as libc::c_uint;
+    // SAFETY: a NUL-terminated name; the mode only matters with O_CREAT or
+    // O_TMPFILE; the result is checked.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, mode) };
     if fd < 0 {
-        return Err(Error::io("open the directory of", path, last_err()));
+        return Err(last_err());
     }
     // SAFETY: a fresh descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn open_dir(dir: &Path, path: &Path) -> Result<OwnedFd, Error> {
+    let c = cstring(dir.as_os_str(), path)?;
+    open_at(libc::AT_FDCWD, &c, libc::O_DIRECTORY | libc::O_RDONLY)
+        .map_err(|e| Error::io("open the directory of", path, e))
 }
 
 /// Makes or checks a per-user directory: ours, mode 0700, not a symlink.
@@ -168,25 +181,14 @@ fn private_directory(dir: &Path) -> Result<OwnedFd, Error> {
     {
         return Err(Error::io("create directory", dir, last_err()));
     }
-    // SAFETY: valid NUL-terminated path; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let err = last_err();
-        return Err(match err.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => unsafe_path(
-                dir,
-                "it is not a directory (a symlink or a file was planted there): remove it",
-            ),
-            _ => Error::io("open directory", dir, err),
-        });
-    }
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let flags = libc::O_DIRECTORY | libc::O_RDONLY | libc::O_NOFOLLOW;
+    let fd = open_at(libc::AT_FDCWD, &c, flags).map_err(|err| match err.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => unsafe_path(
+            dir,
+            "it is not a directory (a symlink or a file was planted there): remove it",
+        ),
+        _ => Error::io("open directory", dir, err),
+    })?;
     let m = File::from(
         fd.try_clone()
             .map_err(|e| Error::io("open directory", dir, e))?,
@@ -215,24 +217,13 @@ fn private_directory(dir: &Path) -> Result<OwnedFd, Error> {
 
 /// An unnamed file in `dir`, or `None` where the filesystem lacks O_TMPFILE.
 fn tmpfile(dir: &OwnedFd, dir_path: &Path) -> Result<Option<File>, Error> {
-    // SAFETY: valid directory descriptor and path; the result is checked.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c".".as_ptr(),
-            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        let err = last_err();
-        return match err.raw_os_error() {
+    match open_at(dir.as_raw_fd(), c".", libc::O_TMPFILE | libc::O_RDWR) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(err) => match err.raw_os_error() {
             Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL) => Ok(None),
             _ => Err(Error::io("create a file in", dir_path, err)),
-        };
+        },
     }
-    // SAFETY: a fresh descriptor we own.
-    Ok(Some(File::from(unsafe { OwnedFd::from_raw_fd(fd) })))
 }
 
 fn meta(file: &File, path: &Path) -> Result<std::fs::Metadata, Error> {
@@ -245,18 +236,27 @@ fn check(file: &File, path: &Path, links: u64) -> Result<(), Error> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if !m.file_type().is_file() {
-        return Err(unsafe_path(path, "it is not a regular file"));
+        return Err(unsafe_path(
+            path,
+            "it is not a regular file: pick another path",
+        ));
     }
     if m.uid() != uid {
         return Err(unsafe_path(
             path,
-            format!("it belongs to uid {}, not to us ({uid})", m.uid()),
+            format!(
+                "it belongs to uid {}, not to us ({uid}): pick another path",
+                m.uid()
+            ),
         ));
     }
     if m.nlink() != links {
         return Err(unsafe_path(
             path,
-            format!("it has {} links, expected {links}", m.nlink()),
+            format!(
+                "it has {} links, expected {links}: pick another path",
+                m.nlink()
+            ),
         ));
     }
     if m.mode() & 0o7777 != 0o600 {
@@ -340,19 +340,9 @@ fn link(tmp: &File, dir: &OwnedFd, name: &CString, path: &Path) -> Result<(), Er
 
 /// Opens the linked file by name (so /proc/PID/maps shows its path).
 fn reopen(dir: &OwnedFd, name: &CString, path: &Path) -> Result<File, Error> {
-    // SAFETY: valid descriptor and NUL-terminated name; result checked.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(Error::io("open", path, last_err()));
-    }
-    // SAFETY: a fresh descriptor we own.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    open_at(dir.as_raw_fd(), name, libc::O_RDWR | libc::O_NOFOLLOW)
+        .map(File::from)
+        .map_err(|e| Error::io("open", path, e))
 }
 
 /// The fallback: create by name, exclusively, header with its magic last.
@@ -363,24 +353,12 @@ fn create_excl(
     header: &[u8],
     size: u64,
 ) -> Result<File, Error> {
-    // SAFETY: valid descriptor and NUL-terminated name; result checked.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_RDWR,
-            0o600 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        let err = last_err();
-        return Err(match err.raw_os_error() {
-            Some(libc::EEXIST) | Some(libc::ELOOP) => Error::Exists(path.to_path_buf()),
-            _ => Error::io("create", path, err),
-        });
-    }
-    // SAFETY: a fresh descriptor we own.
-    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_RDWR;
+    let fd = open_at(dir.as_raw_fd(), name, flags).map_err(|err| match err.raw_os_error() {
+        Some(libc::EEXIST) | Some(libc::ELOOP) => Error::Exists(path.to_path_buf()),
+        _ => Error::io("create", path, err),
+    })?;
+    let file = File::from(fd);
     let fill = || -> Result<(), Error> {
         check(&file, path, 1)?;
         size_and_reserve(&file, path, size, header.len() as u64)?;
@@ -456,6 +434,34 @@ mod tests {
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         let e = private_directory(&link).unwrap_err().to_string();
         assert!(e.contains("symlink"), "{e}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// The path taken where O_TMPFILE is unsupported (tmpfs and ext4 have it).
+    #[test]
+    fn the_exclusive_fallback_creates_once_and_never_follows_a_symlink() {
+        use std::os::unix::fs::MetadataExt;
+        let base = PathBuf::from(format!("/dev/shm/rip-unit-excl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        let dir = open_dir(&base, &base).unwrap();
+        let path = base.join("a.ring");
+        let name = CString::new("a.ring").unwrap();
+        let mut header = vec![7u8; 4096];
+        header[..8].copy_from_slice(&format::MAGIC);
+        let f = create_excl(&dir, &name, &path, &header, 8192).unwrap();
+        let m = f.metadata().unwrap();
+        assert_eq!((m.len(), m.mode() & 0o7777, m.nlink()), (8192, 0o600, 1));
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..4096], &header[..]);
+        let again = create_excl(&dir, &name, &path, &header, 8192);
+        assert!(matches!(again, Err(Error::Exists(_))));
+        let target = base.join("target");
+        std::os::unix::fs::symlink(&target, base.join("l.ring")).unwrap();
+        let l = CString::new("l.ring").unwrap();
+        let linked = create_excl(&dir, &l, &base.join("l.ring"), &header, 8192);
+        assert!(matches!(linked, Err(Error::Exists(_))));
+        assert!(!target.exists());
         std::fs::remove_dir_all(&base).unwrap();
     }
 

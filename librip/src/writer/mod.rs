@@ -77,7 +77,7 @@ pub(crate) struct State {
     /// Live coroutines by id.
     pub(crate) coroutine_ids: HashMap<u64, Taken>,
     pub(crate) next_coroutine_id: u64,
-    modules: modules::ModuleTable,
+    pub(crate) modules: modules::ModuleTable,
 }
 
 /// The ring of this process (null before creation and in a forked child).
@@ -231,31 +231,37 @@ impl Ring {
         &self.shm
     }
 
-    /// The registration lock, with the module table refreshed if objects
-    /// were loaded since it was last captured. `Err(NoRing)` in a forked
-    /// child (the parent's lock may be held by a thread that is not there).
+    /// The registration lock (publishing the dropped-snap count on the
+    /// way). `Err(NoRing)` in a forked child (the parent's lock may be held
+    /// by a thread that is not there).
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, State>, Error> {
         if !self.is_current() {
             return Err(Error::NoRing);
         }
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if st.modules.stale() {
-            let (mods, adds) = modules::loaded_modules();
-            let mut shm = self.shm;
-            let count = st.modules.append(&mut shm, mods, adds);
-            self.shm
-                .store_u32(hdr::MODULE_COUNT as u64, count, Ordering::Release);
-            if st.modules.truncated() {
-                let flags = self.shm.load_u32(hdr::FLAGS as u64, Ordering::Relaxed);
-                self.shm.store_u32(
-                    hdr::FLAGS as u64,
-                    flags | format::flags::MODULES_TRUNCATED,
-                    Ordering::Relaxed,
-                );
-            }
-        }
+        let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         self.publish_dropped();
         Ok(st)
+    }
+
+    /// Appends the modules loaded since the table was last captured (a
+    /// thread or coroutine about to snap may run code from them).
+    pub(crate) fn refresh_modules(&self, table: &mut modules::ModuleTable) {
+        if !table.stale() {
+            return;
+        }
+        let (mods, adds) = modules::loaded_modules();
+        let mut shm = self.shm;
+        let count = table.append(&mut shm, mods, adds);
+        self.shm
+            .store_u32(hdr::MODULE_COUNT as u64, count, Ordering::Release);
+        if table.truncated() {
+            let flags = self.shm.load_u32(hdr::FLAGS as u64, Ordering::Relaxed);
+            self.shm.store_u32(
+                hdr::FLAGS as u64,
+                flags | format::flags::MODULES_TRUNCATED,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// The address of slot `index`'s sequence word: a cursor target.

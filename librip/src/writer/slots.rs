@@ -10,7 +10,7 @@ use std::{collections::VecDeque, sync::atomic::Ordering};
 
 use crate::format::{NAME_LEN, SlotKind, hdr, slot, state};
 
-use super::{Ring, header::monotonic_ns};
+use super::{Ring, State, header::monotonic_ns};
 use crate::Error;
 
 /// The private bookkeeping of one kind of slot (never read from the file).
@@ -133,8 +133,17 @@ impl Ring {
     /// Takes a slot of `kind` and publishes it live. A fresh slot's pages
     /// are reserved first, so a full tmpfs is an error here and never a
     /// SIGBUS at snap time.
-    pub(crate) fn take_slot(&self, pool: &mut Pool, init: &SlotInit<'_>) -> Result<Taken, Error> {
-        let kind = pool.kind;
+    pub(crate) fn take_slot(
+        &self,
+        st: &mut State,
+        kind: SlotKind,
+        init: &SlotInit<'_>,
+    ) -> Result<Taken, Error> {
+        self.refresh_modules(&mut st.modules);
+        let pool = match kind {
+            SlotKind::Thread => &mut st.threads,
+            SlotKind::Coroutine => &mut st.coroutines,
+        };
         let t = pool.take(init.id).ok_or(Error::SlotsFull {
             kind,
             capacity: pool.capacity,

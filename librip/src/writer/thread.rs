@@ -81,7 +81,7 @@ impl Ring {
                     seq: 0,
                     created_ns: None,
                 };
-                let t = self.take_slot(&mut st.threads, &init)?;
+                let t = self.take_slot(&mut st, SlotKind::Thread, &init)?;
                 let reg = Registered {
                     epoch: self.epoch,
                     index: t.index,

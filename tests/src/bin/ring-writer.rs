@@ -71,6 +71,23 @@ fn wait_stdin() {
 
 fn basic(path: &Path) {
     let ring = create(path, 16, 8);
+    let again = Ring::create(path.with_extension("second"), RingOptions::default());
+    say(format_args!("second-create {}", again.unwrap_err()));
+    // Loaded after creation: registration adds it to the module table.
+    // SAFETY: RTLD_NOLOAD only asks whether it is loaded already.
+    let before = unsafe {
+        libc::dlopen(
+            c"libresolv.so.2".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_NOLOAD,
+        )
+    };
+    // SAFETY: loads a system library whose constructors are benign.
+    let lib = unsafe { libc::dlopen(c"libresolv.so.2".as_ptr(), libc::RTLD_NOW) };
+    say(format_args!(
+        "dlopen {} {}",
+        before.is_null(),
+        !lib.is_null()
+    ));
     ring.register_thread("main").unwrap();
     for _ in 0..5 {
         snap!();
