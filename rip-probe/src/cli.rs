@@ -155,6 +155,9 @@ fn live(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
     let mut session = Session::attach(&opts)?;
     loop {
         session.observe(a.duration, &mut ())?;
+        if !a.watch {
+            session.stop_observing()?;
+        }
         let mut report = session.snapshot()?;
         filter_live(&mut report, a.min_blocked, a.min_idle);
         crate::timing::phase("render", || emit(&report, a.json, out, render::live))?;
@@ -241,7 +244,7 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     // Live: blazesym reads the process's own maps; post-mortem: the ring's
     // module table (file offsets and build-ids).
     let space = if alive {
-        UserSpace::Live(ring.pid)
+        UserSpace::LiveWithModules(ring.pid, &ring.modules)
     } else {
         UserSpace::Modules(&ring.modules)
     };

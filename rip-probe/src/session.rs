@@ -33,7 +33,7 @@ use crate::{
         Frame, Location, LocationSource, Mode, ProcessInfo, Report, SCHEMA_VERSION, Thread,
         ThreadState,
     },
-    symbolize::{self, Symbolizer, UserSpace},
+    symbolize::{self, SymbolizerThread, UserSpace},
     timing,
 };
 
@@ -83,6 +83,9 @@ pub struct Session {
     lost: Option<Lost>,
     opts: SessionOptions,
     probes: usize,
+    /// A symbolizer loading kallsyms and the target's debug information on
+    /// another thread while the session observes.
+    symbolizer: SymbolizerThread,
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
@@ -109,6 +112,7 @@ impl Session {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
         }
         let events = probe.take_events()?;
+        let symbolizer = SymbolizerThread::start(procfs::code_files(opts.pid));
         Ok(Session {
             target,
             probe,
@@ -117,6 +121,7 @@ impl Session {
             lost: None,
             opts: opts.clone(),
             probes: sites.len(),
+            symbolizer,
         })
     }
 
@@ -152,7 +157,16 @@ impl Session {
             for ev in self.events.poll(left.min(Duration::from_millis(50)))? {
                 obs.on_switch(&ev);
             }
+            self.probe.prepare()?;
         }
+    }
+
+    /// Stops observing context switches (the last [`Self::snapshot`] still
+    /// sees everything observed so far). Call it before the final snapshot
+    /// when no more observation follows: the detach costs the kernel an RCU
+    /// grace period, which then overlaps with building the report.
+    pub fn stop_observing(&mut self) -> Result<()> {
+        self.probe.detach_switches()
     }
 
     /// Whether the target is gone, and how.
@@ -215,7 +229,6 @@ impl Session {
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
         let lost_now = self.lost().is_some();
-        let mut sym = Symbolizer::new();
         let mut report = if lost_now {
             self.report_after_exit(&switches, ring.as_ref())
         } else {
@@ -238,10 +251,11 @@ impl Session {
         };
         let space = match (&ring, lost_now) {
             (Some(r), true) => UserSpace::Modules(&r.modules),
-            _ => UserSpace::Live(self.target.pid()),
+            (Some(r), false) => UserSpace::LiveWithModules(self.target.pid(), &r.modules),
+            (None, _) => UserSpace::Live(self.target.pid()),
         };
         timing::phase("symbolize", || {
-            symbolize::fill(&mut report, &space, &mut sym)
+            symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
         report.groups = correlate::group_threads(&report.threads);
         report.task_groups = correlate::group_tasks(&report.tasks);

@@ -41,6 +41,10 @@ pub enum UserSpace<'a> {
     Live(u32),
     /// A process that may be gone: the ring's module table.
     Modules(&'a [ModuleMap]),
+    /// A live process with a ring: addresses inside the ring's module table
+    /// are symbolized from it (no need to parse /proc/PID/maps, which has
+    /// two lines per thread), the others through the live process.
+    LiveWithModules(u32, &'a [ModuleMap]),
 }
 
 /// A symbolizer for one report. Caches parsed binaries across calls.
@@ -71,9 +75,9 @@ impl Symbolizer {
     }
 
     /// Loads what symbolizing will need for a live process — kallsyms and
-    /// the debug information of its executable — ahead of time, so a
-    /// session can do it while it observes instead of after.
-    pub fn warm_up(&mut self, pid: u32, exe: Option<&Path>) {
+    /// the debug information of its executable and libraries — ahead of
+    /// time, so a session can do it while it observes instead of after.
+    pub fn warm_up(&mut self, binaries: &[PathBuf]) {
         if let Ok(text) = std::fs::read_to_string("/proc/kallsyms")
             && let Some(addr) = text
                 .lines()
@@ -82,14 +86,14 @@ impl Symbolizer {
         {
             let _ = self.kernel(&[addr]);
         }
-        if let Some(exe) = exe {
-            let _ = self
-                .blaze
-                .cache(&blazesym::symbolize::cache::Cache::Elf(
-                    blazesym::symbolize::cache::Elf::new(exe),
-                ));
+        // Symbolizing one address of each binary (its entry point) the way
+        // reports do makes blazesym open it and index its DWARF units.
+        for b in binaries {
+            if let Some(entry) = elf_entry(b) {
+                let src = Source::Elf(Elf::new(b));
+                let _ = self.blaze.symbolize(&src, Input::VirtOffset(&[entry][..]));
+            }
         }
-        let _ = pid;
         self.warnings.clear();
     }
 
@@ -105,6 +109,16 @@ impl Symbolizer {
         match space {
             UserSpace::Live(pid) => self.live(*pid, &addrs),
             UserSpace::Modules(mods) => self.post_mortem(mods, &addrs),
+            UserSpace::LiveWithModules(pid, mods) => {
+                let (known, rest): (Vec<u64>, Vec<u64>) = addrs
+                    .iter()
+                    .partition(|&&a| mods.iter().any(|m| (m.start..m.end).contains(&a)));
+                let mut out = self.post_mortem(mods, &known);
+                if !rest.is_empty() {
+                    out.extend(self.live(*pid, &rest));
+                }
+                out
+            }
         }
     }
 
@@ -198,6 +212,16 @@ impl Symbolizer {
             }
         }
     }
+}
+
+/// The entry point (`e_entry`) of a 64-bit little-endian ELF file.
+fn elf_entry(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut head = [0u8; 32];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    (head[..4] == *b"\x7fELF" && head[4] == 2 && head[5] == 1)
+        .then(|| u64::from_le_bytes(head[24..32].try_into().expect("8 bytes")))
+        .filter(|&e| e != 0)
 }
 
 fn distinct(addrs: &[u64]) -> Vec<u64> {
@@ -328,10 +352,113 @@ pub fn short_path(p: &str) -> String {
     parts[parts.len() - 3..].join("/")
 }
 
+/// Something that turns addresses into frames: a [`Symbolizer`], or a
+/// [`SymbolizerThread`] working on another thread.
+pub trait Resolve {
+    /// See [`Symbolizer::user`].
+    fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame>;
+    /// See [`Symbolizer::kernel`].
+    fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame>;
+    /// Warnings gathered so far.
+    fn take_warnings(&mut self) -> Vec<String>;
+}
+
+impl Resolve for Symbolizer {
+    fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
+        Symbolizer::user(self, space, addrs)
+    }
+    fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
+        Symbolizer::kernel(self, addrs)
+    }
+    fn take_warnings(&mut self) -> Vec<String> {
+        Symbolizer::take_warnings(self)
+    }
+}
+
+/// A [`Symbolizer`] living on its own thread (blazesym's symbolizer cannot
+/// move between threads), so that a session can have it load kallsyms and
+/// the target's debug information while it observes.
+pub struct SymbolizerThread {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+enum Job {
+    User(
+        UserSpaceOwned,
+        Vec<u64>,
+        std::sync::mpsc::Sender<HashMap<u64, Frame>>,
+    ),
+    Kernel(Vec<u64>, std::sync::mpsc::Sender<HashMap<u64, Frame>>),
+    Warnings(std::sync::mpsc::Sender<Vec<String>>),
+}
+
+enum UserSpaceOwned {
+    Live(u32),
+    Modules(Option<u32>, Vec<ModuleMap>),
+}
+
+impl SymbolizerThread {
+    /// Starts the thread and has it warm up for `binaries` (see
+    /// [`Symbolizer::warm_up`]).
+    pub fn start(binaries: Vec<PathBuf>) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::new();
+            crate::timing::phase("  warm up symbolizer (background)", || s.warm_up(&binaries));
+            for job in rx {
+                // A send fails only if the requester gave up; nothing to do.
+                let _ = match job {
+                    Job::User(UserSpaceOwned::Live(pid), addrs, reply) => {
+                        reply.send(s.user(&UserSpace::Live(pid), &addrs))
+                    }
+                    Job::User(UserSpaceOwned::Modules(None, m), addrs, reply) => {
+                        reply.send(s.user(&UserSpace::Modules(&m), &addrs))
+                    }
+                    Job::User(UserSpaceOwned::Modules(Some(pid), m), addrs, reply) => {
+                        reply.send(s.user(&UserSpace::LiveWithModules(pid, &m), &addrs))
+                    }
+                    Job::Kernel(addrs, reply) => reply.send(s.kernel(&addrs)),
+                    Job::Warnings(reply) => reply
+                        .send(s.take_warnings())
+                        .map_err(|_| std::sync::mpsc::SendError(HashMap::new())),
+                };
+            }
+        });
+        SymbolizerThread { jobs: tx }
+    }
+
+    fn ask<T: Default>(&self, job: impl FnOnce(std::sync::mpsc::Sender<T>) -> Job) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if self.jobs.send(job(tx)).is_err() {
+            return T::default();
+        }
+        rx.recv().unwrap_or_default()
+    }
+}
+
+impl Resolve for SymbolizerThread {
+    fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let space = match space {
+            UserSpace::Live(pid) => UserSpaceOwned::Live(*pid),
+            UserSpace::Modules(m) => UserSpaceOwned::Modules(None, m.to_vec()),
+            UserSpace::LiveWithModules(pid, m) => UserSpaceOwned::Modules(Some(*pid), m.to_vec()),
+        };
+        let addrs = addrs.to_vec();
+        self.ask(|tx| Job::User(space, addrs, tx))
+    }
+    fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let addrs = addrs.to_vec();
+        self.ask(|tx| Job::Kernel(addrs, tx))
+    }
+    fn take_warnings(&mut self) -> Vec<String> {
+        self.ask(Job::Warnings)
+    }
+}
+
 /// The symbolize stage: fills every frame of a report — user locations
 /// through `space`, kernel stacks through kallsyms — symbolizing each
 /// distinct address once, and appends warnings to the report.
-pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut Symbolizer) {
+pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut dyn Resolve) {
     let mut user = Vec::new();
     let mut kernel = Vec::new();
     for t in &report.threads {
@@ -341,11 +468,11 @@ pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut 
     for t in &report.tasks {
         user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
     }
-    let user = sym.user(space, &user);
+    let user = crate::timing::phase("  user addresses", || sym.user(space, &user));
     let kernel = if kernel.is_empty() {
         HashMap::new()
     } else {
-        sym.kernel(&kernel)
+        crate::timing::phase("  kernel addresses", || sym.kernel(&kernel))
     };
     let put = |f: &mut Frame, table: &HashMap<u64, Frame>| {
         if let Some(s) = table.get(&f.addr) {

@@ -112,8 +112,9 @@ fn stuck_threads_reported_with_state_syscall_time_and_snap() {
     let mut cmd = Command::new(SERVER);
     cmd.args(["--workers", "2", "--spinners", "1", "--ring"])
         .arg(&ring);
-    let w = Workload::start(cmd);
+    // Taken before the spawn: no thread can have blocked earlier.
     let started = Instant::now();
+    let w = Workload::start(cmd);
     // Everybody is blocked by now ("ready" comes after the last role).
     let known = Duration::from_millis(1500);
     std::thread::sleep(known);

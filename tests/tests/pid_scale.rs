@@ -18,8 +18,14 @@ fn ten_thousand_blocked_threads() {
     let dir = TempDir::new("/dev/shm", "pid-scale");
     let ring = dir.join("scale.ring");
     let mut cmd = Command::new(SERVER);
-    cmd.args(["--workers", &WORKERS.to_string(), "--spinners", "0", "--ring"])
-        .arg(&ring);
+    cmd.args([
+        "--workers",
+        &WORKERS.to_string(),
+        "--spinners",
+        "0",
+        "--ring",
+    ])
+    .arg(&ring);
     let w = Workload::start(cmd);
     let pid = w.pid().to_string();
 
@@ -52,7 +58,11 @@ fn ten_thousand_blocked_threads() {
         );
     }
     assert_eq!(v["groups"][0]["count"], WORKERS);
-    let profile = if cfg!(debug_assertions) { "test" } else { "release" };
+    let profile = if cfg!(debug_assertions) {
+        "test"
+    } else {
+        "release"
+    };
     eprintln!(
         "{} threads: report in {beyond:.3}s beyond the 1s window ({profile} build of rip-probe)",
         threads.len()

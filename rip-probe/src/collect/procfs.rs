@@ -62,6 +62,24 @@ pub fn exe(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
+/// The distinct files a process has mapped executable (its binary and
+/// shared libraries), from /proc/PID/maps.
+pub fn code_files(pid: u32) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut v: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let perms = f.nth(1)?;
+            let path = f.nth(3)?;
+            (perms.contains('x') && path.starts_with('/')).then(|| PathBuf::from(path))
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// A thread's syscall state from `/proc/<pid>/task/<tid>/syscall`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SyscallState {
@@ -394,6 +412,17 @@ mod tests {
             &mut m,
         );
         assert_eq!(m[&5555], "TCP 127.0.0.1:8080 LISTEN");
+    }
+
+    #[test]
+    fn own_code_files() {
+        let files = code_files(std::process::id());
+        let me = std::env::current_exe().unwrap();
+        assert!(files.contains(&me), "{files:?}");
+        assert!(
+            files.iter().any(|f| f.to_string_lossy().contains("libc")),
+            "{files:?}"
+        );
     }
 
     #[test]

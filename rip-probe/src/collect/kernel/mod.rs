@@ -42,6 +42,7 @@ pub struct KernelProbe {
     /// The kernel BTF being parsed for the task iterator.
     btf: Option<std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>>,
     iter_loaded: bool,
+    switch_link: Option<aya::programs::trace_point::TracePointLinkId>,
 }
 
 impl KernelProbe {
@@ -105,7 +106,8 @@ impl KernelProbe {
             .map_err(|e| Error::bpf("sched_switch program", e))?;
         prog.load()
             .map_err(|e| Error::bpf("loading sched_switch", e))?;
-        prog.attach("sched", "sched_switch")
+        let switch_link = prog
+            .attach("sched", "sched_switch")
             .map_err(|e| Error::bpf("attaching sched:sched_switch", e))?;
 
         Ok(KernelProbe {
@@ -115,6 +117,7 @@ impl KernelProbe {
             config,
             btf: Some(btf),
             iter_loaded: false,
+            switch_link: Some(switch_link),
         })
     }
 
@@ -197,6 +200,37 @@ impl KernelProbe {
             // read_unaligned tolerates the Vec's alignment.
             .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<TaskRecord>()) })
             .collect())
+    }
+
+    /// Loads the task iterator if the kernel BTF parse (started at attach)
+    /// is done, without waiting for it: sessions call this while they
+    /// observe, so the verifier's work is not added after the window.
+    pub fn prepare(&mut self) -> Result<()> {
+        if self.btf.as_ref().is_some_and(|h| h.is_finished()) {
+            self.load_iter()?;
+        }
+        Ok(())
+    }
+
+    /// Detaches sched_switch from the tracepoint, on another thread: the
+    /// kernel waits for an RCU grace period before the close returns
+    /// (tens of milliseconds), which need not delay the report. The maps
+    /// stay readable.
+    pub fn detach_switches(&mut self) -> Result<()> {
+        let Some(id) = self.switch_link.take() else {
+            return Ok(());
+        };
+        let prog: &mut TracePoint = self
+            .ebpf
+            .program_mut(names::SCHED_SWITCH)
+            .ok_or_else(|| missing(names::SCHED_SWITCH))?
+            .try_into()
+            .map_err(|e| Error::bpf("sched_switch program", e))?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| Error::bpf("sched_switch link", e))?;
+        std::thread::spawn(move || drop(link));
+        Ok(())
     }
 
     /// Loads the task iterator once the kernel BTF is parsed.
