@@ -163,7 +163,7 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// Builds librip optimized (its static and shared libraries and the
-/// `snap_loops` example) in `target/nested`, a target directory of its own
+/// `snap_loops` loop runner) in `target/nested`, a target directory of its own
 /// since the cargo running the tests holds `target/`'s lock. Returns the
 /// directory holding the artifacts.
 pub fn build_librip_release() -> PathBuf {
@@ -179,8 +179,10 @@ pub fn build_librip_release() -> PathBuf {
             "-p",
             "librip",
             "--lib",
-            "--example",
+            "--bin",
             "snap_loops",
+            "--features",
+            "snap-loops",
             "--target-dir",
         ])
         .arg(&target));

@@ -33,6 +33,22 @@ fn target_exit_during_window_is_reported() {
     assert!(out.is_empty());
 }
 
+#[test]
+fn watch_reports_until_the_target_exits() {
+    if !bpf_tests_enabled("watch_reports_until_the_target_exits") {
+        return;
+    }
+    let mut child = Command::new("sleep").arg("1.2").spawn().unwrap();
+    let pid = child.id().to_string();
+    let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "300ms", "--watch"]);
+    child.wait().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let reports = out.matches(&format!("pid {pid} (sleep)")).count();
+    assert!(reports >= 2, "several reports before the exit:\n{out}");
+    assert!(out.contains("exited during observation"), "{out}");
+    eprintln!("--watch printed {reports} reports, then the exit");
+}
+
 fn one_line_error(args: &[&str], wrap: Option<(&str, &[&str])>, expect: &str) {
     let (code, out, err) = match wrap {
         None => rip_probe(CLI, args),

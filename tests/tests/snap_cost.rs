@@ -67,7 +67,7 @@ fn assert_plain(bin: &Path, func: &str, allow_call: bool) {
 
 #[test]
 fn a_snap_costs_at_most_ten_instructions() {
-    let bin = build_librip_release().join("examples/snap_loops");
+    let bin = build_librip_release().join("snap_loops");
     let per_snap = |name: &str, base: &str| -> f64 {
         (collected(&bin, name, N) as f64 - collected(&bin, base, N) as f64) / N as f64
     };
@@ -101,7 +101,7 @@ fn a_snap_costs_at_most_ten_instructions() {
 /// site (the macro's debug info is collapsed into the caller).
 #[test]
 fn optimized_snaps_symbolize_to_the_call_site() {
-    let bin = build_librip_release().join("examples/snap_loops");
+    let bin = build_librip_release().join("snap_loops");
     let dir = TempDir::new("/dev/shm", "symbolize");
     let ring_path = dir.join("loops.ring");
     let out = run(Command::new(&bin).args(["rust_snap", "40"]).arg(&ring_path));

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-#[path = "../benches/loops.rs"]
+#[path = "loops.rs"]
 mod loops;
 
 fn main() {
