@@ -56,6 +56,28 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Three places that snap, each its own function, for tests that tell
+/// snaps apart by where they were taken.
+pub mod sites {
+    /// Snaps at site A.
+    #[inline(never)]
+    pub fn a() {
+        librip::snap!();
+    }
+
+    /// Snaps at site B.
+    #[inline(never)]
+    pub fn b() {
+        librip::snap!();
+    }
+
+    /// Snaps at site C.
+    #[inline(never)]
+    pub fn c() {
+        librip::snap!();
+    }
+}
+
 /// A directory removed (with its contents) when dropped.
 pub struct TempDir(PathBuf);
 
