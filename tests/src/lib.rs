@@ -189,22 +189,32 @@ pub fn workspace_root() -> PathBuf {
 /// since the cargo running the tests holds `target/`'s lock. Returns the
 /// directory holding the artifacts.
 pub fn build_librip_release() -> PathBuf {
+    cargo_release("nested", &["--lib", "--example", "snap_loops"])
+}
+
+/// Builds librip's `task_loops` example optimized, with the `tokio`
+/// feature, in `target/nested-tokio` (apart from [`build_librip_release`],
+/// whose libraries C programs link without the feature). Returns the
+/// example's path.
+pub fn build_task_loops() -> PathBuf {
+    cargo_release(
+        "nested-tokio",
+        &["--features", "tokio", "--example", "task_loops"],
+    )
+    .join("examples/task_loops")
+}
+
+/// `cargo build --release -p librip ARGS` in `target/SUBDIR`; returns its
+/// `release` directory.
+fn cargo_release(subdir: &str, args: &[&str]) -> PathBuf {
     let root = workspace_root();
-    let target = root.join("target/nested");
+    let target = root.join("target").join(subdir);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = run(Command::new(cargo)
         .current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "librip",
-            "--lib",
-            "--example",
-            "snap_loops",
-            "--target-dir",
-        ])
+        .args(["build", "--release", "--quiet", "-p", "librip"])
+        .args(args)
+        .arg("--target-dir")
         .arg(&target));
     assert!(
         out.status.success(),
@@ -212,6 +222,31 @@ pub fn build_librip_release() -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     target.join("release")
+}
+
+/// Instructions executed inside `function` (and what it calls) while
+/// `bin ARGS` runs under callgrind.
+pub fn callgrind_instructions(bin: &Path, function: &str, args: &[&str]) -> u64 {
+    let dir = TempDir::new("/tmp", "callgrind");
+    let out_file = dir.join("callgrind.out");
+    let out = run(Command::new("valgrind")
+        .args(["--tool=callgrind", &format!("--toggle-collect={function}")])
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(bin)
+        .args(args));
+    assert!(
+        out.status.success(),
+        "valgrind failed (is it installed? `cargo xtask setup`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("totals: ")
+                .or_else(|| l.strip_prefix("summary: "))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no totals in {}", out_file.display()))
 }
 
 /// Compiles a C program from `tests/c/` with the system `cc` into the
