@@ -151,6 +151,22 @@ pub fn read_ring(path: &Path) -> RingFile {
     RingFile::open(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// The source file and line an address recorded in `ring` names, through
+/// the ring's module table and addr2line (`("??", 0)` when unknown).
+pub fn source_line(ring: &RingFile, addr: u64) -> (String, u32) {
+    let m = ring
+        .module_of(addr)
+        .unwrap_or_else(|| panic!("{addr:#x} in no module"));
+    let out = run(Command::new("addr2line")
+        .arg("-e")
+        .arg(&m.path)
+        .arg(format!("{:#x}", addr - m.load_bias)));
+    let loc = String::from_utf8_lossy(&out.stdout);
+    let (file, line) = loc.trim().rsplit_once(':').unwrap_or(("??", "0"));
+    let line = line.split(' ').next().unwrap_or("0");
+    (file.to_owned(), line.parse().unwrap_or(0))
+}
+
 /// Checks that a slot's entries are exactly its last snaps: consecutive
 /// sequence numbers ending at `snaps - 1` (or at `snaps`, when the writer
 /// stopped between storing an entry and counting it), as many as the depth
@@ -247,6 +263,36 @@ pub fn callgrind_instructions(bin: &Path, function: &str, args: &[&str]) -> u64 
         })
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no totals in {}", out_file.display()))
+}
+
+/// Compiles `tests/c/<name>.c`, a program using librip.h, with the system
+/// `cc` into `out` (strict warnings), followed by `link` (the library and
+/// what it needs). [`librip_static`] is the usual `link`.
+pub fn compile_librip_c<S: AsRef<std::ffi::OsStr>>(name: &str, out: &Path, link: &[S]) {
+    let root = workspace_root();
+    let cc = run(Command::new("cc")
+        .args([
+            "-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread", "-o",
+        ])
+        .arg(out)
+        .arg("-I")
+        .arg(root.join("librip/include"))
+        .arg(root.join("tests/c").join(format!("{name}.c")))
+        .args(link));
+    assert!(
+        cc.status.success(),
+        "cc {name}.c failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+}
+
+/// The link arguments of a C program using librip's static library (built
+/// by [`build_librip_release`] into `lib`).
+pub fn librip_static(lib: &Path) -> Vec<String> {
+    let a = lib.join("liblibrip.a").display().to_string();
+    [a.as_str(), "-ldl", "-lm", "-lgcc_s"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Compiles a C program from `tests/c/` with the system `cc` into the

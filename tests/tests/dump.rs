@@ -6,7 +6,8 @@
 use std::{path::Path, process::Command, time::Instant};
 
 use rip_tests::{
-    TempDir, Workload, build_librip_release, marker_line, rip_probe, run, workspace_root,
+    TempDir, Workload, build_librip_release, compile_librip_c, librip_static, marker_line,
+    rip_probe, run, workspace_root,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -174,21 +175,8 @@ fn c_program_snaps_resolve_to_the_callers_lines() {
     let lib = build_librip_release();
     let dir = TempDir::new("/dev/shm", "dump-c");
     let prog = dir.join("ring_user");
-    let root = workspace_root();
-    let src = root.join("tests/c/ring_user.c");
-    let out = run(Command::new("cc")
-        .args(["-std=c11", "-O2", "-g", "-pthread", "-o"])
-        .arg(&prog)
-        .arg("-I")
-        .arg(root.join("librip/include"))
-        .arg(&src)
-        .arg(lib.join("liblibrip.a"))
-        .args(["-ldl", "-lm", "-lgcc_s"]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    compile_librip_c("ring_user", &prog, &librip_static(&lib));
+    let src = workspace_root().join("tests/c/ring_user.c");
     let ring = dir.join("c.ring");
     let out = run(Command::new(&prog).arg(&ring));
     assert!(
