@@ -157,12 +157,12 @@ TASKS
   1 task polling for 2.0s — last snap src/conn.rs:88 read_frame
       ids: 4
 
-  ID       NAME                 STATE                                            FOR   POLLS  LOCATION
-  4        conn                 polling on thread 11 (sleeping in futex)        2.0s       4  src/conn.rs:88 read_frame
-  2        conn                 idle since 2027-01-15T08:00:00.123Z            45.0s       4  src/conn.rs:120 read_frame
-  3        conn                 idle since 2027-01-15T08:00:00.123Z            40.0s       4  src/conn.rs:120 read_frame
-  1        conn                 idle since 2027-01-15T08:00:00.123Z            31.0s       4  src/conn.rs:120 read_frame
-  5        conn                 idle since 2027-01-15T08:00:00.123Z             3.0s       4  src/conn.rs:7 read_frame
+  ID       NAME                 STATE                                                FOR   POLLS  LOCATION
+  4        conn                 polling on thread 11 (in futex)                     2.0s       4  src/conn.rs:88 read_frame
+  2        conn                 idle since 2027-01-15T08:00:00.123Z                45.0s       4  src/conn.rs:120 read_frame
+  3        conn                 idle since 2027-01-15T08:00:00.123Z                40.0s       4  src/conn.rs:120 read_frame
+  1        conn                 idle since 2027-01-15T08:00:00.123Z                31.0s       4  src/conn.rs:120 read_frame
+  5        conn                 idle since 2027-01-15T08:00:00.123Z                 3.0s       4  src/conn.rs:7 read_frame
 
 THREADS
 ";
@@ -180,12 +180,12 @@ THREADS
         "\n{got}"
     );
     assert!(
-        got.contains("idle since 2027-01-15T08:00:00.123Z           ≥45.0s       4  src/conn.rs:120 read_frame\n"),
+        got.contains("idle since 2027-01-15T08:00:00.123Z               ≥45.0s       4  src/conn.rs:120 read_frame\n"),
         "\n{got}"
     );
     let got = render(render::history, &r);
     assert!(
-        got.contains("task 4 \"conn\" polling on thread 11 (sleeping in futex) (≥2.0s), 4 polls\n"),
+        got.contains("task 4 \"conn\" polling on thread 11 (in futex) (≥2.0s), 4 polls\n"),
         "\n{got}"
     );
 }

@@ -390,6 +390,21 @@ pub fn rip_probe(exe: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs the rip-probe CLI at `exe` with `args`, which must succeed; its
+/// stdout.
+pub fn rip_probe_ok(exe: &str, args: &[&str]) -> String {
+    let (code, out, err) = rip_probe(exe, args);
+    assert_eq!(code, 0, "rip-probe {args:?}: {err}");
+    out
+}
+
+/// Runs the rip-probe CLI at `exe` with `args` (which ask for `--json`),
+/// which must succeed; its report.
+pub fn rip_probe_json(exe: &str, args: &[&str]) -> serde_json::Value {
+    let out = rip_probe_ok(exe, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}"))
+}
+
 /// The line number of the line containing `marker` in `file` (relative to
 /// the tests package), e.g. `// SNAP: nap`.
 pub fn marker_line(file: &str, marker: &str) -> u32 {

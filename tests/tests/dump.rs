@@ -7,7 +7,7 @@ use std::{path::Path, process::Command, time::Instant};
 
 use rip_tests::{
     TempDir, Workload, build_librip_release, compile_librip_c, librip_static, marker_line,
-    rip_probe, run, workspace_root,
+    rip_probe, rip_probe_json, rip_probe_ok, run, workspace_root,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -26,15 +26,11 @@ fn loc(label: &str) -> String {
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
-    let (code, out, err) = rip_probe(CLI, args);
-    assert_eq!(code, 0, "{args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    rip_probe_json(CLI, args)
 }
 
 fn text(args: &[&str]) -> String {
-    let (code, out, err) = rip_probe(CLI, args);
-    assert_eq!(code, 0, "{args:?}: {err}");
-    out
+    rip_probe_ok(CLI, args)
 }
 
 /// The grouped view, --threads and --json all name the known functions and

@@ -58,16 +58,16 @@ fn table(r: &Report, w: &mut impl Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(
         w,
-        "  {:<8} {:<20} {:<42} {:>9} {:>7}  LOCATION",
+        "  {:<8} {:<20} {:<46} {:>9} {:>7}  LOCATION",
         "ID", "NAME", "STATE", "FOR", "POLLS"
     )?;
     for t in rows.iter().take(MAX_ROWS) {
         writeln!(
             w,
-            "  {:<8} {:<20} {:<42} {:>9} {:>7}  {}",
+            "  {:<8} {:<20} {:<46} {:>9} {:>7}  {}",
             t.id,
             truncate(&t.name, 20),
-            truncate(&state(t, &r.threads), 42),
+            truncate(&state(t, &r.threads), 46),
             for_text(t),
             t.polls,
             location_text(&t.location)
@@ -84,8 +84,8 @@ fn table(r: &Report, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// "polling on thread T" (with what the thread is doing, when the kernel
-/// says it is blocked), "idle since <UTC time>", or "exited".
+/// "polling on thread T" (with the syscall the thread is blocked in, when
+/// the kernel says it is), "idle since <UTC time>", or "exited".
 pub(super) fn state(t: &Task, threads: &[Thread]) -> String {
     match t.state {
         TaskState::Polling => {
@@ -98,7 +98,7 @@ pub(super) fn state(t: &Task, threads: &[Thread]) -> String {
                 .find(|th| th.tid == tid && th.state.is_blocked())
             {
                 match &th.syscall {
-                    Some(sys) => s.push_str(&format!(" ({} in {})", th.state.as_str(), sys.name)),
+                    Some(sys) => s.push_str(&format!(" (in {})", sys.name)),
                     None => s.push_str(&format!(" ({})", th.state.as_str())),
                 }
             }
