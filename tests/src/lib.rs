@@ -296,20 +296,34 @@ pub fn librip_static(lib: &Path) -> Vec<String> {
 }
 
 /// Compiles a C program from `tests/c/` with the system `cc` into the
-/// target directory and returns the executable's path.
+/// target directory and returns the executable's path. Each program is
+/// built once per test process: tests running at the same time share the
+/// build (rewriting an executable that another test runs fails with
+/// ETXTBSY, and a uprobe attached by path must find the inode that runs).
 pub fn build_c(name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{name} {extra:?}");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(k, _)| *k == key) {
+        return p.clone();
+    }
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("c")
         .join(format!("{name}.c"));
-    let out = target_dir().join(format!("c-{name}"));
+    let out = target_dir().join(format!("c-{name}-{}", built.len()));
+    // Under a name of its own, then renamed into place: a workload left
+    // running by an earlier test binary may still execute the old build.
+    let tmp = out.with_extension(format!("{}.tmp", std::process::id()));
     let status = Command::new("cc")
         .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .args(extra)
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc {} failed", src.display());
+    std::fs::rename(&tmp, &out).expect("rename the build into place");
+    built.push((key, out.clone()));
     out
 }
 
