@@ -349,11 +349,20 @@ pub struct Workload {
 impl Workload {
     /// Starts `cmd` and waits for its `ready` line.
     pub fn start(mut cmd: Command) -> Workload {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        cmd.stdout(Stdio::piped()).stdin(Stdio::piped());
+        // A test that just wrote the executable (a copy of a workload) may
+        // find it "busy" for a moment: a child another test thread forked
+        // meanwhile holds the write descriptor until it execs.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r.unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}")),
+            }
+        };
         let mut lines = Vec::new();
         let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
         loop {
