@@ -23,9 +23,10 @@ use librip::{
 };
 use rip_tests::{TempDir, gettid, monotonic_ns, read_ring, sites};
 
+static RING: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+
 /// The shared ring's path.
 fn ring() -> &'static Path {
-    static RING: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
     &RING
         .get_or_init(|| {
             let dir = TempDir::new("/dev/shm", "traced");
@@ -36,9 +37,18 @@ fn ring() -> &'static Path {
                 depth: 16,
             };
             Ring::create(&path, opts).unwrap();
+            // Statics are never dropped: remove the directory at exit.
+            // SAFETY: registers a handler valid for the life of the process.
+            unsafe { libc::atexit(remove_ring) };
             (dir, path)
         })
         .1
+}
+
+extern "C" fn remove_ring() {
+    if let Some((dir, _)) = RING.get() {
+        let _ = std::fs::remove_dir_all(dir.path());
+    }
 }
 
 /// The slot named `name` (unique per test) of kind `kind`.
