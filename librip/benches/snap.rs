@@ -10,7 +10,10 @@ use std::{path::PathBuf, time::Duration};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 
+mod estimates;
 mod loops;
+
+use estimates::median;
 
 const BATCH: u64 = 1000;
 
@@ -45,14 +48,6 @@ fn main() {
 
     summary(&dir.join("criterion/snap"));
     let _ = std::fs::remove_file(ring.path());
-}
-
-/// Criterion's median for one benchmark, in ns per iteration.
-fn median(dir: &std::path::Path, name: &str) -> Option<f64> {
-    let text = std::fs::read_to_string(dir.join(name).join("new/estimates.json")).ok()?;
-    let m = &text[text.find("\"median\"")?..];
-    let p = &m[m.find("\"point_estimate\":")? + "\"point_estimate\":".len()..];
-    p[..p.find([',', '}'])?].trim().parse().ok()
 }
 
 fn summary(dir: &std::path::Path) {

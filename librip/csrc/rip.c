@@ -1,7 +1,8 @@
 /*
- * The C half of librip: the thread-local snap cursor shared by Rust and C,
- * the sink that catches snaps of threads without a slot, and the
- * non-inline rip_snap. Everything else is in Rust.
+ * The C half of librip: the thread-local snap cursor shared by Rust and C
+ * (Rust reads and writes it in place, with the initial-exec model), the
+ * sink that catches snaps of threads without a slot, and the non-inline
+ * rip_snap. Everything else is in Rust.
  */
 #include <stdint.h>
 
@@ -18,10 +19,6 @@ struct rip_sink rip_sink __attribute__((aligned(64)));
 
 /* Initially the sink, so a snap never needs a branch. */
 __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec"))) = &rip_sink.seq;
-
-uint64_t *rip__cursor_get(void) { return rip_cursor; }
-
-void rip__cursor_set(uint64_t *cursor) { rip_cursor = cursor; }
 
 /*
  * The return address minus one lies inside the caller's call instruction,

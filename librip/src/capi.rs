@@ -36,7 +36,7 @@ fn report(what: &str, e: &Error) {
 }
 
 /// Reports a registration failure the first time one happens.
-fn report_once(what: &str, e: &Error) {
+pub(crate) fn report_once(what: &str, e: &Error) {
     static REPORTED: AtomicBool = AtomicBool::new(false);
     if !REPORTED.swap(true, Ordering::Relaxed) {
         eprintln!("librip: {what}: {e} (further registration failures are not reported)");

@@ -10,13 +10,16 @@
 //! Coroutine ids are the program's own, separate from thread ids; ids of
 //! live coroutines are unique (the C `rip_init` looks them up).
 
-use std::{marker::PhantomData, sync::atomic::Ordering};
+use std::{
+    marker::PhantomData,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
 
 use crate::{
     Error, Ring,
-    format::{SlotKind, slot},
+    format::{COROUTINE_META_SIZE, SlotKind, slot},
     snap,
-    writer::{SlotInit, Taken, current_epoch, gettid, monotonic_ns},
+    writer::{SlotInit, Taken, current_epoch, gettid, task_clock_ns},
 };
 
 /// Where a thread's snaps go: saved by a scheduler and restored later,
@@ -36,6 +39,7 @@ unsafe impl Sync for Cursor {}
 
 impl Cursor {
     /// The calling thread's current snap target.
+    #[inline]
     pub fn current() -> Cursor {
         Cursor {
             seq: snap::cursor(),
@@ -44,6 +48,7 @@ impl Cursor {
     }
 
     /// The sink (where the snaps of threads without a slot go).
+    #[inline]
     pub fn sink() -> Cursor {
         Cursor {
             seq: snap::sink_seq(),
@@ -58,6 +63,7 @@ impl Cursor {
 
     /// Makes this the calling thread's snap target. A cursor saved before a
     /// fork, or for an earlier ring, is stale: the sink is used instead.
+    #[inline]
     pub fn restore(self) {
         let seq = if self.epoch == current_epoch() && Ring::get().is_some() {
             self.seq
@@ -178,9 +184,19 @@ impl Coroutine {
 
     /// Points the calling thread's snaps at this coroutine until the guard
     /// drops, which restores the previous target.
+    #[inline]
     pub fn enter(&self) -> Entered<'_> {
         let prev = Cursor::current();
-        self.cursor().restore();
+        // The previous cursor's epoch is the current one: a handle of an
+        // older ring (before a fork) snaps into the sink.
+        let target = if self.ring.epoch() == prev.epoch {
+            self.seq
+        } else {
+            snap::sink_seq()
+        };
+        // SAFETY: this coroutine's sequence word in the current ring (which
+        // stays mapped), or the sink.
+        unsafe { snap::set_cursor(target) };
         Entered {
             prev,
             _co: PhantomData,
@@ -189,6 +205,7 @@ impl Coroutine {
 
     /// [`enter`](Self::enter), and counts a poll: the stats say the calling
     /// thread polls it from now until the guard drops.
+    #[inline]
     pub fn poll(&self) -> Polling<'_> {
         self.poll_begin();
         Polling {
@@ -197,46 +214,51 @@ impl Coroutine {
         }
     }
 
-    fn stat(&self, field: usize) -> Option<u64> {
-        self.ring.is_current().then(|| {
-            self.ring
-                .layout()
-                .slot_offset(SlotKind::Coroutine, self.taken.index)
-                + field as u64
-        })
+    /// The word at `field` of the slot's metadata (a task statistic).
+    fn word(&self, field: usize) -> &AtomicU64 {
+        // SAFETY: `seq` is the slot's sequence word, the last word of its
+        // metadata, so the metadata starts `COROUTINE_META_SIZE - 8` bytes
+        // before it; `field` is an 8-aligned offset inside it. The ring's
+        // mapping is never unmapped (after fork, private memory takes its
+        // place at the same addresses), and the word is only ever accessed
+        // atomically.
+        unsafe { AtomicU64::from_ptr(self.meta().add(field).cast()) }
+    }
+
+    /// The 4-byte word at `field` of the slot's metadata.
+    fn half(&self, field: usize) -> &AtomicU32 {
+        // SAFETY: as for `word`, with a 4-aligned field.
+        unsafe { AtomicU32::from_ptr(self.meta().add(field).cast()) }
+    }
+
+    fn meta(&self) -> *mut u8 {
+        self.seq
+            .cast::<u8>()
+            .wrapping_sub(COROUTINE_META_SIZE as usize - 8)
     }
 
     /// Task statistics: a poll starts on the calling thread.
+    ///
+    /// Times are stamped with the coarse monotonic clock (see
+    /// docs/FORMAT.md): two of them per poll cost about 12 ns, where
+    /// CLOCK_MONOTONIC would cost 55.
+    #[inline]
     pub fn poll_begin(&self) {
-        let (Some(polls), Some(start), Some(tid)) = (
-            self.stat(slot::POLLS),
-            self.stat(slot::LAST_POLL_START_NS),
-            self.stat(slot::POLLING_TID),
-        ) else {
-            return;
-        };
-        let shm = self.ring.shm();
         // One poller at a time: a load and a store need no atomic increment.
-        shm.store_u64(
-            polls,
-            shm.load_u64(polls, Ordering::Relaxed) + 1,
-            Ordering::Relaxed,
-        );
-        shm.store_u64(start, monotonic_ns(), Ordering::Relaxed);
-        shm.store_u32(tid, gettid(), Ordering::Release);
+        let polls = self.word(slot::POLLS);
+        polls.store(polls.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.word(slot::LAST_POLL_START_NS)
+            .store(task_clock_ns(), Ordering::Relaxed);
+        self.half(slot::POLLING_TID)
+            .store(gettid(), Ordering::Release);
     }
 
     /// Task statistics: the poll ended (the task is idle).
+    #[inline]
     pub fn poll_end(&self) {
-        let (Some(end), Some(tid)) = (
-            self.stat(slot::LAST_POLL_END_NS),
-            self.stat(slot::POLLING_TID),
-        ) else {
-            return;
-        };
-        let shm = self.ring.shm();
-        shm.store_u64(end, monotonic_ns(), Ordering::Relaxed);
-        shm.store_u32(tid, 0, Ordering::Release);
+        self.word(slot::LAST_POLL_END_NS)
+            .store(task_clock_ns(), Ordering::Relaxed);
+        self.half(slot::POLLING_TID).store(0, Ordering::Release);
     }
 
     /// Marks the coroutine exited now (same as dropping it).
@@ -298,6 +320,7 @@ pub struct Entered<'a> {
 }
 
 impl Drop for Entered<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.prev.restore();
     }
@@ -311,6 +334,7 @@ pub struct Polling<'a> {
 }
 
 impl Drop for Polling<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.co.poll_end();
     }

@@ -20,6 +20,9 @@
 //! # Ok::<_, librip::Error>(())
 //! ```
 //!
+//! Async tasks get slots too: with the `tokio` feature, [`tokio`]'s
+//! `spawn_traced(name, fut)` and `.traced(name)` give each task its own.
+//!
 //! The C ABI (`include/librip.h`) keeps the original librip's names:
 //! `rip_create_ring`, `rip_init`, `rip_exit`, `rip_snap`. The file format is
 //! specified in `docs/FORMAT.md`.
@@ -34,6 +37,8 @@ pub mod format;
 pub mod reader;
 mod shm;
 mod snap;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 mod writer;
 
 pub use error::Error;

@@ -60,11 +60,6 @@ impl Shm {
         unsafe { AtomicU32::from_ptr(self.at(off)) }
     }
 
-    /// Loads the u64 at `off`.
-    pub(crate) fn load_u64(&self, off: u64, order: Ordering) -> u64 {
-        self.word(off).load(order)
-    }
-
     /// Stores a u64 at `off`.
     pub(crate) fn store_u64(&self, off: u64, v: u64, order: Ordering) {
         self.word(off).store(v, order)
@@ -137,6 +132,6 @@ mod tests {
         let mut buf = vec![0u64; 2];
         // SAFETY: as above.
         let shm = unsafe { Shm::new(buf.as_mut_ptr().cast(), 16) };
-        shm.load_u64(16, Ordering::Relaxed);
+        shm.store_u64(16, 1, Ordering::Relaxed);
     }
 }

@@ -4,7 +4,8 @@
 //! target slot's sequence word `seq`), stores `seq << 48 | address` at
 //! `entries[seq & mask]` (the entries follow `seq`), then increments `seq`.
 //! The cursor is defined in C (`csrc/rip.c`) and shared by Rust and C, so
-//! snaps from both languages on one thread land in the same slot. It starts
+//! snaps from both languages on one thread land in the same slot; Rust
+//! reads and writes it in place. It starts
 //! out pointing at the sink, so a thread without a slot needs no branch.
 //! The mask lives in private memory: a corrupted file can never make a
 //! snap store outside the target.
@@ -32,8 +33,6 @@ pub(crate) struct Sink {
 unsafe extern "C" {
     /// Catches the snaps of threads without a slot.
     static mut rip_sink: Sink;
-    fn rip__cursor_get() -> *mut u64;
-    fn rip__cursor_set(cursor: *mut u64);
 }
 
 /// Sets both masks; called once per ring, before any cursor points into it.
@@ -47,6 +46,7 @@ pub(crate) fn set_mask(depth: u32) {
 }
 
 /// The sink's sequence word (where unregistered snaps go).
+#[inline]
 pub(crate) fn sink_seq() -> *mut u64 {
     // SAFETY: only the address of the static is taken.
     unsafe { &raw mut rip_sink.seq }
@@ -59,10 +59,25 @@ pub(crate) fn sink_count() -> u64 {
     unsafe { AtomicU64::from_ptr(sink_seq()) }.load(Ordering::Relaxed)
 }
 
+// The cursor is read and written in place, with the initial-exec TLS
+// model that both the executables and the shared library can link (as the
+// shared-object `snap!` does): a coroutine switch is then two moves, not a
+// call into C. The C side declares `rip_cursor` initial-exec too.
+
 /// The calling thread's cursor.
+#[inline]
 pub(crate) fn cursor() -> *mut u64 {
+    let cur: *mut u64;
     // SAFETY: reads the calling thread's own thread-local.
-    unsafe { rip__cursor_get() }
+    unsafe {
+        std::arch::asm!(
+            "mov {cur}, qword ptr [rip + rip_cursor@GOTTPOFF]",
+            "mov {cur}, qword ptr fs:[{cur}]",
+            cur = out(reg) cur,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    cur
 }
 
 /// Points the calling thread's snaps at `seq`.
@@ -71,9 +86,19 @@ pub(crate) fn cursor() -> *mut u64 {
 /// `seq` is the sequence word of a slot of the current ring (whose depth
 /// set the mask), or of memory laid out like one with as many entries, that
 /// stays mapped while it is the cursor, or the sink.
+#[inline]
 pub(crate) unsafe fn set_cursor(seq: *mut u64) {
-    // SAFETY: contract of this function.
-    unsafe { rip__cursor_set(seq) }
+    // SAFETY: writes the calling thread's own thread-local; what it points
+    // at is the caller's contract.
+    unsafe {
+        std::arch::asm!(
+            "mov {off}, qword ptr [rip + rip_cursor@GOTTPOFF]",
+            "mov qword ptr fs:[{off}], {seq}",
+            off = out(reg) _,
+            seq = in(reg) seq,
+            options(nostack, preserves_flags),
+        )
+    }
 }
 
 /// Records where the calling thread is: the address of this very point of

@@ -14,6 +14,7 @@ use crate::{
     render,
     session::{Session, SessionOptions, monotonic_ns},
     symbolize::{self, Symbolizer, UserSpace},
+    tasks::{self, TaskClock},
 };
 
 /// Where is every thread of a process, and why is it not moving.
@@ -44,7 +45,8 @@ struct LiveArgs {
     /// Only threads blocked at least this long (e.g. 500ms, 2s).
     #[arg(long, value_parser = parse_duration)]
     min_blocked: Option<Duration>,
-    /// Only tasks idle at least this long.
+    /// Only tasks idle at least this long (since their last poll ended, or
+    /// their creation if never polled); polling tasks are not idle.
     #[arg(long, value_parser = parse_duration)]
     min_idle: Option<Duration>,
     /// Report again every --duration until interrupted or the process exits.
@@ -87,7 +89,9 @@ struct DumpArgs {
     /// Include slots marked exited.
     #[arg(long)]
     exited: bool,
-    /// Only tasks idle at least this long.
+    /// Only tasks idle at least this long (since their last poll ended, or
+    /// their creation if never polled). Post-mortem, idle times run up to
+    /// the last time the ring recorded, and are lower bounds.
     #[arg(long, value_parser = parse_duration)]
     min_idle: Option<Duration>,
     /// Print JSON (schema: docs/JSON.md).
@@ -198,10 +202,9 @@ fn filter_live(r: &mut Report, min_blocked: Option<Duration>, min_idle: Option<D
 
 fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
     if let Some(min) = min_idle {
-        let min = min.as_nanos() as u64;
-        r.tasks.retain(|t| t.idle_ns.is_some_and(|ns| ns >= min));
+        tasks::retain_idle(&mut r.tasks, min.as_nanos() as u64);
     }
-    r.task_groups = correlate::group_tasks(&r.tasks);
+    r.task_groups = tasks::group_tasks(&r.tasks);
 }
 
 fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
@@ -226,7 +229,11 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     let opts = DumpOptions {
         history: a.threads,
         exited: a.exited,
-        now_ns: alive.then(monotonic_ns),
+        clock: if alive {
+            TaskClock::Now(monotonic_ns())
+        } else {
+            TaskClock::PostMortem
+        },
     };
     let mut report = crate::timing::phase("correlate", || correlate::dump(&ring, process, opts));
     let name = match &a.name {

@@ -8,13 +8,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use rip_ebpf::{FnHit, TaskRecord, ThreadRecord};
 
+pub use crate::tasks::group_tasks;
 use crate::{
     collect::ring::{RingSlot, RingView},
     decode::{self, Lookup},
     model::{
         Blocked, Frame, Group, Location, LocationSource, Mode, ProcessInfo, Report, RingInfo,
-        SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
+        SCHEMA_VERSION, TaskState, Thread, ThreadState,
     },
+    tasks::{TaskClock, ring_tasks},
 };
 
 /// Kernel `__state` bits (include/linux/sched.h).
@@ -134,7 +136,9 @@ fn raw(addr: u64) -> Frame {
     }
 }
 
-fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
+/// Ring entry `i` of a slot's `(seq, address)` entries, as an unsymbolized
+/// location.
+pub(crate) fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
     let (seq, addr) = entries[i];
     Location {
         source: LocationSource::Ring,
@@ -224,7 +228,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
 
     let tasks = inp
         .ring
-        .map(|r| ring_tasks(r, Some(inp.clock.now_ns), false))
+        .map(|r| ring_tasks(r, TaskClock::Now(inp.clock.now_ns), false))
         .unwrap_or_default();
     let mut warnings = Vec::new();
     if let Some(r) = inp.ring
@@ -254,6 +258,16 @@ fn dropped_warning(r: &RingView) -> String {
     )
 }
 
+/// Says what post-mortem task times mean.
+pub fn post_mortem_warning(r: &RingView) -> String {
+    let at = r.unix_ns(crate::tasks::horizon(r));
+    format!(
+        "the process is gone: task times run up to the last task event its ring recorded \
+         (a poll or a creation, at {}), so they are lower bounds",
+        decode::utc(at)
+    )
+}
+
 fn ring_info(r: &RingView) -> RingInfo {
     RingInfo {
         path: r.path.display().to_string(),
@@ -265,60 +279,16 @@ fn ring_info(r: &RingView) -> RingInfo {
     }
 }
 
-/// Tasks (coroutine slots) of a ring. `now_ns` (CLOCK_MONOTONIC) gives idle
-/// times; `history` keeps every entry, oldest first.
-fn ring_tasks(r: &RingView, now_ns: Option<u64>, history: bool) -> Vec<Task> {
-    let mut v: Vec<Task> = r
-        .slots
-        .iter()
-        .filter(|s| s.coroutine)
-        .map(|s| {
-            let st = s.task.unwrap_or_default();
-            let state = if s.exited {
-                TaskState::Exited
-            } else if st.polling_tid != 0 {
-                TaskState::Polling
-            } else {
-                TaskState::Idle
-            };
-            let idle_ns = match (state, now_ns) {
-                (TaskState::Idle, Some(now)) if st.last_poll_end_ns != 0 => {
-                    Some(now.saturating_sub(st.last_poll_end_ns))
-                }
-                _ => None,
-            };
-            let n = s.entries.len();
-            Task {
-                id: s.id,
-                generation: s.generation,
-                name: s.name.clone(),
-                state,
-                polling_tid: (st.polling_tid != 0).then_some(st.polling_tid),
-                polls: st.polls,
-                idle_ns,
-                location: (n > 0).then(|| ring_location(&s.entries, n - 1)),
-                history: if history && n > 1 {
-                    (0..n - 1).map(|i| ring_location(&s.entries, i)).collect()
-                } else {
-                    Vec::new()
-                },
-            }
-        })
-        .collect();
-    v.sort_by_key(|t| (t.id, t.generation));
-    v
-}
-
 /// Options of a dump.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct DumpOptions {
     /// Keep every entry (per-thread history), not only the last.
     pub history: bool,
     /// Include slots marked exited.
     pub exited: bool,
-    /// CLOCK_MONOTONIC now, when the ring's process is alive on this boot
-    /// (makes task idle times meaningful).
-    pub now_ns: Option<u64>,
+    /// What task durations run up to: now (the ring's process is alive on
+    /// this boot), or the ring's last record (post-mortem).
+    pub clock: TaskClock,
 }
 
 /// Builds a dump report from a ring alone (before symbolization).
@@ -353,13 +323,16 @@ pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report 
         })
         .collect();
     threads.sort_by_key(|t| (t.tid, t.exited));
-    let mut tasks = ring_tasks(ring, opts.now_ns, opts.history);
+    let mut tasks = ring_tasks(ring, opts.clock, opts.history);
     if !opts.exited {
         tasks.retain(|t| t.state != TaskState::Exited);
     }
     let mut warnings = Vec::new();
     if ring.dropped > 0 {
         warnings.push(dropped_warning(ring));
+    }
+    if opts.clock == TaskClock::PostMortem && !tasks.is_empty() {
+        warnings.push(post_mortem_warning(ring));
     }
     Report {
         schema: SCHEMA_VERSION,
@@ -429,36 +402,8 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
     sorted(map.into_values().collect())
 }
 
-/// Groups tasks by (state, location).
-pub fn group_tasks(tasks: &[Task]) -> Vec<Group> {
-    let mut map: BTreeMap<(TaskState, Option<String>), Group> = BTreeMap::new();
-    for t in tasks {
-        let loc = t.location.as_ref().map(|l| l.frame.describe());
-        let state = match t.state {
-            TaskState::Polling => "polling",
-            TaskState::Idle => "idle",
-            TaskState::Exited => "exited",
-        };
-        let g = map.entry((t.state, loc.clone())).or_insert_with(|| Group {
-            count: 0,
-            ids: Vec::new(),
-            state: state.to_string(),
-            wait: None,
-            min_ns: None,
-            lower_bound: false,
-            location: loc,
-            source: t.location.as_ref().map(|l| l.source),
-        });
-        g.count += 1;
-        g.ids.push(t.id);
-        if let Some(ns) = t.idle_ns {
-            g.min_ns = Some(g.min_ns.map_or(ns, |m| m.min(ns)));
-        }
-    }
-    sorted(map.into_values().collect())
-}
-
-fn sorted(mut v: Vec<Group>) -> Vec<Group> {
+/// Orders groups most populated first, then longest blocked (or idle).
+pub(crate) fn sorted(mut v: Vec<Group>) -> Vec<Group> {
     for g in &mut v {
         g.ids.sort_unstable();
     }

@@ -270,6 +270,30 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
+/// A wall-clock time (ns since the Unix epoch) as UTC to the millisecond,
+/// e.g. `2026-11-22T10:21:05.120Z`.
+pub fn utc(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ns / 1_000_000 % 1000
+    )
+}
+
 /// A `struct timespec *` argument: the duration it holds, or `NULL`.
 fn timespec_arg(ptr: u64, look: &dyn Lookup) -> String {
     if ptr == 0 {
@@ -391,6 +415,14 @@ mod tests {
             decode(100_000, &[0; 6], &Fake).unwrap().name,
             "syscall_100000"
         );
+    }
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        // date -u -d @1795853265.12
+        assert_eq!(utc(1_795_853_265_120_000_000), "2026-11-28T08:07:45.120Z");
+        assert_eq!(utc(951_782_400_999_000_000), "2000-02-29T00:00:00.999Z");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Data flows through the modules in this order:
 //! [`discover`] (the target, pinned by a pidfd) → [`collect`] (kernel state
 //! through eBPF and /proc; locations from the process's librip ring) →
-//! [`correlate`] (joined per thread id into the [`model`]) → [`symbolize`]
+//! [`correlate`] (joined per thread id into the [`model`]; coroutine and
+//! async-task slots become [`tasks`]) → [`symbolize`]
 //! (blazesym) → [`render`] (text or JSON). [`session`] drives the whole
 //! flow for a live process and is the API other tools use; [`decode`]
 //! turns raw syscall registers into names and arguments.
@@ -18,6 +19,7 @@ pub mod model;
 pub mod render;
 pub mod session;
 pub mod symbolize;
+pub mod tasks;
 pub mod timing;
 
 pub use error::{Error, Result};

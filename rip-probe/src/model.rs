@@ -273,8 +273,19 @@ pub struct Task {
     pub polling_tid: Option<u32>,
     /// Polls so far.
     pub polls: u64,
-    /// Time since the last poll ended, ns (idle tasks).
+    /// Idle tasks: time since the last poll ended (since creation if never
+    /// polled), ns.
     pub idle_ns: Option<u64>,
+    /// Polling tasks: time since the current poll started, ns.
+    pub polling_ns: Option<u64>,
+    /// `idle_ns`/`polling_ns` are lower bounds: the process is gone and
+    /// they run up to the last time its ring recorded.
+    pub lower_bound: bool,
+    /// Wall-clock time the task has been idle (or polling) since, ns since
+    /// the Unix epoch.
+    pub since_unix_ns: Option<u64>,
+    /// Wall-clock time the task was created, ns since the Unix epoch.
+    pub created_unix_ns: Option<u64>,
     /// Last snap location (where it awaits).
     pub location: Option<Location>,
     /// Older locations, oldest first (dump `--threads` only).
@@ -291,6 +302,17 @@ pub enum TaskState {
     Idle,
     /// Finished.
     Exited,
+}
+
+impl TaskState {
+    /// The word used in text output and groups.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Polling => "polling",
+            TaskState::Idle => "idle",
+            TaskState::Exited => "exited",
+        }
+    }
 }
 
 /// Members that share what they are doing and where.

@@ -34,6 +34,7 @@ use crate::{
         ThreadState,
     },
     symbolize::{self, SymbolizerThread, UserSpace},
+    tasks::{self, TaskClock},
     timing,
 };
 
@@ -258,7 +259,7 @@ impl Session {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
         report.groups = correlate::group_threads(&report.threads);
-        report.task_groups = correlate::group_tasks(&report.tasks);
+        report.task_groups = tasks::group_tasks(&report.tasks);
         Ok(report)
     }
 
@@ -323,6 +324,14 @@ impl Session {
             })
             .collect();
         threads.sort_by_key(|t| t.tid);
+        let mut warnings =
+            vec!["states are as of each thread's last switch off the CPU before the exit".into()];
+        let tasks = ring
+            .map(|r| tasks::ring_tasks(r, TaskClock::PostMortem, false))
+            .unwrap_or_default();
+        if let Some(r) = ring.filter(|_| !tasks.is_empty()) {
+            warnings.push(correlate::post_mortem_warning(r));
+        }
         Report {
             schema: SCHEMA_VERSION,
             mode: Mode::Pid,
@@ -330,12 +339,10 @@ impl Session {
             rings: Vec::new(),
             window_ns: monotonic_ns().saturating_sub(self.attached_ns),
             threads,
-            tasks: Vec::new(),
+            tasks,
             groups: Vec::new(),
             task_groups: Vec::new(),
-            warnings: vec![
-                "states are as of each thread's last switch off the CPU before the exit".into(),
-            ],
+            warnings,
         }
     }
 }

@@ -117,23 +117,94 @@ THREADS  LOCATION (threads last seen there)
     );
 }
 
+fn task(id: u64, state: TaskState, ns: u64, line: u32) -> Task {
+    let mut t = full_report().tasks[0].clone();
+    t.id = id;
+    t.state = state;
+    t.history.clear();
+    t.idle_ns = (state == TaskState::Idle).then_some(ns);
+    t.polling_ns = (state == TaskState::Polling).then_some(ns);
+    t.polling_tid = (state == TaskState::Polling).then_some(11);
+    if let Some(l) = &mut t.location {
+        l.ago_ns = None;
+        l.frame.inlined.clear();
+        l.frame.file = Some("src/conn.rs".into());
+        l.frame.function = Some("read_frame".into());
+        l.frame.line = Some(line);
+    }
+    t
+}
+
 #[test]
 fn tasks_views() {
     let mut r = live_report();
-    r.tasks = full_report().tasks;
-    r.tasks.push(Task {
-        id: 10,
-        state: TaskState::Polling,
-        polling_tid: Some(11),
-        idle_ns: None,
-        ..r.tasks[0].clone()
-    });
+    let s = 1_000_000_000;
+    r.tasks = vec![
+        task(1, TaskState::Idle, 31 * s, 120),
+        task(2, TaskState::Idle, 45 * s, 120),
+        task(3, TaskState::Idle, 40 * s, 120),
+        task(4, TaskState::Polling, 2 * s, 88),
+        task(5, TaskState::Idle, 3 * s, 7),
+    ];
     r.task_groups = correlate::group_tasks(&r.tasks);
     let got = render(render::live, &r);
-    assert!(got.contains("TASKS\n  1 task idle for 1ns — last snap src/inner.rs:3 inner\n      ids: 9\n  1 task polling — last snap src/inner.rs:3 inner\n      ids: 10\n"), "\n{got}");
-    assert!(got.contains("  9        conn                 idle for 1ns                     4  src/inner.rs:3 inner (5ns ago)\n"), "\n{got}");
+    let want = "\
+TASKS
+  3 tasks idle ≥31.0s — last snap src/conn.rs:120 read_frame
+      ids: 1 2 3
+  1 task idle for 3.0s — last snap src/conn.rs:7 read_frame
+      ids: 5
+  1 task polling for 2.0s — last snap src/conn.rs:88 read_frame
+      ids: 4
+
+  ID       NAME                 STATE                                                FOR   POLLS  LOCATION
+  4        conn                 polling on thread 11 (in futex)                     2.0s       4  src/conn.rs:88 read_frame
+  2        conn                 idle since 2027-01-15T08:00:00.123Z                45.0s       4  src/conn.rs:120 read_frame
+  3        conn                 idle since 2027-01-15T08:00:00.123Z                40.0s       4  src/conn.rs:120 read_frame
+  1        conn                 idle since 2027-01-15T08:00:00.123Z                31.0s       4  src/conn.rs:120 read_frame
+  5        conn                 idle since 2027-01-15T08:00:00.123Z                 3.0s       4  src/conn.rs:7 read_frame
+
+THREADS
+";
+    assert!(got.contains(want), "\n{got}");
+
+    // Post-mortem: durations are lower bounds, in the group and the table.
+    r.mode = Mode::Dump;
+    for t in &mut r.tasks {
+        t.lower_bound = true;
+    }
+    r.task_groups = correlate::group_tasks(&r.tasks);
+    let got = render(render::grouped, &r);
     assert!(
-        got.contains("  10       conn                 polling on thread 11             4  "),
+        got.contains("  1 task idle ≥3.0s — last snap src/conn.rs:7 read_frame\n"),
         "\n{got}"
     );
+    assert!(
+        got.contains("idle since 2027-01-15T08:00:00.123Z               ≥45.0s       4  src/conn.rs:120 read_frame\n"),
+        "\n{got}"
+    );
+    let got = render(render::history, &r);
+    assert!(
+        got.contains("task 4 \"conn\" polling on thread 11 (in futex) (≥2.0s), 4 polls\n"),
+        "\n{got}"
+    );
+}
+
+#[test]
+fn the_task_table_stops_after_the_hundred_idle_longest() {
+    let mut r = live_report();
+    r.tasks = (1..=150)
+        .map(|i| task(i, TaskState::Idle, i * 1_000_000, 120))
+        .collect();
+    r.task_groups = correlate::group_tasks(&r.tasks);
+    let got = render(render::live, &r);
+    let rows: Vec<&str> = got.lines().filter(|l| l.contains("idle since")).collect();
+    assert_eq!(rows.len(), 100);
+    assert!(rows[0].starts_with("  150 "), "{}", rows[0]);
+    assert!(rows[99].starts_with("  51 "), "{}", rows[99]);
+    assert!(
+        got.contains("  … 50 more tasks (all in --json; --min-idle DUR lists the longest idle)\n"),
+        "\n{got}"
+    );
+    assert!(got.contains("  150 tasks idle ≥1.0ms — last snap src/conn.rs:120 read_frame\n"));
 }

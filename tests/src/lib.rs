@@ -56,6 +56,28 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Three places that snap, each its own function, for tests that tell
+/// snaps apart by where they were taken.
+pub mod sites {
+    /// Snaps at site A.
+    #[inline(never)]
+    pub fn a() {
+        librip::snap!();
+    }
+
+    /// Snaps at site B.
+    #[inline(never)]
+    pub fn b() {
+        librip::snap!();
+    }
+
+    /// Snaps at site C.
+    #[inline(never)]
+    pub fn c() {
+        librip::snap!();
+    }
+}
+
 /// A directory removed (with its contents) when dropped.
 pub struct TempDir(PathBuf);
 
@@ -129,6 +151,22 @@ pub fn read_ring(path: &Path) -> RingFile {
     RingFile::open(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// The source file and line an address recorded in `ring` names, through
+/// the ring's module table and addr2line (`("??", 0)` when unknown).
+pub fn source_line(ring: &RingFile, addr: u64) -> (String, u32) {
+    let m = ring
+        .module_of(addr)
+        .unwrap_or_else(|| panic!("{addr:#x} in no module"));
+    let out = run(Command::new("addr2line")
+        .arg("-e")
+        .arg(&m.path)
+        .arg(format!("{:#x}", addr - m.load_bias)));
+    let loc = String::from_utf8_lossy(&out.stdout);
+    let (file, line) = loc.trim().rsplit_once(':').unwrap_or(("??", "0"));
+    let line = line.split(' ').next().unwrap_or("0");
+    (file.to_owned(), line.parse().unwrap_or(0))
+}
+
 /// Checks that a slot's entries are exactly its last snaps: consecutive
 /// sequence numbers ending at `snaps - 1` (or at `snaps`, when the writer
 /// stopped between storing an entry and counting it), as many as the depth
@@ -167,24 +205,34 @@ pub fn workspace_root() -> PathBuf {
 /// since the cargo running the tests holds `target/`'s lock. Returns the
 /// directory holding the artifacts.
 pub fn build_librip_release() -> PathBuf {
+    cargo_release(
+        "nested",
+        &["--lib", "--bin", "snap_loops", "--features", "snap-loops"],
+    )
+}
+
+/// Builds librip's `task_loops` runner optimized, with the `tokio`
+/// feature, in `target/nested-tokio` (apart from [`build_librip_release`],
+/// whose libraries C programs link without the feature). Returns its path.
+pub fn build_task_loops() -> PathBuf {
+    cargo_release(
+        "nested-tokio",
+        &["--features", "tokio snap-loops", "--bin", "task_loops"],
+    )
+    .join("task_loops")
+}
+
+/// `cargo build --release -p librip ARGS` in `target/SUBDIR`; returns its
+/// `release` directory.
+fn cargo_release(subdir: &str, args: &[&str]) -> PathBuf {
     let root = workspace_root();
-    let target = root.join("target/nested");
+    let target = root.join("target").join(subdir);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = run(Command::new(cargo)
         .current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "librip",
-            "--lib",
-            "--bin",
-            "snap_loops",
-            "--features",
-            "snap-loops",
-            "--target-dir",
-        ])
+        .args(["build", "--release", "--quiet", "-p", "librip"])
+        .args(args)
+        .arg("--target-dir")
         .arg(&target));
     assert!(
         out.status.success(),
@@ -194,21 +242,90 @@ pub fn build_librip_release() -> PathBuf {
     target.join("release")
 }
 
+/// Instructions executed inside `function` (and what it calls) while
+/// `bin ARGS` runs under callgrind.
+pub fn callgrind_instructions(bin: &Path, function: &str, args: &[&str]) -> u64 {
+    let dir = TempDir::new("/tmp", "callgrind");
+    let out_file = dir.join("callgrind.out");
+    let out = run(Command::new("valgrind")
+        .args(["--tool=callgrind", &format!("--toggle-collect={function}")])
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(bin)
+        .args(args));
+    assert!(
+        out.status.success(),
+        "valgrind failed (is it installed? `cargo xtask setup`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("totals: ")
+                .or_else(|| l.strip_prefix("summary: "))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no totals in {}", out_file.display()))
+}
+
+/// Compiles `tests/c/<name>.c`, a program using librip.h, with the system
+/// `cc` into `out` (strict warnings), followed by `link` (the library and
+/// what it needs). [`librip_static`] is the usual `link`.
+pub fn compile_librip_c<S: AsRef<std::ffi::OsStr>>(name: &str, out: &Path, link: &[S]) {
+    let root = workspace_root();
+    let cc = run(Command::new("cc")
+        .args([
+            "-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread", "-o",
+        ])
+        .arg(out)
+        .arg("-I")
+        .arg(root.join("librip/include"))
+        .arg(root.join("tests/c").join(format!("{name}.c")))
+        .args(link));
+    assert!(
+        cc.status.success(),
+        "cc {name}.c failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+}
+
+/// The link arguments of a C program using librip's static library (built
+/// by [`build_librip_release`] into `lib`).
+pub fn librip_static(lib: &Path) -> Vec<String> {
+    let a = lib.join("liblibrip.a").display().to_string();
+    [a.as_str(), "-ldl", "-lm", "-lgcc_s"]
+        .map(String::from)
+        .to_vec()
+}
+
 /// Compiles a C program from `tests/c/` with the system `cc` into the
-/// target directory and returns the executable's path.
+/// target directory and returns the executable's path. Each program is
+/// built once per test process: tests running at the same time share the
+/// build (rewriting an executable that another test runs fails with
+/// ETXTBSY, and a uprobe attached by path must find the inode that runs).
 pub fn build_c(name: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{name} {extra:?}");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(k, _)| *k == key) {
+        return p.clone();
+    }
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("c")
         .join(format!("{name}.c"));
-    let out = target_dir().join(format!("c-{name}"));
+    let out = target_dir().join(format!("c-{name}-{}", built.len()));
+    // Under a name of its own, then renamed into place: a workload left
+    // running by an earlier test binary may still execute the old build.
+    let tmp = out.with_extension(format!("{}.tmp", std::process::id()));
     let status = Command::new("cc")
         .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .args(extra)
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc {} failed", src.display());
+    std::fs::rename(&tmp, &out).expect("rename the build into place");
+    built.push((key, out.clone()));
     out
 }
 
@@ -234,11 +351,20 @@ pub struct Workload {
 impl Workload {
     /// Starts `cmd` and waits for its `ready` line.
     pub fn start(mut cmd: Command) -> Workload {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        cmd.stdout(Stdio::piped()).stdin(Stdio::piped());
+        // A test that just wrote the executable (a copy of a workload) may
+        // find it "busy" for a moment: a child another test thread forked
+        // meanwhile holds the write descriptor until it execs.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r.unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}")),
+            }
+        };
         let mut lines = Vec::new();
         let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
         loop {
@@ -287,6 +413,21 @@ pub fn rip_probe(exe: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs the rip-probe CLI at `exe` with `args`, which must succeed; its
+/// stdout.
+pub fn rip_probe_ok(exe: &str, args: &[&str]) -> String {
+    let (code, out, err) = rip_probe(exe, args);
+    assert_eq!(code, 0, "rip-probe {args:?}: {err}");
+    out
+}
+
+/// Runs the rip-probe CLI at `exe` with `args` (which ask for `--json`),
+/// which must succeed; its report.
+pub fn rip_probe_json(exe: &str, args: &[&str]) -> serde_json::Value {
+    let out = rip_probe_ok(exe, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}"))
 }
 
 /// The line number of the line containing `marker` in `file` (relative to

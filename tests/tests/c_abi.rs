@@ -7,26 +7,9 @@ use std::{path::Path, process::Command};
 
 use librip::reader::{SlotKind, SlotState};
 use rip_tests::{
-    TempDir, build_librip_release, check_whole, facts, read_ring, run, workspace_root,
+    TempDir, build_librip_release, check_whole, compile_librip_c, facts, librip_static, read_ring,
+    run,
 };
-
-fn compile(out: &Path, flags: &[&str]) {
-    let root = workspace_root();
-    let status = run(Command::new("cc")
-        .args([
-            "-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread", "-o",
-        ])
-        .arg(out)
-        .arg("-I")
-        .arg(root.join("librip/include"))
-        .arg(root.join("tests/c/ring_user.c"))
-        .args(flags));
-    assert!(
-        status.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-}
 
 fn check(program: &Path, shared: bool) {
     let dir = TempDir::new("/dev/shm", "c-abi");
@@ -157,16 +140,13 @@ fn a_c_program_using_only_the_header() {
     let lib = build_librip_release();
     let dir = TempDir::new("/tmp", "c-build");
     let static_prog = dir.join("ring_user_static");
-    let a = lib.join("liblibrip.a");
-    compile(
-        &static_prog,
-        &[a.to_str().unwrap(), "-ldl", "-lm", "-lgcc_s"],
-    );
+    compile_librip_c("ring_user", &static_prog, &librip_static(&lib));
     check(&static_prog, false);
 
     let shared_prog = dir.join("ring_user_shared");
     let rpath = format!("-Wl,-rpath,{}", lib.display());
-    compile(
+    compile_librip_c(
+        "ring_user",
         &shared_prog,
         &["-L", lib.to_str().unwrap(), "-llibrip", &rpath],
     );

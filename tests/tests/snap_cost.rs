@@ -6,36 +6,16 @@
 
 use std::{path::Path, process::Command};
 
-use rip_tests::{TempDir, build_librip_release, read_ring, run, workspace_root};
+use rip_tests::{
+    TempDir, build_librip_release, callgrind_instructions, read_ring, run, workspace_root,
+};
 
 const N: u64 = 100_000;
 const BUDGET: f64 = 10.0;
 
 /// Instructions executed inside `rip_loop_<name>` for `n` iterations.
 fn collected(bin: &Path, name: &str, n: u64) -> u64 {
-    let dir = TempDir::new("/tmp", "callgrind");
-    let out_file = dir.join("callgrind.out");
-    let out = run(Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            &format!("--toggle-collect=rip_loop_{name}"),
-        ])
-        .arg(format!("--callgrind-out-file={}", out_file.display()))
-        .arg(bin)
-        .args([name, &n.to_string()]));
-    assert!(
-        out.status.success(),
-        "valgrind failed (is it installed? `cargo xtask setup`): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&out_file).unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("totals: ")
-                .or_else(|| l.strip_prefix("summary: "))
-        })
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no totals in {}", out_file.display()))
+    callgrind_instructions(bin, &format!("rip_loop_{name}"), &[name, &n.to_string()])
 }
 
 /// One function's disassembly, one instruction mnemonic per line.

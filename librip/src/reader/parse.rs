@@ -429,15 +429,27 @@ fn copy_region(src: &impl Source, r: Region) -> Result<Vec<u64>, ReadError> {
     let mut probe = [0u64; 1];
     for i in 0..r.used as usize {
         let off = r.offset + (i * slot_words * 8) as u64;
+        let s = &mut w[i * slot_words..(i + 1) * slot_words];
+        let mut settled = false;
         for _ in 0..SETTLE_TRIES {
-            let s = &mut w[i * slot_words..(i + 1) * slot_words];
             src.words(off, &mut probe);
             let head = probe[0];
             src.words(off + 8 * seq_word as u64, &mut probe);
             if head == s[0] && probe[0] == s[seq_word] {
+                settled = true;
                 break;
             }
             src.words(off, s);
+        }
+        if !settled {
+            // Still changing after the last copy. A moving sequence word is
+            // a busy snapper, whose entries their tags check; a moving head
+            // (state, generation) is a slot changing owners, whose copy may
+            // mix two owners: leave it out as if free.
+            src.words(off, &mut probe);
+            if probe[0] != s[0] {
+                s[0] = 0;
+            }
         }
         let st = View(&w[i * slot_words..]).u32(slot::STATE);
         if st > state::EXITED {
@@ -492,5 +504,79 @@ impl Snapshot {
             entries: decode_entries(snaps, &s[meta_words..meta_words + self.depth]),
             task,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// A compact real ring (fuzz seed): a 1 KiB header, two thread slots,
+    /// one coroutine slot at 1664.
+    const COMPACT: &[u8] = include_bytes!("../../../fuzz/corpus/reader/seed-compact");
+    const COROUTINE: u64 = 1664;
+
+    /// The compact ring with one word of the coroutine slot changing
+    /// before every copy that covers it, as a writer running alongside
+    /// would: each read sees a new value.
+    struct Changing {
+        bytes: Vec<u8>,
+        word: u64,
+        /// Added to the word at each read, times the reads so far.
+        step: u64,
+        reads: Cell<u64>,
+    }
+
+    fn changing(word: u64, step: u64) -> Changing {
+        Changing {
+            bytes: COMPACT.to_vec(),
+            word,
+            step,
+            reads: Cell::new(0),
+        }
+    }
+
+    impl Source for Changing {
+        fn len(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+
+        fn words(&self, off: u64, out: &mut [u64]) {
+            Bytes(&self.bytes).words(off, out);
+            let at = self.word;
+            if (off..off + 8 * out.len() as u64).contains(&at) {
+                self.reads.set(self.reads.get() + 1);
+                out[((at - off) / 8) as usize] += self.step * self.reads.get();
+            }
+        }
+    }
+
+    fn coroutines(src: &Changing) -> Vec<Slot> {
+        let ring = parse(src).unwrap();
+        ring.slots()
+            .filter(|s| s.kind == SlotKind::Coroutine)
+            .collect()
+    }
+
+    #[test]
+    fn a_slot_that_keeps_changing_owners_is_left_out() {
+        let steady = changing(COROUTINE, 0);
+        assert_eq!(coroutines(&steady).len(), 1, "the seed has a coroutine");
+        // The generation (upper half of the head word) moves at each read.
+        let churning = changing(COROUTINE + slot::STATE as u64, 1 << 32);
+        assert!(coroutines(&churning).is_empty());
+        assert!(churning.reads.get() > SETTLE_TRIES as u64);
+    }
+
+    #[test]
+    fn a_busy_snapper_is_kept() {
+        let seq = COROUTINE + u64::from(format::COROUTINE_META_SIZE) - 8;
+        let busy = changing(seq, 1);
+        let got = coroutines(&busy);
+        assert_eq!(got.len(), 1, "kept, its entries checked by their tags");
+        assert!(busy.reads.get() > SETTLE_TRIES as u64);
+        assert!(got[0].snaps > 7, "the sequence word as last copied");
     }
 }

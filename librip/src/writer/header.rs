@@ -6,6 +6,7 @@ use crate::format::{self, BUILD_ID_MAX, Layout, hdr};
 use super::modules::{ModuleTable, loaded_modules, put_u32, put_u64};
 
 /// CLOCK_* now, in ns.
+#[inline]
 pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -19,6 +20,15 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// CLOCK_MONOTONIC now, in ns (the clock BPF timestamps use).
 pub(crate) fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_MONOTONIC at tick resolution (CLOCK_MONOTONIC_COARSE), in ns: the
+/// clock of the task statistics. Same timeline as [`monotonic_ns`], never
+/// ahead of it and at most one tick (1–10 ms) behind, for a quarter of the
+/// cost (about 6 ns against 27 ns on a VM): a poll stamps it twice.
+#[inline]
+pub(crate) fn task_clock_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// Clock ticks per second, the unit of the process start time.

@@ -25,7 +25,7 @@ use crate::{
     snap,
 };
 
-pub(crate) use header::monotonic_ns;
+pub(crate) use header::task_clock_ns;
 pub(crate) use slots::{Pool, SlotInit, Taken};
 pub(crate) use thread::gettid;
 
@@ -116,6 +116,7 @@ impl Ring {
     }
 
     /// The process's ring, if it has one.
+    #[inline]
     pub fn get() -> Option<&'static Ring> {
         // SAFETY: RING is null or a leaked, never-freed Ring.
         unsafe { RING.load(Ordering::Acquire).as_ref() }
@@ -223,12 +224,9 @@ impl Ring {
         ptr::eq(RING.load(Ordering::Acquire), self)
     }
 
+    #[inline]
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch
-    }
-
-    pub(crate) fn shm(&self) -> &Shm {
-        &self.shm
     }
 
     /// The registration lock (publishing the dropped-snap count on the
@@ -298,6 +296,7 @@ impl std::fmt::Debug for Ring {
 }
 
 /// The current epoch (see [`EPOCH`]).
+#[inline]
 pub(crate) fn current_epoch() -> u64 {
     EPOCH.load(Ordering::Acquire)
 }

@@ -39,6 +39,7 @@ thread_local! {
 }
 
 /// The calling thread's id (cached: gettid is a system call).
+#[inline]
 pub(crate) fn gettid() -> u32 {
     TID.with(|t| match t.get() {
         0 => {

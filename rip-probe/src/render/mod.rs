@@ -3,6 +3,7 @@
 //! [`std::io::Write`], so output is tested byte for byte.
 
 mod json;
+mod tasks;
 mod text;
 
 pub use json::json;

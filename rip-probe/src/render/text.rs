@@ -1,11 +1,13 @@
-//! Text views: the live report (summary then thread table), the grouped
-//! dump view, and per-thread history.
+//! Text views: the live report (summary, tasks, then thread table), the
+//! grouped dump view, and per-thread history. The tasks part is in
+//! [`super::tasks`].
 
 use std::io::{self, Write};
 
+use super::tasks;
 use crate::{
     decode::duration,
-    model::{Group, Location, LocationSource, Mode, Report, Task, TaskState, Thread, ThreadState},
+    model::{Group, Location, LocationSource, Mode, Report, Thread, ThreadState},
 };
 
 /// Tids listed in a group line before eliding; JSON has them all.
@@ -13,11 +15,11 @@ const MAX_IDS: usize = 12;
 /// Kernel frames shown per thread in the table.
 const KSTACK_FRAMES: usize = 6;
 
-fn plural(n: usize, one: &str, many: &str) -> String {
+pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn ids(v: &[u64]) -> String {
+pub(super) fn ids(v: &[u64]) -> String {
     let mut s: Vec<String> = v.iter().take(MAX_IDS).map(u64::to_string).collect();
     if v.len() > MAX_IDS {
         s.push(format!("… (+{})", v.len() - MAX_IDS));
@@ -25,7 +27,7 @@ fn ids(v: &[u64]) -> String {
     s.join(" ")
 }
 
-fn source_word(s: Option<LocationSource>) -> &'static str {
+pub(super) fn source_word(s: Option<LocationSource>) -> &'static str {
     match s {
         Some(LocationSource::Ring) | None => "last snap",
         Some(LocationSource::Uprobe) => "last entered",
@@ -81,16 +83,15 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// A group as one sentence, e.g. "37 threads blocked in futex_wait for
-/// ≥4.2s — last snap src/pool.rs:88 Pool::take".
-pub fn group_sentence(g: &Group, what: (&str, &str)) -> String {
-    let mut s = plural(g.count, what.0, what.1);
+/// A group of threads as one sentence, e.g. "37 threads blocked in
+/// futex_wait for ≥4.2s — last snap src/pool.rs:88 Pool::take".
+pub fn group_sentence(g: &Group) -> String {
+    let mut s = plural(g.count, "thread", "threads");
     match (g.state.as_str(), &g.wait) {
         ("sleeping", Some(wait)) => s.push_str(&format!(" blocked in {wait}")),
         ("uninterruptible", Some(wait)) => {
             s.push_str(&format!(" blocked uninterruptibly in {wait}"))
         }
-        ("idle", _) if what.0 == "task" => s.push_str(" idle"),
         (state, Some(wait)) => s.push_str(&format!(" {state} in {wait}")),
         ("unknown", None) => s.push_str(" last seen"),
         (state, None) => s.push_str(&format!(" {state}")),
@@ -111,7 +112,7 @@ pub fn group_sentence(g: &Group, what: (&str, &str)) -> String {
     s
 }
 
-fn location_text(l: &Option<Location>) -> String {
+pub(super) fn location_text(l: &Option<Location>) -> String {
     match l {
         Some(l) => {
             let mut s = l.frame.describe();
@@ -127,7 +128,7 @@ fn location_text(l: &Option<Location>) -> String {
     }
 }
 
-fn truncate(s: &str, n: usize) -> String {
+pub(super) fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {
@@ -144,11 +145,10 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "SUMMARY")?;
     for g in &r.groups {
-        writeln!(w, "  {}", group_sentence(g, ("thread", "threads")))?;
+        writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      tids: {}", ids(&g.ids))?;
     }
-    tasks_section(r, &mut w)?;
-    tasks_table(r, &mut w)?;
+    tasks::section(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "THREADS")?;
     writeln!(
@@ -199,57 +199,6 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-fn tasks_section(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    if r.tasks.is_empty() {
-        return Ok(());
-    }
-    writeln!(w)?;
-    writeln!(w, "TASKS")?;
-    for g in &r.task_groups {
-        writeln!(w, "  {}", group_sentence(g, ("task", "tasks")))?;
-        writeln!(w, "      ids: {}", ids(&g.ids))?;
-    }
-    Ok(())
-}
-
-/// One row per task: id, name, state, polls, where it awaits.
-fn tasks_table(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    if r.tasks.is_empty() {
-        return Ok(());
-    }
-    writeln!(
-        w,
-        "  {:<8} {:<20} {:<26} {:>7}  LOCATION",
-        "ID", "NAME", "STATE", "POLLS"
-    )?;
-    for t in &r.tasks {
-        writeln!(
-            w,
-            "  {:<8} {:<20} {:<26} {:>7}  {}",
-            t.id,
-            truncate(&t.name, 20),
-            task_state(t),
-            t.polls,
-            location_text(&t.location)
-        )?;
-    }
-    Ok(())
-}
-
-fn task_state(t: &Task) -> String {
-    match t.state {
-        TaskState::Polling => match t.polling_tid {
-            Some(tid) => format!("polling on thread {tid}"),
-            None => "polling".into(),
-        },
-        TaskState::Idle => match t.idle_ns {
-            Some(ns) => format!("idle for {}", duration(ns)),
-            None => "idle".into(),
-        },
-        TaskState::Exited => "exited".into(),
-    }
-}
-
 /// The grouped dump view (like the original `read_rip`): each location
 /// with how many threads were last seen there and their tids, most
 /// populated first; then tasks the same way.
@@ -263,7 +212,7 @@ pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "{:>7}  {loc}{state}", g.count)?;
         writeln!(w, "         tids: {}", ids(&g.ids))?;
     }
-    tasks_section(r, &mut w)
+    tasks::section(r, &mut w)
 }
 
 /// Per-thread (and per-task) history, oldest to newest, with counters.
@@ -284,10 +233,11 @@ pub fn history(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
         writeln!(w)?;
         writeln!(
             w,
-            "task {} {:?} {}, {} polls",
+            "task {} {:?} {} ({}), {} polls",
             t.id,
             t.name,
-            task_state(t),
+            tasks::state(t, &r.threads),
+            tasks::for_text(t),
             t.polls
         )?;
         entries(&t.history, &t.location, &mut w)?;

@@ -41,6 +41,8 @@ pub struct TaskStats {
     pub last_poll_end_ns: u64,
     /// Thread polling it now (0: none).
     pub polling_tid: u32,
+    /// CLOCK_MONOTONIC ns when the task was created.
+    pub created_ns: u64,
 }
 
 /// What a ring file says, copied out of it.
@@ -69,4 +71,13 @@ pub struct RingView {
     pub modules: Vec<ModuleMap>,
     /// Non-free slots.
     pub slots: Vec<RingSlot>,
+}
+
+impl RingView {
+    /// A CLOCK_MONOTONIC time of the ring's writer as wall-clock time (ns
+    /// since the Unix epoch), through the clock pair taken at creation.
+    pub fn unix_ns(&self, monotonic_ns: u64) -> u64 {
+        let since = monotonic_ns.wrapping_sub(self.created_monotonic_ns) as i64;
+        self.created_unix_ns.saturating_add_signed(since)
+    }
 }

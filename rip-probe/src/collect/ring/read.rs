@@ -59,6 +59,7 @@ impl RingView {
                         last_poll_start_ns: t.last_poll_start_ns,
                         last_poll_end_ns: t.last_poll_end_ns,
                         polling_tid: t.polling_tid,
+                        created_ns: t.created_ns,
                     }),
                 })
                 .collect(),
