@@ -42,12 +42,13 @@ pub fn run_tests() -> Result<()> {
         "cargo fmt --check",
     )?;
 
-    step("cargo clippy -- -D warnings (host)");
+    step("cargo clippy -- -D warnings (host, all features)");
     exec(
         cargo().args([
             "clippy",
             "--workspace",
             "--all-targets",
+            "--all-features",
             "--",
             "-D",
             "warnings",
