@@ -14,7 +14,7 @@ use crate::{
     decode::{self, Lookup},
     model::{
         Blocked, Frame, Group, Location, LocationSource, Mode, ProcessInfo, Report, RingInfo,
-        SCHEMA_VERSION, TaskState, Thread, ThreadState,
+        SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
     },
     tasks::{TaskClock, ring_tasks},
 };
@@ -220,6 +220,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
                 location,
                 history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
+                polling_task: None,
                 exited: false,
             }
         })
@@ -230,6 +231,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
         .ring
         .map(|r| ring_tasks(r, TaskClock::Now(inp.clock.now_ns), false))
         .unwrap_or_default();
+    point_threads_at_their_tasks(&mut threads, &tasks);
     let mut warnings = Vec::new();
     if let Some(r) = inp.ring
         && r.dropped > 0
@@ -247,6 +249,22 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
         groups: Vec::new(),
         task_groups: Vec::new(),
         warnings,
+    }
+}
+
+/// A thread inside a task's poll is where that task's last snap says (its
+/// own slot's last snap predates the poll).
+fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Task]) {
+    for task in tasks.iter().filter(|t| t.state == TaskState::Polling) {
+        let Some(tid) = task.polling_tid else {
+            continue;
+        };
+        if let Some(t) = threads.iter_mut().find(|t| t.tid == tid) {
+            t.polling_task = Some(task.id);
+            if task.location.is_some() {
+                t.location = task.location.clone();
+            }
+        }
     }
 }
 
@@ -318,6 +336,7 @@ pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report 
                     Vec::new()
                 },
                 snaps: Some(s.snaps),
+                polling_task: None,
                 exited: s.exited,
             }
         })
@@ -503,6 +522,7 @@ mod tests {
             }),
             history: vec![],
             snaps: None,
+            polling_task: None,
             exited: false,
         }
     }

@@ -164,6 +164,9 @@ pub struct Thread {
     pub snaps: Option<u64>,
     /// The ring slot is marked exited (the thread ended).
     pub exited: bool,
+    /// The task (coroutine) this thread is polling right now, if any: its
+    /// last snap is then the thread's location.
+    pub polling_task: Option<u64>,
 }
 
 /// A decoded system call.

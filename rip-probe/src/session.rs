@@ -319,6 +319,7 @@ impl Session {
                         }),
                     history: Vec::new(),
                     snaps: slot.map(|s| s.snaps),
+                    polling_task: None,
                     exited: true,
                 }
             })

@@ -253,6 +253,9 @@ fn pid_report_names_each_stuck_task_with_its_await() {
         .unwrap_or_else(|| panic!("thread {tid} polling the blocker is listed"));
     assert_eq!(thread["name"], "tokio-worker");
     assert_eq!(thread["syscall"]["name"], "clock_nanosleep", "{thread}");
+    // ...and that thread's location is the task's last snap.
+    assert_eq!(thread["polling_task"], blocker["id"], "{thread}");
+    assert_eq!(thread["location"], blocker["location"], "{thread}");
 
     let out = text(&["--pid", &pid, "--duration", "200ms"]);
     for e in STUCK {

@@ -168,9 +168,13 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
         .map(|b| blocked_text(b.ns, !b.exact))
         .unwrap_or_else(|| "-".into());
     let sys = t.syscall.as_ref().map(|s| s.text.as_str()).unwrap_or("-");
+    let task = t
+        .polling_task
+        .map(|id| format!(" [polling task {id}]"))
+        .unwrap_or_default();
     writeln!(
         w,
-        "  {:<8} {:<16} {:<15} {:>9}  {:<48} {}",
+        "  {:<8} {:<16} {:<15} {:>9}  {:<48} {}{task}",
         t.tid,
         truncate(&t.name, 16),
         t.state.as_str(),

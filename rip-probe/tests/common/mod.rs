@@ -82,6 +82,7 @@ pub fn full_report() -> Report {
             location: Some(location()),
             history: vec![location()],
             snaps: Some(3),
+            polling_task: Some(9),
             exited: false,
         }],
         tasks: vec![Task {
