@@ -18,6 +18,7 @@ fn thread(tid: u32, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
     t.state = state;
     t.blocked = blocked.map(|(ns, exact)| Blocked { ns, exact });
     t.history.clear();
+    t.polling_task = None;
     if !state.is_blocked() {
         t.syscall = None;
         t.kernel_stack.clear();
