@@ -29,6 +29,9 @@ pub struct Config {
     pub regs: PtRegsOffsets,
     /// Offsets of the `task_struct` members the task iterator reads.
     pub task: TaskOffsets,
+    /// 1: send every switch of the target through `EVENTS` (for observers);
+    /// 0: only keep `THREADS` up to date.
+    pub emit_events: u32,
 }
 
 /// Byte offsets of `task_struct` members, from BTF.

@@ -52,6 +52,7 @@ static CONFIG: Global<Config> = Global::new(Config {
         sum_exec_runtime: 0,
         valid: 0,
     },
+    emit_events: 0,
 });
 
 /// Per-thread state. The loader seeds it with the target's threads so that
@@ -84,7 +85,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
     }
     // SAFETY: the offset comes from the tracepoint's format file.
     if let Ok(next) = unsafe { ctx.read_at::<i32>(cfg.next_pid_off as usize) } {
-        switch_on(next as u32, now);
+        switch_on(&cfg, next as u32, now);
     }
     0
 }
@@ -120,17 +121,20 @@ fn switch_off(ctx: &TracePointContext, cfg: &Config, now: u64) {
         (*rec).regs = regs;
         (*rec).on_cpu = 0;
     }
-    emit(SwitchEvent {
-        ts_ns: now,
-        tid,
-        kind: SWITCH_OFF,
-        state,
-        kstack_id,
-        regs,
-    });
+    emit(
+        cfg,
+        SwitchEvent {
+            ts_ns: now,
+            tid,
+            kind: SWITCH_OFF,
+            state,
+            kstack_id,
+            regs,
+        },
+    );
 }
 
-fn switch_on(tid: u32, now: u64) {
+fn switch_on(cfg: &Config, tid: u32, now: u64) {
     let Some(rec) = THREADS.get_ptr_mut(tid) else {
         return;
     };
@@ -139,18 +143,28 @@ fn switch_on(tid: u32, now: u64) {
         (*rec).on_cpu_ns = now;
         (*rec).on_cpu = 1;
     }
-    emit(SwitchEvent {
-        ts_ns: now,
-        tid,
-        kind: SWITCH_ON,
-        ..SwitchEvent::default()
-    });
+    emit(
+        cfg,
+        SwitchEvent {
+            ts_ns: now,
+            tid,
+            kind: SWITCH_ON,
+            ..SwitchEvent::default()
+        },
+    );
 }
 
-fn emit(ev: SwitchEvent) {
+/// `BPF_RB_NO_WAKEUP`: the reader polls on a timer instead of being woken
+/// per event, which would cost the traced threads a wakeup per switch.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+
+fn emit(cfg: &Config, ev: SwitchEvent) {
+    if cfg.emit_events == 0 {
+        return;
+    }
     if let Some(mut slot) = EVENTS.reserve::<SwitchEvent>(0) {
         slot.write(ev);
-        slot.submit(0);
+        slot.submit(BPF_RB_NO_WAKEUP);
     }
 }
 

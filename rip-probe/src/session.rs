@@ -50,6 +50,10 @@ pub struct SessionOptions {
     pub ring: Option<PathBuf>,
     /// Do not read any ring.
     pub no_ring: bool,
+    /// Send each context switch of the target to the [`Observer`]. Off by
+    /// default: a report needs only the per-thread table, and streaming
+    /// every switch costs the target more.
+    pub events: bool,
 }
 
 impl SessionOptions {
@@ -60,13 +64,15 @@ impl SessionOptions {
             uprobe: None,
             ring: None,
             no_ring: false,
+            events: false,
         }
     }
 }
 
 /// Receives what a session sees while it observes.
 pub trait Observer {
-    /// A thread of the target left or got a CPU.
+    /// A thread of the target left or got a CPU (only with
+    /// [`SessionOptions::events`]).
     fn on_switch(&mut self, _event: &SwitchEvent) {}
     /// The target exited (or its pid was reused).
     fn on_lost(&mut self, _lost: &Lost) {}
@@ -108,7 +114,9 @@ impl Session {
             Some(spec) => uprobe::resolve(opts.pid, spec)?,
             None => Vec::new(),
         };
-        let mut probe = timing::phase("load and attach", || KernelProbe::attach(opts.pid))?;
+        let mut probe = timing::phase("load and attach", || {
+            KernelProbe::attach(opts.pid, opts.events)
+        })?;
         if !sites.is_empty() {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
         }
@@ -155,8 +163,13 @@ impl Session {
             if left.is_zero() {
                 return Ok(());
             }
-            for ev in self.events.poll(left.min(Duration::from_millis(50)))? {
-                obs.on_switch(&ev);
+            let step = left.min(Duration::from_millis(50));
+            if self.opts.events {
+                for ev in self.events.poll(step)? {
+                    obs.on_switch(&ev);
+                }
+            } else {
+                self.target.wait_exit(step);
             }
             self.probe.prepare()?;
         }

@@ -402,9 +402,10 @@ impl SymbolizerThread {
     /// [`Symbolizer::warm_up`]).
     pub fn start(binaries: Vec<PathBuf>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        std::thread::spawn(move || {
+        crate::background::spawn("rip-symbolize", move || {
             let mut s = Symbolizer::new();
             crate::timing::phase("  warm up symbolizer (background)", || s.warm_up(&binaries));
+            crate::background::normal_priority();
             for job in rx {
                 // A send fails only if the requester gave up; nothing to do.
                 let _ = match job {

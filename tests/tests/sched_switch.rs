@@ -25,7 +25,7 @@ fn observes_blocked_read_and_wakeup() {
         return;
     }
     let pid = std::process::id();
-    let mut probe = KernelProbe::attach(pid).unwrap_or_else(|e| panic!("cannot attach: {e}"));
+    let mut probe = KernelProbe::attach(pid, true).unwrap_or_else(|e| panic!("cannot attach: {e}"));
     let mut events = probe.take_events().expect("event stream");
     eprintln!(
         "loaded and attached {:?} to sched:sched_switch for pid {pid} (prev_pid@{} prev_state@{} next_pid@{})",

@@ -46,6 +46,7 @@ fn observe_and_snapshot() {
 
     let mut opts = SessionOptions::new(w.pid());
     opts.uprobe = Some("worker_wait".into());
+    opts.events = true;
     let mut session = Session::attach(&opts).expect("attach");
     assert_eq!(session.uprobes(), 1);
     let mut counter = Counter::default();

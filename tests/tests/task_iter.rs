@@ -36,7 +36,7 @@ fn reports_threads_blocked_before_attach() {
     let tids: Vec<u32> = (0..4).map(|_| rx.recv().unwrap()).collect();
     std::thread::sleep(Duration::from_millis(200));
 
-    let mut probe = KernelProbe::attach(std::process::id()).expect("attach");
+    let mut probe = KernelProbe::attach(std::process::id(), false).expect("attach");
     let tasks = probe.tasks().expect("task iterator");
     eprintln!(
         "task iterator returned {} threads of pid {}",

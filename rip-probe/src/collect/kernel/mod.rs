@@ -47,8 +47,10 @@ pub struct KernelProbe {
 
 impl KernelProbe {
     /// Loads the programs for process `tgid` and attaches the sched_switch
-    /// tracepoint.
-    pub fn attach(tgid: u32) -> Result<Self> {
+    /// tracepoint. With `events`, every switch of the target is also sent
+    /// to user space (see [`Self::take_events`]); without, the program only
+    /// keeps the per-thread table, which is all a report needs.
+    pub fn attach(tgid: u32, events: bool) -> Result<Self> {
         let task_dir = PathBuf::from(format!("/proc/{tgid}/task"));
         if tgid == 0 || !task_dir.is_dir() {
             return Err(Error::NoSuchProcess(tgid));
@@ -71,13 +73,14 @@ impl KernelProbe {
             next_pid_off: field("next_pid", 4)?.offset,
             regs: kbtf.pt_regs()?,
             task: kbtf.task_struct()?,
+            emit_events: u32::from(events),
         };
 
         // aya parses the whole kernel BTF (about a quarter of a second) to
         // resolve the task iterator's attach point. The programs need no
         // CO-RE relocations, so the loader goes without it, and the parse
         // runs on another thread while the session observes.
-        let btf = std::thread::spawn(aya::Btf::from_sys_fs);
+        let btf = crate::background::spawn("rip-btf", aya::Btf::from_sys_fs);
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .override_global(names::CONFIG, &config, true)
@@ -229,7 +232,7 @@ impl KernelProbe {
         let link = prog
             .take_link(id)
             .map_err(|e| Error::bpf("sched_switch link", e))?;
-        std::thread::spawn(move || drop(link));
+        crate::background::spawn("rip-detach", move || drop(link));
         Ok(())
     }
 
@@ -289,6 +292,9 @@ impl KernelProbe {
     }
 }
 
+/// How long a reader waits between looks at the event ring buffer.
+pub const EVENT_BATCH: Duration = Duration::from_millis(10);
+
 /// Context switches of the target's threads, in the order the kernel
 /// recorded them.
 pub struct EventStream {
@@ -296,13 +302,16 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    /// Waits up to `timeout` for events and returns those available (possibly
-    /// none).
+    /// Returns the events recorded so far, waiting up to `timeout` (at most
+    /// [`EVENT_BATCH`]) when there are none yet. The program does not wake
+    /// the reader per event (that would cost the traced threads a wakeup
+    /// per switch), so events arrive in batches.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<SwitchEvent>> {
         let mut out = self.drain();
         if !out.is_empty() {
             return Ok(out);
         }
+        let timeout = timeout.min(EVENT_BATCH);
         let mut pfd = libc::pollfd {
             fd: self.ring.as_fd().as_raw_fd(),
             events: libc::POLLIN,

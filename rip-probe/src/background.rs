@@ -1,0 +1,36 @@
+//! Helper threads that work while a session observes (parsing kernel BTF,
+//! loading symbols, detaching): named, and at a lower priority, so that on
+//! a busy machine they yield to the process being observed.
+
+/// The nice value of background threads (0 is normal, 19 the lowest).
+const NICE: i32 = 10;
+
+/// Spawns `f` on a named, lower-priority thread.
+pub fn spawn<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions; setpriority on our own
+            // thread id changes only this thread's nice value.
+            unsafe {
+                let tid = libc::gettid();
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE);
+            }
+            f()
+        })
+        .expect("spawning a helper thread")
+}
+
+/// Puts the calling thread back at normal priority once its background
+/// work is done and a report waits on it (this needs CAP_SYS_NICE, which
+/// root has; without it the thread stays lower, which only costs time).
+pub fn normal_priority() {
+    // SAFETY: as in `spawn`.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 0);
+    }
+}
