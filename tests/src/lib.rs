@@ -199,14 +199,24 @@ pub fn build_c(name: &str, extra: &[&str]) -> PathBuf {
         .join("c")
         .join(format!("{name}.c"));
     let out = target_dir().join(format!("c-{name}"));
+    // Tests running in parallel build the same program: each compiles to a
+    // file of its own and renames it into place, so none ever executes a
+    // file another is still writing (ETXTBSY).
+    static N: AtomicU32 = AtomicU32::new(0);
+    let tmp = out.with_extension(format!(
+        "tmp.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let status = Command::new("cc")
         .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&out)
+        .arg(&tmp)
         .arg(&src)
         .args(extra)
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc {} failed", src.display());
+    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("rename to {}: {e}", out.display()));
     out
 }
 
