@@ -131,7 +131,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
     step("bench: write docs/BENCHMARKS.md, docs/bench-per-call.svg, README.md");
     let builds = {
         let mut b = vec![w.rip_probe.built_by.clone()];
-        for e in [&w.loop_plain, &w.loop_librip, &w.overhead] {
+        for e in [&w.loop_plain, &w.loop_librip, &w.overhead, &w.maxrss] {
             b.push(e.built_by.clone());
         }
         for e in [&w.loop_usdt, &w.loop_lttng] {

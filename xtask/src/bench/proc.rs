@@ -4,7 +4,9 @@
 //! peak RSS are measured.
 
 use std::{
+    fs::File,
     io::{BufRead, BufReader, Read, Write},
+    path::Path,
     process::{Child, ChildStdin, Command, Stdio},
     sync::mpsc::{self, Receiver, RecvTimeoutError},
     time::{Duration, Instant},
@@ -238,7 +240,7 @@ impl Waiting {
 }
 
 /// How a one-shot command went: wall time, peak RSS, exit status.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Usage {
     /// From spawn to exit.
     pub wall: Duration,
@@ -248,36 +250,75 @@ pub struct Usage {
     pub success: bool,
 }
 
-/// Runs `cmd` to completion, timing it and reading its peak RSS from
-/// `wait4`. Stdio is whatever `cmd` sets.
-pub fn measure(cmd: &mut Command) -> Result<Usage> {
+/// Runs the command line `args` to completion under the `maxrss` helper
+/// (`tests/bench/maxrss.c`), which reports its wall time and peak RSS:
+/// measured from this (larger) process, `ru_maxrss` would carry our own
+/// peak into the child's. Stdout and stderr go to the files given.
+pub fn measure(
+    helper: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    stdout: File,
+    stderr: File,
+) -> Result<Usage> {
+    let out = super::out_dir().join(format!("maxrss.{}", std::process::id()));
+    Command::new(helper)
+        .arg(&out)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .status()
+        .with_context(|| format!("cannot start {}", helper.display()))?;
+    let text = std::fs::read_to_string(&out)
+        .with_context(|| format!("{} wrote no {}", helper.display(), out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    parse_usage(&text)
+        .with_context(|| format!("cannot parse {}'s output: {text:?}", helper.display()))
+}
+
+/// Parses the `maxrss` helper's `maxrss_kib`, `wall_ns` and `status` lines.
+pub fn parse_usage(text: &str) -> Option<Usage> {
+    let field = |key: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(Usage {
+        wall: Duration::from_nanos(field("wall_ns")?),
+        max_rss_kib: field("maxrss_kib")?,
+        success: field("status")? == 0,
+    })
+}
+
+/// Waits until process `pid` stops using CPU: its user plus system time
+/// unchanged for `quiet`, or `max` at most. Returns how long it waited.
+pub fn wait_idle(pid: u32, quiet: Duration, max: Duration) -> Duration {
+    let cpu = || -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the parenthesised comm: state is field 3, utime 14.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
     let t = Instant::now();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: all-zero is a valid rusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: valid out pointers; pid is our child, reaped here (the
-        // `Child` is not waited for afterwards).
-        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if rc == pid {
+    let (mut last, mut since) = (cpu(), Instant::now());
+    while t.elapsed() < max {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = cpu();
+        if now.is_none() {
             break;
         }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e).context("wait4");
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() >= quiet {
+            break;
         }
     }
-    let wall = t.elapsed();
-    drop(child);
-    Ok(Usage {
-        wall,
-        max_rss_kib: u64::try_from(ru.ru_maxrss).unwrap_or(0),
-        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-    })
+    t.elapsed()
 }
 
 /// Renders a command for the report: program and arguments, quoted where
@@ -345,10 +386,33 @@ mod tests {
     }
 
     #[test]
-    fn measures_a_command() {
-        let u = measure(Command::new("sh").args(["-c", "exit 3"])).unwrap();
-        assert!(!u.success);
-        let u = measure(&mut Command::new("true")).unwrap();
-        assert!(u.success && u.max_rss_kib > 0);
+    fn usage_lines() {
+        assert_eq!(
+            parse_usage("maxrss_kib 1612\nwall_ns 1241658\nstatus 0\n"),
+            Some(Usage {
+                wall: Duration::from_nanos(1_241_658),
+                max_rss_kib: 1612,
+                success: true
+            })
+        );
+        assert!(
+            !parse_usage("maxrss_kib 1\nwall_ns 1\nstatus 3\n")
+                .unwrap()
+                .success
+        );
+        assert_eq!(parse_usage("maxrss_kib 1\nstatus 0\n"), None);
+    }
+
+    #[test]
+    fn idle_processes_are_seen_idle() {
+        let mut sleeper = Command::new("sleep").arg("10").spawn().unwrap();
+        let waited = wait_idle(
+            sleeper.id(),
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        );
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
     }
 }

@@ -305,7 +305,8 @@ impl Report {
              on one mutex (after a snap each), plus a few other stuck threads. \
              Time from start to exit of each tool (rip-probe observes for {} \
              before it reports: \"beyond the window\" subtracts it), peak RSS \
-             from `wait4`, and how many of the process's threads the report \
+             (`ru_maxrss` from `wait4` in a small helper, `tests/bench/maxrss.c`), \
+             and how many of the process's threads the report \
              lists (rip-probe: tids in `--json`; gdb: `(LWP n)` headers).\n",
             secs(scale::WINDOW)
         );
@@ -439,9 +440,10 @@ impl Report {
              bench attaches the tracer, waits until it is attached (bpftrace: \
              its BEGIN probe, which runs once every probe is attached; \
              rip-probe: its `load and attach` / `attach uprobes` timing line, \
-             then {:.0} s more, since rip-probe parses the kernel's BTF on a \
-             second thread right after attaching), then sends the line. The \
-             workload times only its measured part, with CLOCK_MONOTONIC.\n\
+             then until its CPU time has stopped growing for {:.1} s, since \
+             rip-probe parses the kernel's BTF on a second thread right after \
+             attaching), then sends the line. The workload times only its \
+             measured part, with CLOCK_MONOTONIC.\n\
              - A warm-up run per row sets its calls per run so that a run lasts \
              about {:.0} ms (within fixed bounds per kind of row); the overhead \
              rows with a tracer make as many operations as their untraced row. \
@@ -461,7 +463,7 @@ impl Report {
              instruction counts are the exact measure of what a snap adds.\n\
              - The machine may have been shared with other work during the \
              run: see the load averages above and the spread column.",
-            super::rows::RIP_PROBE_SETTLE.as_secs_f64(),
+            super::tracers::RIP_PROBE_QUIET.as_secs_f64(),
             self.target_ms,
             self.rounds,
             self.seed

@@ -17,9 +17,6 @@ use super::{
     workloads::Exe,
 };
 
-/// How long after rip-probe says it is attached the workload starts.
-pub const RIP_PROBE_SETTLE: Duration = Duration::from_secs(1);
-
 /// What records the run, beside the workload.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Tracer {
@@ -193,10 +190,6 @@ fn run_once(
         }
         Tracer::RipProbe(u) => {
             let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u)?;
-            // Right after attaching, rip-probe parses the kernel's BTF on a
-            // second thread (a fraction of a second of CPU): measure once
-            // that start-up work is over.
-            std::thread::sleep(RIP_PROBE_SETTLE);
             let s = w.go(timeout)?;
             if !rp.finish() {
                 anyhow::bail!("rip-probe did not exit cleanly after the workload");

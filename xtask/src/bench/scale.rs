@@ -3,13 +3,7 @@
 //! `thread apply all bt`: time to the full report, peak RSS, and whether
 //! every thread is in it.
 
-use std::{
-    collections::BTreeSet,
-    fs::File,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeSet, fs::File, path::Path, time::Duration};
 
 use anyhow::{Context, Result, bail};
 
@@ -127,11 +121,11 @@ pub fn run(
             let timing = dir.join(format!("scale-{workers}.timing"));
             let a = rip_probe_args(&exe, &pid.to_string());
             let u = measure(
-                Command::new(&a[0])
-                    .args(&a[1..])
-                    .env("RIP_PROBE_TIMING", "1")
-                    .stdout(create(&json)?)
-                    .stderr(create(&timing)?),
+                &w.maxrss.path,
+                &a,
+                &[("RIP_PROBE_TIMING", "1")],
+                create(&json)?,
+                create(&timing)?,
             )?;
             if !u.success {
                 bail!("rip-probe failed: see {}", rel(&timing));
@@ -154,13 +148,8 @@ pub fn run(
             Ok(()) => {
                 let out = dir.join(format!("scale-{workers}.gdb.txt"));
                 let a = gdb_args(&pid.to_string());
-                let u = measure(
-                    Command::new(&a[0])
-                        .args(&a[1..])
-                        .stdin(Stdio::null())
-                        .stdout(create(&out)?)
-                        .stderr(Stdio::null()),
-                )?;
+                let err = dir.join(format!("scale-{workers}.gdb.err"));
+                let u = measure(&w.maxrss.path, &a, &[], create(&out)?, create(&err)?)?;
                 let text = std::fs::read_to_string(&out).unwrap_or_default();
                 g.listed = gdb_threads(&text).intersection(&tids).count();
                 eprintln!(

@@ -10,8 +10,12 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use super::proc::{Proc, Sample, parse_sample, shell_words};
+use super::proc::{Proc, Sample, parse_sample, shell_words, wait_idle};
 use crate::util::output;
+
+/// rip-probe counts as settled after attaching once its CPU time stops
+/// growing for this long.
+pub const RIP_PROBE_QUIET: Duration = Duration::from_millis(200);
 
 /// How long a tracer may take to attach.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -122,6 +126,10 @@ impl RipProbe {
             .expect("piped")
             .wait_for(ATTACH_TIMEOUT, |l| l.starts_with(phase))
             .context("rip-probe did not attach")?;
+        // Right after attaching, rip-probe parses the kernel's BTF on a
+        // second thread (a fraction of a second of CPU): the workload
+        // starts once that start-up work is over.
+        wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
         Ok(RipProbe(p))
     }
 

@@ -50,6 +50,8 @@ pub struct Workloads {
     pub loop_lttng: Result<Exe, String>,
     /// getppid loop and ping-pong.
     pub overhead: Exe,
+    /// Runs a command and reports its peak RSS and wall time.
+    pub maxrss: Exe,
     /// The release rip-probe.
     pub rip_probe: Exe,
     /// The release demo server (thousands of blocked threads).
@@ -109,6 +111,7 @@ pub fn build(peers: &Peers) -> Result<Workloads> {
         loop_usdt: optional(&["systemtap-sdt-dev"], "loop-usdt", &["-DLOOP_USDT"]),
         loop_lttng: optional(&["liblttng-ust-dev"], "loop-lttng", &lttng_flags),
         overhead: cc("overhead.c", "overhead", &["-pthread"])?,
+        maxrss: cc("maxrss.c", "maxrss", &[])?,
         rip_probe: cargo_exe("rip-probe"),
         demo_server: cargo_exe("rip-demo-server"),
     })
