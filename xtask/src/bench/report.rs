@@ -107,6 +107,21 @@ fn time_cells(m: &Measured) -> (String, String) {
     }
 }
 
+/// The tracer troubles of `rows` after runs whose measurements stand.
+fn troubles(s: &mut String, rows: &[Measured]) {
+    for m in rows.iter().filter(|m| !m.troubles.is_empty()) {
+        let runs = m.per_call.len() + 1;
+        let _ = writeln!(
+            s,
+            "\n{} ({}): after {} of {runs} runs (warm-up included), {}.",
+            m.row.label,
+            m.row.mode.unwrap_or("per call"),
+            m.troubles.len(),
+            m.troubles.join("; ")
+        );
+    }
+}
+
 impl Report {
     /// The median ns per call of the reference row (librip's C snap).
     fn reference(&self) -> Option<f64> {
@@ -235,6 +250,7 @@ impl Report {
                 counted.join("; ")
             );
         }
+        troubles(s, &self.per_call);
     }
 
     fn overhead_table(&self, s: &mut String) {
@@ -278,6 +294,7 @@ impl Report {
                 thousands(m.calls)
             );
         }
+        troubles(s, &self.overhead);
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
             let _ = writeln!(
                 s,
@@ -566,6 +583,7 @@ mod tests {
             failure: None,
             instructions: None,
             commands: vec![format!("run {id}")],
+            troubles: Vec::new(),
         }
     }
 
@@ -606,15 +624,16 @@ mod tests {
                 lttng,
             ],
             callgrind: (1_000_000, 2_000_000, "valgrind ...".into()),
-            overhead: vec![
-                row("getppid", Tracer::None, Some("getppid"), &[100.0]),
-                row(
+            overhead: vec![row("getppid", Tracer::None, Some("getppid"), &[100.0]), {
+                let mut r = row(
                     "getppid-rip-probe",
                     Tracer::RipProbe(None),
                     Some("getppid"),
                     &[105.0],
-                ),
-            ],
+                );
+                r.troubles.push("it said `boom`".into());
+                r
+            }],
             scale: vec![Ok(ScaleResult {
                 workers: 10_000,
                 threads: 10_006,
@@ -674,6 +693,12 @@ mod tests {
         assert!(md.contains("| lttng-tools | not available: no mirror |"));
         assert!(md.contains("×1.05 |"), "{md}");
         assert!(md.contains("Measured: ×1.05 — met."), "{md}");
+        assert!(
+            md.contains(
+                "getppid-rip-probe (getppid): after 1 of 2 runs (warm-up included), it said `boom`."
+            ),
+            "{md}"
+        );
         assert!(md.contains("| 10,006 | rip-probe --pid --json | 3 | 1.35 s | 0.35 s | 40 MiB | 10,006 of 10,006 |"), "{md}");
         assert!(
             md.contains("| 10,006 | gdb thread apply all bt | 1 | 20.00 s | — | 40 MiB |"),

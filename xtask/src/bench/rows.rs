@@ -99,6 +99,9 @@ pub struct Measured {
     pub instructions: Option<Result<f64, String>>,
     /// The commands of one measured run, as the report shows them.
     pub commands: Vec<String>,
+    /// What went wrong with the tracer after a run's measurement (the
+    /// measurement stands).
+    pub troubles: Vec<String>,
 }
 
 impl Measured {
@@ -159,18 +162,17 @@ impl Measured {
     }
 }
 
-/// One run of `row` with `n` calls: the workload's own measurement and
-/// what the tracer counted (if it counts).
-fn run_once(
-    row: &Row,
-    exe: &Path,
-    ctx: &Ctx,
-    n: u64,
-) -> Result<(super::proc::Sample, Option<u64>)> {
+/// One run's results: the workload's own measurement, what the tracer
+/// counted (if it counts), and what went wrong with the tracer after the
+/// measurement, if anything.
+type Run = (super::proc::Sample, Option<u64>, Option<String>);
+
+/// One run of `row` with `n` calls.
+fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
     let timeout = Duration::from_secs(300);
     if row.tracer == Tracer::Gdb {
         let (s, hits) = tracers::gdb_run(&ctx.gdb_script, exe, n, timeout)?;
-        return Ok((s, Some(hits)));
+        return Ok((s, Some(hits), None));
     }
     let _session = match row.tracer {
         Tracer::Lttng => Some(LttngSession::start(&format!(
@@ -186,17 +188,14 @@ fn run_once(
         Tracer::Bpftrace(p) => {
             let bt = Bpftrace::attach(p, w.pid(), exe)?;
             let s = w.go(timeout)?;
-            Ok((s, Some(bt.finish()?)))
+            Ok((s, Some(bt.finish()?), None))
         }
         Tracer::RipProbe(u) => {
             let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u)?;
             let s = w.go(timeout)?;
-            if !rp.finish() {
-                anyhow::bail!("rip-probe did not exit cleanly after the workload");
-            }
-            Ok((s, None))
+            Ok((s, None, rp.finish().err()))
         }
-        _ => Ok((w.go(timeout)?, None)),
+        _ => Ok((w.go(timeout)?, None, None)),
     }
 }
 
@@ -223,6 +222,7 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
                 failure,
                 instructions: None,
                 commands: Vec::new(),
+                troubles: Vec::new(),
             }
         })
         .collect();
@@ -230,8 +230,12 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
     let one = |m: &mut Measured, n: u64| -> Option<f64> {
         let exe = m.row.exe.as_ref().ok()?.path.clone();
         match run_once(&m.row, &exe, ctx, n) {
-            Ok((s, counted)) => {
+            Ok((s, counted, trouble)) => {
                 m.counted = counted;
+                if let Some(t) = trouble {
+                    eprintln!("    {}: {t}", m.row.id);
+                    m.troubles.push(t);
+                }
                 eprintln!(
                     "    {:<22} {:>12} calls {:>12.1} ns/call{}",
                     m.row.id,

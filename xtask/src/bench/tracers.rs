@@ -134,9 +134,22 @@ impl RipProbe {
     }
 
     /// Waits for rip-probe to notice the workload's exit and report
-    /// (killing it if it does not); true if it exited cleanly.
-    pub fn finish(mut self) -> bool {
-        self.0.wait_or_kill(Duration::from_secs(20))
+    /// (killing it if it does not); on an unclean exit, says what it
+    /// printed last.
+    pub fn finish(mut self) -> Result<(), String> {
+        if self.0.wait_or_kill(Duration::from_secs(20)) {
+            return Ok(());
+        }
+        let err = self.0.stderr.as_mut().expect("piped");
+        err.drain(Duration::from_secs(1));
+        let last = err
+            .seen
+            .iter()
+            .rfind(|l| !l.starts_with("rip-probe timing:"))
+            .map_or("nothing on stderr".to_string(), |l| format!("`{l}`"));
+        Err(format!(
+            "rip-probe did not exit cleanly after the workload: {last}"
+        ))
     }
 }
 
