@@ -59,10 +59,9 @@ int main(int argc, char **argv)
     rip_init(0, "loop", 4, 0, 0);
 #endif
     bench_wait(wait);
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = bench_start();
     run_loop(n);
-    uint64_t t1 = bench_now_ns();
-    bench_report(count, t1 - t0);
+    bench_report(count, t0);
 #if defined(LOOP_LIBRIP)
     unlink(ring);
 #endif

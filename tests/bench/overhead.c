@@ -7,7 +7,8 @@
  *                                 pinned to one CPU: each round trip is
  *                                 two context switches
  *
- * Prints "calls N elapsed_ns T" (see bench.h): N syscalls or round trips.
+ * Prints "calls N elapsed_ns T nivcsw K" (see bench.h): N syscalls or
+ * round trips.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -57,7 +58,7 @@ static void *ponger(void *arg)
     return NULL;
 }
 
-static uint64_t pingpong(uint64_t n, int wait)
+static void pingpong(uint64_t n, int wait)
 {
     int ping[2], pong[2];
     if (pipe(ping) != 0 || pipe(pong) != 0) {
@@ -72,7 +73,7 @@ static uint64_t pingpong(uint64_t n, int wait)
         exit(1);
     }
     bench_wait(wait);
-    uint64_t t0 = bench_now_ns();
+    uint64_t t0 = bench_start();
     char c = 'x';
     for (uint64_t i = 0; i < n; i++) {
         if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1) {
@@ -80,9 +81,8 @@ static uint64_t pingpong(uint64_t n, int wait)
             exit(1);
         }
     }
-    uint64_t t1 = bench_now_ns();
+    bench_report(n, t0);
     pthread_join(t, NULL);
-    return t1 - t0;
 }
 
 int main(int argc, char **argv)
@@ -95,11 +95,11 @@ int main(int argc, char **argv)
     uint64_t n = bench_args(argc, argv, 2, &wait);
     if (strcmp(argv[1], "getppid") == 0) {
         bench_wait(wait);
-        uint64_t t0 = bench_now_ns();
+        uint64_t t0 = bench_start();
         getppid_loop(n);
-        bench_report(n, bench_now_ns() - t0);
+        bench_report(n, t0);
     } else if (strcmp(argv[1], "pingpong") == 0) {
-        bench_report(n, pingpong(n, wait));
+        pingpong(n, wait);
     } else {
         fprintf(stderr, "%s: unknown mode %s\n", argv[0], argv[1]);
         return 2;

@@ -3,7 +3,8 @@
 //!
 //! Usage: `rip-bench-loop N [--wait]`. It speaks the protocol of
 //! `tests/bench/bench.h`: with `--wait` it prints `ready` and waits for a
-//! line on stdin, then prints `calls N elapsed_ns T` for the loop alone.
+//! line on stdin, then prints `calls N elapsed_ns T nivcsw K` for the loop
+//! alone (K: involuntary context switches meanwhile).
 
 use std::{
     hint::black_box,
@@ -31,6 +32,15 @@ pub extern "C" fn run_loop(n: u64) {
     for _ in 0..black_box(n) {
         f();
     }
+}
+
+/// Involuntary context switches of this process so far.
+fn involuntary_switches() -> i64 {
+    // SAFETY: all-zero is a valid rusage; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_nivcsw
 }
 
 fn main() {
@@ -61,11 +71,13 @@ fn main() {
             .expect("stdout");
         let _ = std::io::stdin().lock().read_line(&mut String::new());
     }
+    let switches = involuntary_switches();
     let t = Instant::now();
     run_loop(n);
     let elapsed = t.elapsed().as_nanos();
+    let switches = involuntary_switches() - switches;
     let calls = COUNT.load(Ordering::Relaxed);
-    writeln!(out, "calls {calls} elapsed_ns {elapsed}").expect("stdout");
+    writeln!(out, "calls {calls} elapsed_ns {elapsed} nivcsw {switches}").expect("stdout");
     let _ = std::fs::remove_file(&ring);
     std::process::exit(if calls == n { 0 } else { 1 });
 }

@@ -15,13 +15,16 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 /// What a workload measured itself: `calls` calls (or operations) in
-/// `elapsed_ns` of its own clock, startup and attach excluded.
+/// `elapsed_ns` of its own clock, startup and attach excluded, and the
+/// involuntary context switches it suffered meanwhile.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     /// Calls made.
     pub calls: u64,
     /// Time the calls took, in ns.
     pub elapsed_ns: u64,
+    /// Involuntary context switches of the process during the calls.
+    pub nivcsw: u64,
 }
 
 impl Sample {
@@ -31,13 +34,14 @@ impl Sample {
     }
 }
 
-/// Parses a workload's `calls N elapsed_ns T` line.
+/// Parses a workload's `calls N elapsed_ns T nivcsw K` line.
 pub fn parse_sample(line: &str) -> Option<Sample> {
-    let mut w = line.split_whitespace();
-    match (w.next()?, w.next()?, w.next()?, w.next()?, w.next()) {
-        ("calls", calls, "elapsed_ns", ns, None) => Some(Sample {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    match w[..] {
+        ["calls", calls, "elapsed_ns", ns, "nivcsw", k] => Some(Sample {
             calls: calls.parse().ok()?,
             elapsed_ns: ns.parse().ok()?,
+            nivcsw: k.parse().ok()?,
         }),
         _ => None,
     }
@@ -347,22 +351,20 @@ mod tests {
 
     #[test]
     fn samples() {
+        let s = parse_sample("calls 100 elapsed_ns 2500 nivcsw 3").unwrap();
         assert_eq!(
-            parse_sample("calls 100 elapsed_ns 2500"),
-            Some(Sample {
+            s,
+            Sample {
                 calls: 100,
-                elapsed_ns: 2500
-            })
+                elapsed_ns: 2500,
+                nivcsw: 3
+            }
         );
-        assert_eq!(
-            parse_sample("calls 100 elapsed_ns 2500")
-                .unwrap()
-                .per_call_ns(),
-            25.0
-        );
+        assert_eq!(s.per_call_ns(), 25.0);
         assert_eq!(parse_sample("ready"), None);
-        assert_eq!(parse_sample("calls x elapsed_ns 1"), None);
-        assert_eq!(parse_sample("calls 1 elapsed_ns 1 more"), None);
+        assert_eq!(parse_sample("calls 1 elapsed_ns 1"), None);
+        assert_eq!(parse_sample("calls x elapsed_ns 1 nivcsw 0"), None);
+        assert_eq!(parse_sample("calls 1 elapsed_ns 1 nivcsw 0 more"), None);
     }
 
     #[test]

@@ -264,13 +264,16 @@ impl Report {
              attached (and attached before the measured part starts), \
              interleaved, median of {} rounds. rip-probe `--pid` attaches its \
              sched_switch tracepoint program (filtered in the kernel to the \
-             target) and no syscall tracepoint.\n",
+             target) and no syscall tracepoint; every event it records also \
+             goes to a ring buffer that wakes rip-probe. The last column counts \
+             the involuntary context switches the workload suffered during its \
+             measured part (`getrusage`).\n",
             self.rounds
         );
         let _ = writeln!(
             s,
-            "| workload | tracer | operations per run | median ns per operation | min–max | × untraced |\n\
-             | --- | --- | ---: | ---: | ---: | ---: |"
+            "| workload | tracer | operations per run | median ns per operation | min–max | × untraced | involuntary switches per run, median (min–max) |\n\
+             | --- | --- | ---: | ---: | ---: | ---: | ---: |"
         );
         for m in &self.overhead {
             let (med, spread) = time_cells(m);
@@ -287,9 +290,21 @@ impl Report {
                 Some("getppid") => "getppid loop (per call)",
                 _ => "ping-pong, one CPU (per round trip)",
             };
+            let switches = match (
+                super::stats::median(&m.switches),
+                super::stats::range(&m.switches),
+            ) {
+                (Some(v), Some((lo, hi))) if m.failure.is_none() => format!(
+                    "{} ({}–{})",
+                    thousands(v as u64),
+                    thousands(lo as u64),
+                    thousands(hi as u64)
+                ),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "| {what} | {} | {} | {med} | {spread} | {x} |",
+                "| {what} | {} | {} | {med} | {spread} | {x} | {switches} |",
                 m.row.label,
                 thousands(m.calls)
             );
@@ -579,6 +594,7 @@ mod tests {
             },
             calls: 1_000_000,
             per_call: ns.to_vec(),
+            switches: vec![3.0, 1.0],
             counted: None,
             failure: None,
             instructions: None,
@@ -691,7 +707,7 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| lttng-tools | not available: no mirror |"));
-        assert!(md.contains("×1.05 |"), "{md}");
+        assert!(md.contains("×1.05 | 2 (1–3) |"), "{md}");
         assert!(md.contains("Measured: ×1.05 — met."), "{md}");
         assert!(
             md.contains(

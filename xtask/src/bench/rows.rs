@@ -91,6 +91,8 @@ pub struct Measured {
     pub calls: u64,
     /// ns per call of each measured run.
     pub per_call: Vec<f64>,
+    /// Involuntary context switches of each measured run.
+    pub switches: Vec<f64>,
     /// What the tracer counted in the last run (bpftrace, gdb).
     pub counted: Option<u64>,
     /// "not available: ..." or "failed: ..." when the row has no result.
@@ -218,6 +220,7 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
                 calls: row.calls.start,
                 row,
                 per_call: Vec::new(),
+                switches: Vec::new(),
                 counted: None,
                 failure,
                 instructions: None,
@@ -227,7 +230,7 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
         })
         .collect();
 
-    let one = |m: &mut Measured, n: u64| -> Option<f64> {
+    let one = |m: &mut Measured, n: u64| -> Option<super::proc::Sample> {
         let exe = m.row.exe.as_ref().ok()?.path.clone();
         match run_once(&m.row, &exe, ctx, n) {
             Ok((s, counted, trouble)) => {
@@ -237,13 +240,14 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
                     m.troubles.push(t);
                 }
                 eprintln!(
-                    "    {:<22} {:>12} calls {:>12.1} ns/call{}",
+                    "    {:<22} {:>12} calls {:>12.1} ns/call {:>8} involuntary switches{}",
                     m.row.id,
                     s.calls,
                     s.per_call_ns(),
+                    s.nivcsw,
                     counted.map_or(String::new(), |c| format!(" (counted {c})"))
                 );
-                Some(s.per_call_ns())
+                Some(s)
             }
             Err(e) => {
                 eprintln!("    {}: failed: {e:#}", m.row.id);
@@ -255,9 +259,9 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
 
     eprintln!("    warm-up (sets the calls of each row)");
     for m in ms.iter_mut().filter(|m| m.failure.is_none()) {
-        if let Some(ns) = one(m, m.row.calls.start) {
+        if let Some(s) = one(m, m.row.calls.start) {
             let c = m.row.calls;
-            m.calls = stats::calls_for(ns, ctx.target_ns, c.min, c.max);
+            m.calls = stats::calls_for(s.per_call_ns(), ctx.target_ns, c.min, c.max);
         }
     }
     for i in 0..ms.len() {
@@ -273,8 +277,9 @@ pub fn measure(rows: Vec<Row>, ctx: &Ctx, rng: &mut fastrand::Rng) -> Vec<Measur
         for k in stats::round_order(live.len(), rng) {
             let m = &mut ms[live[k]];
             let n = m.calls;
-            if let Some(ns) = one(m, n) {
-                m.per_call.push(ns);
+            if let Some(s) = one(m, n) {
+                m.per_call.push(s.per_call_ns());
+                m.switches.push(s.nivcsw as f64);
             }
         }
     }
