@@ -74,6 +74,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
     }
     let ctx = rows::Ctx {
         rip_probe: w.rip_probe.path.clone(),
+        uprobe_lib: w.uprobe_lib.path.clone(),
         gdb_script,
         lttng: daemon.as_ref().map(|_| ()).map_err(Clone::clone),
         target_ns: if quick { 0.25e9 } else { 0.5e9 },

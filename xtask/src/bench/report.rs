@@ -484,9 +484,13 @@ impl Report {
              - `f` is `noinline, noipa` and increments a global; the snap, \
              marker or tracepoint is its first statement. Dynamic probes \
              (uprobes, gdb) attach to `f` of the untraced build.\n\
-             - rip-probe runs as its CLI (`target/release/rip-probe`); with \
-             `--pid` it also attaches its sched_switch program to the process, \
-             and `--uprobe f` adds its `fn_entry` uprobe.\n\
+             - rip-probe's uprobe rows: \"library\" is `rip-bench-uprobe` \
+             (`tests/src/bin/`), which calls rip-probe's `KernelProbe::attach` \
+             (the sched_switch program) and `attach_uprobes` (its `fn_entry` \
+             uprobe on `f`) and never reads the events; \"CLI\" is \
+             `target/release/rip-probe --pid PID --uprobe f`, which attaches the \
+             same and is woken by every event the sched_switch program records \
+             (see the involuntary switches in the overhead table).\n\
              - The LTTng session is in snapshot mode (ring buffers in memory, \
              overwritten, nothing written to disk unless a snapshot is taken).\n\
              - Per-call times of a few ns are within what code alignment and \
@@ -512,7 +516,7 @@ impl Report {
         if let Some(snap) = self.reference() {
             let mut vs = Vec::new();
             for (id, what) in [
-                ("uprobe-rip-probe", "an uprobe"),
+                ("uprobe-rip-probe-lib", "an uprobe"),
                 ("usdt-bpftrace", "a USDT marker under bpftrace"),
                 ("gdb", "a gdb breakpoint"),
             ] {
@@ -631,8 +635,8 @@ mod tests {
                 none,
                 row(REFERENCE, Tracer::None, None, &[3.0, 3.0, 3.1]),
                 row(
-                    "uprobe-rip-probe",
-                    Tracer::RipProbe(Some("f")),
+                    "uprobe-rip-probe-lib",
+                    Tracer::RipProbeLibrary("f"),
                     None,
                     &[24_000.0],
                 ),
@@ -694,7 +698,9 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| uprobe-rip-probe | 1,000,000 | **24,000** | 24,000–24,000 | ×8,000 |"),
+            md.contains(
+                "| uprobe-rip-probe-lib | 1,000,000 | **24,000** | 24,000–24,000 | ×8,000 |"
+            ),
             "{md}"
         );
         assert!(

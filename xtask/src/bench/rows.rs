@@ -27,6 +27,9 @@ pub enum Tracer {
     Bpftrace(&'static str),
     /// `rip-probe --pid`, plus `--uprobe` on this function when set.
     RipProbe(Option<&'static str>),
+    /// rip-probe's uprobe on this function through its library
+    /// (`rip-bench-uprobe`).
+    RipProbeLibrary(&'static str),
     /// A snapshot-mode LTTng session with the loop's events enabled.
     Lttng,
     /// gdb runs the workload with a counting breakpoint on `f`.
@@ -72,6 +75,8 @@ pub struct Row {
 pub struct Ctx {
     /// The release rip-probe.
     pub rip_probe: PathBuf,
+    /// `rip-bench-uprobe`.
+    pub uprobe_lib: PathBuf,
     /// The gdb script counting breakpoint hits.
     pub gdb_script: PathBuf,
     /// Why LTTng sessions cannot run, if they cannot.
@@ -147,6 +152,14 @@ impl Measured {
                     ))
                 ),
             ],
+            Tracer::RipProbeLibrary(f) => vec![
+                run,
+                shell_words(&[
+                    super::workloads::rel(&ctx.uprobe_lib),
+                    "PID".into(),
+                    f.to_string(),
+                ]),
+            ],
             Tracer::Lttng => {
                 let mut v: Vec<String> = tracers::lttng_setup("SESSION")
                     .iter()
@@ -196,6 +209,12 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u)?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
+        }
+        Tracer::RipProbeLibrary(f) => {
+            let rp = RipProbe::attach_library(&ctx.uprobe_lib, w.pid(), f)?;
+            let s = w.go(timeout)?;
+            rp.kill();
+            Ok((s, None, None))
         }
         _ => Ok((w.go(timeout)?, None, None)),
     }

@@ -104,8 +104,16 @@ pub fn per_call(w: &Workloads, peers: &Peers) -> Vec<Row> {
             false,
         ),
         row(
+            "uprobe-rip-probe-lib",
+            "uprobe, rip-probe's aya loader (library)",
+            plain.clone(),
+            Tracer::RipProbeLibrary("f"),
+            TRAPPING,
+            false,
+        ),
+        row(
             "uprobe-rip-probe",
-            "uprobe, rip-probe's aya loader (CLI)",
+            "uprobe, rip-probe CLI (`--pid --uprobe f`)",
             plain.clone(),
             Tracer::RipProbe(Some("f")),
             TRAPPING,

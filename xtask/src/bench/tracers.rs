@@ -133,6 +133,31 @@ impl RipProbe {
         Ok(RipProbe(p))
     }
 
+    /// Starts `rip-bench-uprobe PID FUNCTION` (rip-probe's library,
+    /// nobody reading the events) and waits until it has attached and
+    /// settled.
+    pub fn attach_library(exe: &Path, pid: u32, function: &str) -> Result<RipProbe> {
+        let args = [
+            exe.to_string_lossy().into_owned(),
+            pid.to_string(),
+            function.into(),
+        ];
+        let mut p = Proc::start(&args, &[])?;
+        p.stdout
+            .as_mut()
+            .expect("piped")
+            .wait_for(ATTACH_TIMEOUT, |l| l.starts_with("attached "))
+            .context("rip-bench-uprobe did not attach")?;
+        wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
+        Ok(RipProbe(p))
+    }
+
+    /// Detaches the library's probes (they live as long as the process).
+    pub fn kill(mut self) {
+        self.0.signal(libc::SIGKILL);
+        self.0.wait_or_kill(Duration::from_secs(5));
+    }
+
     /// Waits for rip-probe to notice the workload's exit and report
     /// (killing it if it does not); on an unclean exit, says what it
     /// printed last.

@@ -54,6 +54,8 @@ pub struct Workloads {
     pub maxrss: Exe,
     /// The release rip-probe.
     pub rip_probe: Exe,
+    /// Attaches rip-probe's uprobe through its library.
+    pub uprobe_lib: Exe,
     /// The release demo server (thousands of blocked threads).
     pub demo_server: Exe,
 }
@@ -74,6 +76,8 @@ const CARGO_ARGS: &[&str] = &[
     "rip-demo-server",
     "--bin",
     "rip-bench-loop",
+    "--bin",
+    "rip-bench-uprobe",
 ];
 
 /// Builds everything; the USDT and LTTng loops only when their headers
@@ -113,6 +117,7 @@ pub fn build(peers: &Peers) -> Result<Workloads> {
         overhead: cc("overhead.c", "overhead", &["-pthread"])?,
         maxrss: cc("maxrss.c", "maxrss", &[])?,
         rip_probe: cargo_exe("rip-probe"),
+        uprobe_lib: cargo_exe("rip-bench-uprobe"),
         demo_server: cargo_exe("rip-demo-server"),
     })
 }
