@@ -107,6 +107,22 @@ fn time_cells(m: &Measured) -> (String, String) {
     }
 }
 
+/// A row's involuntary context switches per run: median (min–max).
+fn switch_cell(m: &Measured) -> String {
+    match (
+        super::stats::median(&m.switches),
+        super::stats::range(&m.switches),
+    ) {
+        (Some(v), Some((lo, hi))) if m.failure.is_none() => format!(
+            "{} ({}–{})",
+            thousands(v as u64),
+            thousands(lo as u64),
+            thousands(hi as u64)
+        ),
+        _ => String::new(),
+    }
+}
+
 /// The tracer troubles of `rows` after runs whose measurements stand.
 fn troubles(s: &mut String, rows: &[Measured]) {
     for m in rows.iter().filter(|m| !m.troubles.is_empty()) {
@@ -184,13 +200,15 @@ impl Report {
              (startup and attaching excluded); median of {} interleaved \
              rounds, rows in a new random order each round. \"× snap\" is the \
              ratio to the librip snap from C; \"added\" is the median minus \
-             the no-tracing row's.\n",
+             the no-tracing row's; the last column counts the involuntary \
+             context switches the workload suffered during the loop \
+             (`getrusage`).\n",
             self.rounds
         );
         let _ = writeln!(
             s,
-            "| way of recording | calls per run | median ns per call | min–max | × snap | added ns | instructions per call |\n\
-             | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+            "| way of recording | calls per run | median ns per call | min–max | × snap | added ns | instructions per call | involuntary switches per run, median (min–max) |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         );
         for m in &self.per_call {
             let (med, spread) = time_cells(m);
@@ -215,8 +233,9 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "| {} | {calls} | {med} | {spread} | {x} | {added} | {instr} |",
-                m.row.label
+                "| {} | {calls} | {med} | {spread} | {x} | {added} | {instr} | {} |",
+                m.row.label,
+                switch_cell(m)
             );
         }
         let _ = writeln!(
@@ -264,8 +283,8 @@ impl Report {
              attached (and attached before the measured part starts), \
              interleaved, median of {} rounds. rip-probe `--pid` attaches its \
              sched_switch tracepoint program (filtered in the kernel to the \
-             target) and no syscall tracepoint; every event it records also \
-             goes to a ring buffer that wakes rip-probe. The last column counts \
+             target) and no syscall tracepoint; the events it records go to a \
+             ring buffer whose reader, rip-probe, they wake. The last column counts \
              the involuntary context switches the workload suffered during its \
              measured part (`getrusage`).\n",
             self.rounds
@@ -290,18 +309,7 @@ impl Report {
                 Some("getppid") => "getppid loop (per call)",
                 _ => "ping-pong, one CPU (per round trip)",
             };
-            let switches = match (
-                super::stats::median(&m.switches),
-                super::stats::range(&m.switches),
-            ) {
-                (Some(v), Some((lo, hi))) if m.failure.is_none() => format!(
-                    "{} ({}–{})",
-                    thousands(v as u64),
-                    thousands(lo as u64),
-                    thousands(hi as u64)
-                ),
-                _ => String::new(),
-            };
+            let switches = switch_cell(m);
             let _ = writeln!(
                 s,
                 "| {what} | {} | {} | {med} | {spread} | {x} | {switches} |",
@@ -489,7 +497,7 @@ impl Report {
              (the sched_switch program) and `attach_uprobes` (its `fn_entry` \
              uprobe on `f`) and never reads the events; \"CLI\" is \
              `target/release/rip-probe --pid PID --uprobe f`, which attaches the \
-             same and is woken by every event the sched_switch program records \
+             same and is woken by the events its sched_switch program records \
              (see the involuntary switches in the overhead table).\n\
              - The LTTng session is in snapshot mode (ring buffers in memory, \
              overwritten, nothing written to disk unless a snapshot is taken).\n\
@@ -707,7 +715,7 @@ mod tests {
             md.contains("| no tracing") || md.contains("| none | 1,000,000 | **2.10** |"),
             "{md}"
         );
-        assert!(md.contains("| 5.00 |"), "{md}");
+        assert!(md.contains("| 5.00 | 2 (1–3) |"), "{md}");
         assert!(
             md.contains("| lttng-session |  | not available: lttng-tools: no mirror |"),
             "{md}"
