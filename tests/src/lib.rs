@@ -198,25 +198,25 @@ pub fn build_c(name: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("c")
         .join(format!("{name}.c"));
-    let out = target_dir().join(format!("c-{name}"));
-    // Tests running in parallel build the same program: each compiles to a
-    // file of its own and renames it into place, so none ever executes a
-    // file another is still writing (ETXTBSY).
+    // Tests running in parallel build the same program: each call gets a
+    // directory of its own, so none executes a file another is writing
+    // (ETXTBSY) or attaches uprobes to a file another replaced.
     static N: AtomicU32 = AtomicU32::new(0);
-    let tmp = out.with_extension(format!(
-        "tmp.{}.{}",
+    let dir = target_dir().join(format!(
+        "c-build/{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    let out = dir.join(format!("c-{name}"));
     let status = Command::new("cc")
         .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&tmp)
+        .arg(&out)
         .arg(&src)
         .args(extra)
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc {} failed", src.display());
-    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("rename to {}: {e}", out.display()));
     out
 }
 
