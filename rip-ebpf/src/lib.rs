@@ -29,8 +29,9 @@ pub struct Config {
     pub regs: PtRegsOffsets,
     /// Offsets of the `task_struct` members the task iterator reads.
     pub task: TaskOffsets,
-    /// 1: send every switch of the target through `EVENTS` (for observers);
-    /// 0: only keep `THREADS` up to date.
+    /// 1: send every switch of the target, with its kernel stack and user
+    /// registers, through `EVENTS` (for observers); 0: only keep `THREADS`
+    /// up to date (times and states), which costs a switch far less.
     pub emit_events: u32,
 }
 
@@ -143,9 +144,11 @@ pub struct ThreadRecord {
     pub state: u64,
     /// Number of switches off the CPU observed.
     pub switches: u64,
-    /// Kernel stack id in the `STACKS` map at the last switch off (<0: none).
+    /// Kernel stack id in the `STACKS` map at the last switch off (<0: none;
+    /// stacks are only taken when events are on).
     pub kstack_id: i64,
-    /// User registers at the last switch off the CPU.
+    /// User registers at the last switch off the CPU (only with events;
+    /// `syscall_nr` is -1 otherwise).
     pub regs: UserRegs,
     /// 1 while the thread is on a CPU, 0 while it is off.
     pub on_cpu: u32,

@@ -98,9 +98,25 @@ fn switch_off(ctx: &TracePointContext, cfg: &Config, now: u64) {
     let tid = tid as u32;
     // SAFETY: as above.
     let state = unsafe { ctx.read_at::<i64>(cfg.prev_state_off as usize) }.unwrap_or(0) as u64;
-    let kstack_id = ctx.get_stackid(&STACKS, 0).unwrap_or(-1);
-    // SAFETY: the current task is valid for the duration of the program.
-    let regs = unsafe { user_regs(bpf_get_current_task_btf(), cfg) };
+    // This runs at every switch of a traced thread. A kernel stack walk
+    // costs microseconds; reports take stacks from the task iterator
+    // instead, so only observers of events pay for them.
+    let kstack_id = if cfg.emit_events != 0 {
+        ctx.get_stackid(&STACKS, 0).unwrap_or(-1)
+    } else {
+        -1
+    };
+    // Likewise the saved user registers (nine reads): the iterator reads
+    // them for reports.
+    let regs = if cfg.emit_events != 0 {
+        // SAFETY: the current task is valid for the duration of the program.
+        unsafe { user_regs(bpf_get_current_task_btf(), cfg) }
+    } else {
+        UserRegs {
+            syscall_nr: -1,
+            ..UserRegs::default()
+        }
+    };
 
     let rec = match THREADS.get_ptr_mut(tid) {
         Some(rec) => rec,

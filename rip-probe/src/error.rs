@@ -70,8 +70,9 @@ impl Error {
         }
     }
 
-    /// Maps an aya error to [`Error::NotPrivileged`] when it is EPERM/EACCES,
-    /// and to [`Error::Bpf`] with its full cause chain otherwise.
+    /// Maps an aya error to [`Error::NotPrivileged`] when it is EPERM, and to
+    /// [`Error::Bpf`] with its full cause chain otherwise. (EACCES is what
+    /// the verifier answers to a program it rejects: not a privilege issue.)
     pub fn bpf(context: &str, err: impl std::error::Error) -> Self {
         let mut msg = format!("{context}: {err}");
         let mut src = err.source();
@@ -79,7 +80,7 @@ impl Error {
         while let Some(s) = src {
             msg.push_str(&format!(": {s}"));
             if let Some(io) = s.downcast_ref::<std::io::Error>() {
-                denied |= matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES));
+                denied |= io.raw_os_error() == Some(libc::EPERM);
             }
             src = s.source();
         }

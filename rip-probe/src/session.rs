@@ -277,8 +277,9 @@ impl Session {
     }
 
     /// The target died during the window: report what sched_switch saw of
-    /// each thread last (state and syscall at its last switch off the CPU,
-    /// kernel stack) and where its ring says it was.
+    /// each thread last (its state at its last switch off the CPU, and with
+    /// [`SessionOptions::events`] its syscall and kernel stack) and where
+    /// its ring says it was.
     fn report_after_exit(
         &mut self,
         switches: &HashMap<u32, ThreadRecord>,

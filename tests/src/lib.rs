@@ -312,19 +312,19 @@ pub fn build_c(name: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("c")
         .join(format!("{name}.c"));
-    let out = target_dir().join(format!("c-{name}-{}", built.len()));
-    // Under a name of its own, then renamed into place: a workload left
-    // running by an earlier test binary may still execute the old build.
-    let tmp = out.with_extension(format!("{}.tmp", std::process::id()));
+    // A directory per test process: a workload left running by another
+    // test binary may still execute (or carry uprobes on) an older build.
+    let dir = target_dir().join(format!("c-build/{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+    let out = dir.join(format!("c-{name}-{}", built.len()));
     let status = Command::new("cc")
         .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&tmp)
+        .arg(&out)
         .arg(&src)
         .args(extra)
         .status()
         .expect("cc runs");
     assert!(status.success(), "cc {} failed", src.display());
-    std::fs::rename(&tmp, &out).expect("rename the build into place");
     built.push((key, out.clone()));
     out
 }

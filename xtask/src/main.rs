@@ -6,6 +6,7 @@
 //! - `demo`: the main job on a bundled workload.
 //! - `bench`: the overhead comparison.
 
+mod bench;
 mod demo;
 mod setup;
 mod test;
@@ -29,6 +30,13 @@ enum Cmd {
     /// Run rip-probe on a bundled workload with stuck threads, live and
     /// post-mortem.
     Demo,
+    /// Measure a librip snap against USDT, LTTng, uprobes and gdb, rip-probe's
+    /// cost to the traced process and its scale; write docs/BENCHMARKS.md.
+    Bench {
+        /// A shorter run (fewer calls and rounds, no gdb at 10,000 threads).
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn main() {
@@ -37,6 +45,7 @@ fn main() {
         Cmd::Setup => setup::run_setup().map(|_| eprintln!("setup: done")),
         Cmd::Test => test::run_tests(),
         Cmd::Demo => demo::run_demo(),
+        Cmd::Bench { quick } => bench::run_bench(quick),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::util::{exec, is_root, output, step};
+use crate::util::{apt_install, exec, is_root, output, step};
 
 /// The toolchain that compiles rip-ebpf (it needs `-Z build-std`).
 pub const NIGHTLY: &str = "nightly";
@@ -230,31 +230,5 @@ fn apt_packages() -> Result<()> {
             missing.join(" ")
         );
     }
-    exec(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-        "apt-get install",
-    )
-    .or_else(|_| {
-        // A fresh machine may have stale package lists.
-        exec(
-            Command::new("apt-get").args(["update", "-q"]),
-            "apt-get update",
-        )?;
-        exec(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install",
-        )
-    })
-    .with_context(|| {
-        format!(
-            "cannot install {}: is the Debian mirror reachable?",
-            missing.join(" ")
-        )
-    })
+    apt_install(&missing)
 }

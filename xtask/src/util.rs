@@ -55,3 +55,32 @@ pub fn cargo() -> Command {
     c.current_dir(root());
     c
 }
+
+/// `apt-get install`s `packages` (as root), refreshing the package lists
+/// and trying again when the first attempt fails (a fresh machine may
+/// have stale lists).
+pub fn apt_install(packages: &[&str]) -> Result<()> {
+    let install = || {
+        exec(
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(packages)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install",
+        )
+    };
+    install()
+        .or_else(|_| {
+            exec(
+                Command::new("apt-get").args(["update", "-q"]),
+                "apt-get update",
+            )?;
+            install()
+        })
+        .with_context(|| {
+            format!(
+                "cannot install {}: is the Debian mirror reachable?",
+                packages.join(" ")
+            )
+        })
+}

@@ -1,0 +1,309 @@
+//! `cargo xtask bench [--quick]`: how much recording that a function ran
+//! costs with a librip snap, next to USDT markers, LTTng-UST tracepoints,
+//! uprobes (rip-probe's and bpftrace's) and gdb breakpoints; what rip-probe
+//! costs the process it watches; and how it scales to thousands of blocked
+//! threads next to gdb. Writes `docs/BENCHMARKS.md`, the chart
+//! `docs/bench-per-call.svg`, and the README's headline sentence.
+
+mod callgrind;
+mod chart;
+mod peers;
+mod proc;
+mod report;
+mod rows;
+mod scale;
+mod stats;
+mod suites;
+mod tracers;
+mod workloads;
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result};
+
+use crate::util::{output, root, step};
+
+/// Where the bench's executables and scratch files go.
+pub fn out_dir() -> PathBuf {
+    root().join("target/bench")
+}
+
+/// The README's lines between these markers are the bench's headline.
+const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
+const HEADLINE_END: &str = "<!-- /bench-headline -->";
+
+/// Runs the whole bench and writes its results.
+pub fn run_bench(quick: bool) -> Result<()> {
+    let started = Instant::now();
+    let load_before = load_average();
+    crate::setup::run_setup()?;
+
+    step("bench: peers (Debian packages)");
+    let peers = peers::Peers::ensure();
+    for (p, v) in peers.all() {
+        match v {
+            Ok(v) => eprintln!("    {p} {v}"),
+            Err(e) => eprintln!("    {p}: not available: {e}"),
+        }
+    }
+
+    step("bench: build the workloads");
+    let w = workloads::build(&peers)?;
+    let gdb_script = tracers::write_gdb_script(&out_dir())?;
+
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs());
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut notes = Vec::new();
+    let daemon = peers
+        .need(&["lttng-tools"])
+        .and_then(|_| tracers::LttngDaemon::ensure().map_err(|e| format!("{e:#}")));
+    match &daemon {
+        Ok(d) if d.started_here() => notes.push(
+            "The bench started `lttng-sessiond --no-kernel` for the LTTng rows (it ran \
+             during the dormant row too: registered, no event enabled) and stopped it after."
+                .to_string(),
+        ),
+        Ok(_) => notes.push("An lttng-sessiond was already running; the bench used it.".into()),
+        Err(_) => {}
+    }
+    let ctx = rows::Ctx {
+        rip_probe: w.rip_probe.path.clone(),
+        uprobe_lib: w.uprobe_lib.path.clone(),
+        gdb_script,
+        lttng: daemon.as_ref().map(|_| ()).map_err(Clone::clone),
+        target_ns: if quick { 0.25e9 } else { 0.5e9 },
+        rounds: if quick { 5 } else { 9 },
+    };
+
+    step("bench: cost per call of recording that f ran");
+    let mut per_call = rows::measure(suites::per_call(&w, &peers), &ctx, &mut rng);
+    drop(daemon);
+
+    step("bench: instructions per call (callgrind)");
+    let (n1, n2) = if quick {
+        (200_000, 400_000)
+    } else {
+        (1_000_000, 2_000_000)
+    };
+    let valgrind = peers.need(&["valgrind"]);
+    for m in per_call.iter_mut().filter(|m| m.row.callgrind) {
+        let Ok(exe) = &m.row.exe else { continue };
+        let counted = match &valgrind {
+            Err(e) => Err(e.clone()),
+            Ok(()) => {
+                callgrind::per_call(&exe.path, n1, n2, &out_dir()).map_err(|e| format!("{e:#}"))
+            }
+        };
+        match &counted {
+            Ok(i) => eprintln!("    {:<22} {i:.2} instructions per call", m.row.id),
+            Err(e) => eprintln!("    {}: {e}", m.row.id),
+        }
+        m.instructions = Some(counted);
+    }
+    let callgrind_example = proc::shell_words(&callgrind::args(
+        "target/bench/loop-librip",
+        n2,
+        "callgrind.out",
+    ));
+
+    step("bench: what rip-probe costs the traced process");
+    let overhead = rows::measure(suites::overhead(&w, &peers), &ctx, &mut rng);
+
+    step("bench: scale (blocked threads)");
+    let mut scale_results = Vec::new();
+    for workers in [1_000, 10_000] {
+        let gdb = match peers.need(&["gdb"]) {
+            Ok(()) if quick && workers >= 10_000 => Err("skipped by --quick".to_string()),
+            other => other.map_err(|e| format!("not available: {e}")),
+        };
+        let r = scale::run(&w, workers, if quick { 1 } else { 3 }, gdb);
+        if let Err(e) = &r {
+            eprintln!("    {workers} workers: failed: {e:#}");
+        }
+        scale_results.push(r.map_err(|e| format!("{e:#}")));
+    }
+
+    step("bench: write docs/BENCHMARKS.md, docs/bench-per-call.svg, README.md");
+    let builds = {
+        let mut b = vec![w.rip_probe.built_by.clone()];
+        for e in [&w.loop_plain, &w.loop_librip, &w.overhead, &w.maxrss] {
+            b.push(e.built_by.clone());
+        }
+        for e in [&w.loop_usdt, &w.loop_lttng] {
+            match e {
+                Ok(e) => b.push(e.built_by.clone()),
+                Err(why) => b.push(format!("# not built: {why}")),
+            }
+        }
+        b
+    };
+    let report = report::Report {
+        command: if quick {
+            "cargo xtask bench --quick".into()
+        } else {
+            "cargo xtask bench".into()
+        },
+        date: output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+            .map_or_else(|| "unknown date".into(), |d| d.trim().to_string()),
+        elapsed: started.elapsed(),
+        machine: {
+            let mut m = machine();
+            m.push((
+                "load average (1, 5, 15 min) at the start".into(),
+                load_before,
+            ));
+            m.push(("load average at the end".into(), load_average()));
+            m
+        },
+        versions: versions(),
+        peers: peers
+            .all()
+            .into_iter()
+            .map(|(p, v)| (p.to_string(), v.map(String::from).map_err(String::from)))
+            .collect(),
+        builds,
+        rounds: ctx.rounds,
+        target_ms: ctx.target_ns / 1e6,
+        seed,
+        per_call,
+        callgrind: (n1, n2, callgrind_example),
+        overhead,
+        scale: scale_results,
+        notes,
+    };
+    let docs = root().join("docs");
+    let md = docs.join("BENCHMARKS.md");
+    std::fs::write(&md, report.render()).with_context(|| format!("writing {}", md.display()))?;
+    let bars: Vec<(&str, &str, f64)> = report
+        .per_call
+        .iter()
+        .filter_map(|m| Some((m.row.id, m.row.label, m.median()?)))
+        .collect();
+    chart::draw(&docs.join("bench-per-call.svg"), &bars)?;
+    update_readme(&report.headline())?;
+    eprintln!("{}", report.headline());
+    eprintln!(
+        "xtask bench: done in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Replaces the README's headline block.
+fn update_readme(headline: &str) -> Result<()> {
+    let path = root().join("README.md");
+    let text = std::fs::read_to_string(&path).context("reading README.md")?;
+    match replace_block(&text, headline) {
+        Some(new) => std::fs::write(&path, new).context("writing README.md"),
+        None => {
+            eprintln!("    README.md has no `{HEADLINE_BEGIN}` block: headline not written");
+            Ok(())
+        }
+    }
+}
+
+/// `text` with the lines between the headline markers replaced by `body`.
+fn replace_block(text: &str, body: &str) -> Option<String> {
+    let begin = text.find(HEADLINE_BEGIN)? + HEADLINE_BEGIN.len();
+    let end = begin + text[begin..].find(HEADLINE_END)?;
+    Some(format!("{}\n{body}\n{}", &text[..begin], &text[end..]))
+}
+
+/// CPU, cores, memory and kernel.
+fn machine() -> Vec<(String, String)> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|x| x.1.trim())
+        })
+        .unwrap_or("unknown")
+        .to_string();
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let kb: f64 = m
+                .lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(format!("{:.1} GiB", kb / 1024.0 / 1024.0))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let uname = |flag: &str| {
+        output(Command::new("uname").arg(flag))
+            .map_or_else(|| "unknown".into(), |s| s.trim().to_string())
+    };
+    vec![
+        ("CPU".into(), cpu),
+        ("logical CPUs".into(), cores.to_string()),
+        ("memory".into(), mem),
+        ("kernel".into(), format!("{} {}", uname("-s"), uname("-r"))),
+    ]
+}
+
+/// `/proc/loadavg`'s three load averages.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "unknown".into(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
+}
+
+/// The first line of each tool's version output.
+fn versions() -> Vec<(String, String)> {
+    let first = |prog: &str, args: &[&str]| {
+        output(Command::new(prog).args(args))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| !l.trim().is_empty())
+                    .map(|l| l.trim().to_string())
+            })
+            .unwrap_or_else(|| "not available".into())
+    };
+    let mut rip = first("git", &["rev-parse", "--short=12", "HEAD"]);
+    if output(Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]))
+        .is_some_and(|s| !s.trim().is_empty())
+    {
+        rip.push_str(" with uncommitted changes");
+    }
+    vec![
+        ("rip".into(), rip),
+        ("rustc".into(), first("rustc", &["--version"])),
+        ("cc".into(), first("cc", &["--version"])),
+        ("bpftrace".into(), first("bpftrace", &["--version"])),
+        ("lttng".into(), first("lttng", &["--version"])),
+        ("gdb".into(), first("gdb", &["--version"])),
+        ("valgrind".into(), first("valgrind", &["--version"])),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readme_block() {
+        let text = format!("a\n{HEADLINE_BEGIN}\nold\nlines\n{HEADLINE_END}\nb\n");
+        assert_eq!(
+            replace_block(&text, "new").unwrap(),
+            format!("a\n{HEADLINE_BEGIN}\nnew\n{HEADLINE_END}\nb\n")
+        );
+        assert_eq!(replace_block("no markers", "x"), None);
+    }
+}

@@ -1,0 +1,274 @@
+//! Scale: a process with thousands of blocked threads (the demo server's
+//! pool), reported by `rip-probe --pid --json` and by gdb's
+//! `thread apply all bt`: time to the full report, peak RSS, and whether
+//! every thread is in it.
+
+use std::{collections::BTreeSet, fs::File, path::Path, time::Duration};
+
+use anyhow::{Context, Result, bail};
+
+use super::{
+    proc::{Proc, Usage, measure},
+    workloads::{Workloads, rel},
+};
+
+/// rip-probe's observation window in the scale runs.
+pub const WINDOW: Duration = Duration::from_secs(1);
+
+/// One tool's runs on one process.
+#[derive(Clone, Debug, Default)]
+pub struct ToolRuns {
+    /// Each run's wall time, RSS and status.
+    pub runs: Vec<Usage>,
+    /// Threads of the process its last report lists.
+    pub listed: usize,
+    /// rip-probe's phase timings of its last run (`RIP_PROBE_TIMING=1`).
+    pub phases: Vec<(String, f64)>,
+    /// Why there are no runs (skipped, not available, failed).
+    pub missing: Option<String>,
+}
+
+impl ToolRuns {
+    /// The median wall time.
+    pub fn median_wall(&self) -> Option<Duration> {
+        let secs: Vec<f64> = self.runs.iter().map(|u| u.wall.as_secs_f64()).collect();
+        super::stats::median(&secs).map(Duration::from_secs_f64)
+    }
+
+    /// The largest peak RSS of the runs, in KiB.
+    pub fn max_rss_kib(&self) -> Option<u64> {
+        self.runs.iter().map(|u| u.max_rss_kib).max()
+    }
+}
+
+/// Both tools on one process.
+#[derive(Clone, Debug)]
+pub struct ScaleResult {
+    /// Pool workers asked for.
+    pub workers: usize,
+    /// Threads the process had.
+    pub threads: usize,
+    /// `rip-probe --pid P --duration 1s --json`.
+    pub rip_probe: ToolRuns,
+    /// `gdb -batch -p P -ex "thread apply all bt"`.
+    pub gdb: ToolRuns,
+}
+
+/// The rip-probe command of a scale run.
+pub fn rip_probe_args(exe: &str, pid: &str) -> Vec<String> {
+    [exe, "--pid", pid, "--duration", "1s", "--json"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// The gdb command of a scale run.
+pub fn gdb_args(pid: &str) -> Vec<String> {
+    [
+        "gdb",
+        "-batch",
+        "-nx",
+        "-iex",
+        "set debuginfod enabled off",
+        "-p",
+        pid,
+        "-ex",
+        "thread apply all bt",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The demo server's command for `workers` blocked pool threads.
+pub fn server_args(exe: &str, workers: &str, ring: &str) -> Vec<String> {
+    [exe, "--workers", workers, "--spinners", "0", "--ring", ring]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Runs both tools against a demo server with `workers` blocked threads:
+/// rip-probe `reps` times, gdb once unless `gdb` carries why not.
+pub fn run(
+    w: &Workloads,
+    workers: usize,
+    reps: usize,
+    gdb: Result<(), String>,
+) -> Result<ScaleResult> {
+    let dir = super::out_dir();
+    let ring = format!("/dev/shm/rip-bench-scale.{}.ring", std::process::id());
+    let args = server_args(
+        &w.demo_server.path.to_string_lossy(),
+        &workers.to_string(),
+        &ring,
+    );
+    let mut server = Proc::start(&args, &[])?;
+    let res = (|| {
+        server
+            .stdout
+            .as_mut()
+            .expect("piped")
+            .wait_for(Duration::from_secs(300), |l| l == "ready")
+            .context("the demo server did not get ready")?;
+        // Let every worker reach its futex wait.
+        std::thread::sleep(Duration::from_secs(1));
+        let pid = server.pid();
+        let tids = task_ids(pid)?;
+        eprintln!("    {workers} workers: pid {pid}, {} threads", tids.len());
+
+        let mut rip = ToolRuns::default();
+        let exe = w.rip_probe.path.to_string_lossy();
+        for _ in 0..reps {
+            let json = dir.join(format!("scale-{workers}.json"));
+            let timing = dir.join(format!("scale-{workers}.timing"));
+            let a = rip_probe_args(&exe, &pid.to_string());
+            let u = measure(
+                &w.maxrss.path,
+                &a,
+                &[("RIP_PROBE_TIMING", "1")],
+                create(&json)?,
+                create(&timing)?,
+            )?;
+            if !u.success {
+                bail!("rip-probe failed: see {}", rel(&timing));
+            }
+            let listed = listed_in_json(&json, &tids)?;
+            rip.listed = listed;
+            rip.phases = parse_phases(&std::fs::read_to_string(&timing).unwrap_or_default());
+            eprintln!(
+                "    rip-probe: {:.2}s, {} MiB, {listed}/{} threads",
+                u.wall.as_secs_f64(),
+                u.max_rss_kib / 1024,
+                tids.len()
+            );
+            rip.runs.push(u);
+        }
+
+        let mut g = ToolRuns::default();
+        match gdb {
+            Err(why) => g.missing = Some(why),
+            Ok(()) => {
+                let out = dir.join(format!("scale-{workers}.gdb.txt"));
+                let a = gdb_args(&pid.to_string());
+                let err = dir.join(format!("scale-{workers}.gdb.err"));
+                let u = measure(&w.maxrss.path, &a, &[], create(&out)?, create(&err)?)?;
+                let text = std::fs::read_to_string(&out).unwrap_or_default();
+                g.listed = gdb_threads(&text).intersection(&tids).count();
+                eprintln!(
+                    "    gdb: {:.2}s, {} MiB, {}/{} threads",
+                    u.wall.as_secs_f64(),
+                    u.max_rss_kib / 1024,
+                    g.listed,
+                    tids.len()
+                );
+                if !u.success {
+                    g.missing = Some(format!("gdb failed: see {}", rel(&out)));
+                }
+                g.runs.push(u);
+            }
+        }
+        Ok(ScaleResult {
+            workers,
+            threads: tids.len(),
+            rip_probe: rip,
+            gdb: g,
+        })
+    })();
+    server.signal(libc::SIGKILL);
+    server.wait_or_kill(Duration::from_secs(10));
+    let _ = std::fs::remove_file(&ring);
+    res
+}
+
+fn create(p: &Path) -> Result<File> {
+    File::create(p).with_context(|| format!("creating {}", p.display()))
+}
+
+/// The thread ids of process `pid`.
+fn task_ids(pid: u32) -> Result<BTreeSet<u32>> {
+    let dir = format!("/proc/{pid}/task");
+    Ok(std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {dir}"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
+/// How many of `tids` rip-probe's JSON report lists.
+fn listed_in_json(path: &Path, tids: &BTreeSet<u32>) -> Result<usize> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    Ok(json_threads(&v).intersection(tids).count())
+}
+
+/// The tids of a rip-probe JSON report's `threads`.
+pub fn json_threads(v: &serde_json::Value) -> BTreeSet<u32> {
+    v["threads"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .filter_map(|t| u32::try_from(t["tid"].as_u64()?).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The thread ids (LWPs) in gdb's `thread apply all bt` output, from its
+/// `Thread N (Thread 0x... (LWP tid) "name"):` headers.
+pub fn gdb_threads(text: &str) -> BTreeSet<u32> {
+    text.lines()
+        .filter(|l| l.starts_with("Thread "))
+        .filter_map(|l| {
+            let rest = &l[l.find("(LWP ")? + 5..];
+            rest[..rest.find(')')?].parse().ok()
+        })
+        .collect()
+}
+
+/// rip-probe's `rip-probe timing: PHASE: 12.3ms` lines.
+pub fn parse_phases(stderr: &str) -> Vec<(String, f64)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("rip-probe timing: ")?;
+            let (phase, ms) = rest.rsplit_once(": ")?;
+            Some((phase.to_string(), ms.strip_suffix("ms")?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gdb_thread_headers() {
+        let out = "\
+Thread 3 (Thread 0x7f00 (LWP 4712) \"pool-0\"):
+#0  0x00007f in syscall () from /lib/libc.so.6
+Thread 2 (Thread 0x7f01 (LWP 4711) \"main\"):
+#0  futex_wait
+Thread 1 (LWP 4710):
+";
+        assert_eq!(gdb_threads(out), BTreeSet::from([4710, 4711, 4712]));
+    }
+
+    #[test]
+    fn json_tids() {
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"threads":[{"tid":5},{"tid":7},{"name":"x"}]}"#).unwrap();
+        assert_eq!(json_threads(&v), BTreeSet::from([5, 7]));
+        assert!(json_threads(&serde_json::json!({})).is_empty());
+    }
+
+    #[test]
+    fn phases() {
+        let err = "rip-probe timing: load and attach: 120.5ms\nnoise\nrip-probe timing: task iterator: 30.0ms\n";
+        assert_eq!(
+            parse_phases(err),
+            vec![
+                ("load and attach".to_string(), 120.5),
+                ("task iterator".to_string(), 30.0)
+            ]
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The rows of the two timing tables: ways of recording that `f` ran, and
+//! what a tracer costs the process it watches.
+
+use super::{
+    peers::Peers,
+    rows::{Calls, Row, Tracer},
+    workloads::{Exe, Workloads},
+};
+
+/// The row every per-call ratio is relative to.
+pub const REFERENCE: &str = "snap-c";
+
+/// Calls of in-process rows (a few ns each).
+const IN_PROCESS: Calls = Calls {
+    start: 20_000_000,
+    min: 1_000_000,
+    max: 500_000_000,
+};
+/// Calls of rows that trap into the kernel (tens of µs each).
+const TRAPPING: Calls = Calls {
+    start: 20_000,
+    min: 10_000,
+    max: 200_000,
+};
+
+fn need(peers: &Peers, pkgs: &[&str], exe: &Result<Exe, String>) -> Result<Exe, String> {
+    peers.need(pkgs)?;
+    exe.clone()
+}
+
+/// The per-call rows: the loop of `tests/bench/loop.c` under each way of
+/// recording that `f` ran.
+pub fn per_call(w: &Workloads, peers: &Peers) -> Vec<Row> {
+    let plain = Ok(w.loop_plain.clone());
+    let row = |id, label, exe, tracer, calls, callgrind| Row {
+        id,
+        label,
+        exe,
+        mode: None,
+        tracer,
+        calls,
+        same_calls_as: None,
+        callgrind,
+    };
+    vec![
+        row(
+            "none",
+            "no tracing",
+            plain.clone(),
+            Tracer::None,
+            IN_PROCESS,
+            true,
+        ),
+        row(
+            "snap-rust",
+            "librip snap, Rust `snap!()`",
+            Ok(w.loop_rust.clone()),
+            Tracer::None,
+            IN_PROCESS,
+            true,
+        ),
+        row(
+            REFERENCE,
+            "librip snap, C `RIP_SNAP()` (librip.h)",
+            Ok(w.loop_librip.clone()),
+            Tracer::None,
+            IN_PROCESS,
+            true,
+        ),
+        row(
+            "usdt",
+            "USDT marker, dormant",
+            w.loop_usdt.clone(),
+            Tracer::None,
+            IN_PROCESS,
+            true,
+        ),
+        row(
+            "usdt-bpftrace",
+            "USDT marker, bpftrace attached",
+            need(peers, &["bpftrace"], &w.loop_usdt),
+            Tracer::Bpftrace("usdt:{exe}:rip_bench:f_ran { @hits = count(); }"),
+            TRAPPING,
+            false,
+        ),
+        row(
+            "lttng",
+            "LTTng-UST tracepoint, dormant",
+            w.loop_lttng.clone(),
+            Tracer::None,
+            IN_PROCESS,
+            true,
+        ),
+        row(
+            "lttng-session",
+            "LTTng-UST tracepoint, snapshot session",
+            need(peers, &["lttng-tools"], &w.loop_lttng),
+            Tracer::Lttng,
+            Calls {
+                start: 1_000_000,
+                min: 100_000,
+                max: 50_000_000,
+            },
+            false,
+        ),
+        row(
+            "uprobe-rip-probe-lib",
+            "uprobe, rip-probe's aya loader (library)",
+            plain.clone(),
+            Tracer::RipProbeLibrary("f"),
+            TRAPPING,
+            false,
+        ),
+        row(
+            "uprobe-rip-probe",
+            "uprobe, rip-probe CLI (`--pid --uprobe f`)",
+            plain.clone(),
+            Tracer::RipProbe(Some("f")),
+            TRAPPING,
+            false,
+        ),
+        row(
+            "uprobe-bpftrace",
+            "uprobe, bpftrace",
+            need(peers, &["bpftrace"], &plain),
+            Tracer::Bpftrace("uprobe:{exe}:f { @hits = count(); }"),
+            TRAPPING,
+            false,
+        ),
+        row(
+            "gdb",
+            "gdb breakpoint with commands",
+            need(peers, &["gdb"], &plain),
+            Tracer::Gdb,
+            Calls {
+                start: 1_000,
+                min: 2_000,
+                max: 10_000,
+            },
+            false,
+        ),
+    ]
+}
+
+/// The overhead rows: a getppid loop and a ping-pong between two threads
+/// on one CPU, untraced and traced; traced rows make as many calls as
+/// their untraced row.
+pub fn overhead(w: &Workloads, peers: &Peers) -> Vec<Row> {
+    let exe = Ok(w.overhead.clone());
+    let syscalls = Calls {
+        start: 1_000_000,
+        min: 100_000,
+        max: 50_000_000,
+    };
+    let switches = Calls {
+        start: 50_000,
+        min: 10_000,
+        max: 5_000_000,
+    };
+    let row = |id, label, mode, exe, tracer, calls, same| Row {
+        id,
+        label,
+        exe,
+        mode: Some(mode),
+        tracer,
+        calls,
+        same_calls_as: same,
+        callgrind: false,
+    };
+    vec![
+        row(
+            "getppid",
+            "untraced",
+            "getppid",
+            exe.clone(),
+            Tracer::None,
+            syscalls,
+            None,
+        ),
+        row(
+            "getppid-rip-probe",
+            "rip-probe --pid attached",
+            "getppid",
+            exe.clone(),
+            Tracer::RipProbe(None),
+            syscalls,
+            Some("getppid"),
+        ),
+        row(
+            "getppid-bpftrace",
+            "bpftrace on raw_syscalls:sys_enter and sys_exit",
+            "getppid",
+            need(peers, &["bpftrace"], &exe),
+            Tracer::Bpftrace(
+                "tracepoint:raw_syscalls:sys_enter /pid == {pid}/ { @hits = count(); } \
+                 tracepoint:raw_syscalls:sys_exit /pid == {pid}/ { @exits = count(); }",
+            ),
+            syscalls,
+            Some("getppid"),
+        ),
+        row(
+            "pingpong",
+            "untraced",
+            "pingpong",
+            exe.clone(),
+            Tracer::None,
+            switches,
+            None,
+        ),
+        row(
+            "pingpong-rip-probe",
+            "rip-probe --pid attached",
+            "pingpong",
+            exe,
+            Tracer::RipProbe(None),
+            switches,
+            Some("pingpong"),
+        ),
+    ]
+}
