@@ -124,7 +124,13 @@ impl Symbolizer {
 
     fn live(&mut self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
         let src = Source::Process(Process::new(Pid::from(pid)));
-        match self.blaze.symbolize(&src, Input::AbsAddr(addrs)) {
+        self.absolute(&src, addrs, &format!("pid {pid}'s addresses"))
+    }
+
+    /// Symbolizes absolute addresses through `src`; on failure, warns once
+    /// and returns bare frames.
+    fn absolute(&mut self, src: &Source<'_>, addrs: &[u64], what: &str) -> HashMap<u64, Frame> {
+        match self.blaze.symbolize(src, Input::AbsAddr(addrs)) {
             Ok(syms) => addrs
                 .iter()
                 .zip(syms)
@@ -132,7 +138,7 @@ impl Symbolizer {
                 .collect(),
             Err(e) => {
                 self.warnings
-                    .insert(format!("cannot symbolize pid {pid}'s addresses: {e}"));
+                    .insert(format!("cannot symbolize {what}: {e}"));
                 addrs.iter().map(|&a| (a, bare(a))).collect()
             }
         }
@@ -199,18 +205,7 @@ impl Symbolizer {
             vmlinux: blazesym::MaybeDefault::None,
             ..Kernel::default()
         });
-        match self.blaze.symbolize(&src, Input::AbsAddr(&addrs)) {
-            Ok(syms) => addrs
-                .iter()
-                .zip(syms)
-                .map(|(&a, s)| (a, to_frame(a, &s, None)))
-                .collect(),
-            Err(e) => {
-                self.warnings
-                    .insert(format!("cannot symbolize kernel stacks: {e}"));
-                addrs.iter().map(|&a| (a, bare(a))).collect()
-            }
-        }
+        self.absolute(&src, &addrs, "kernel stacks")
     }
 }
 

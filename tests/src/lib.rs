@@ -385,6 +385,22 @@ impl Workload {
         self.child.id()
     }
 
+    /// `tests/c/uninstrumented.c` (a program without librip) with `workers`
+    /// threads looping through `worker_step()` and `worker_wait()`.
+    pub fn uninstrumented(workers: usize) -> Workload {
+        let mut cmd = Command::new(build_c("uninstrumented", &[]));
+        cmd.arg(workers.to_string());
+        Workload::start(cmd)
+    }
+
+    /// The tids printed on `<prefix> <tid>` lines (e.g. `worker`), in order.
+    pub fn tids(&self, prefix: &str) -> Vec<u32> {
+        self.lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(prefix)?.trim().parse().ok())
+            .collect()
+    }
+
     /// The tid printed on the line `<prefix> <tid>` (e.g. `role sleeper`).
     pub fn tid(&self, prefix: &str) -> u32 {
         self.lines

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_tests::{Workload, bpf_tests_enabled, build_c};
+use rip_tests::{Workload, bpf_tests_enabled};
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 /// Names of rip's programs as the kernel keeps them (bpftool shows these).
@@ -60,10 +60,7 @@ fn sigkill_while_attached_leaves_nothing() {
     );
     let events_before = uprobe_events();
 
-    let exe = build_c("uninstrumented", &[]);
-    let mut cmd = Command::new(&exe);
-    cmd.arg("2");
-    let mut w = Workload::start(cmd);
+    let mut w = Workload::uninstrumented(2);
     let pid = w.pid().to_string();
     let mut probe = Command::new(CLI)
         .args(["--pid", &pid, "--duration", "60s", "--uprobe", "worker_*"])

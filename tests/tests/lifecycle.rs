@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_tests::{Workload, bpf_tests_enabled, build_c, rip_probe};
+use rip_tests::{Workload, bpf_tests_enabled, rip_probe};
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
@@ -84,10 +84,7 @@ fn errors_are_one_line_with_the_fix() {
     if !bpf_tests_enabled("errors_are_one_line_with_the_fix (privileged part)") {
         return;
     }
-    let exe = build_c("uninstrumented", &[]);
-    let mut cmd = Command::new(&exe);
-    cmd.arg("1");
-    let w = Workload::start(cmd);
+    let w = Workload::uninstrumented(1);
     let pid = w.pid().to_string();
     // An unprivileged user: no CAP_BPF/CAP_PERFMON.
     one_line_error(
@@ -126,10 +123,7 @@ fn unmounted_tracefs_is_mounted_when_root() {
     if !bpf_tests_enabled("unmounted_tracefs_is_mounted_when_root") {
         return;
     }
-    let exe = build_c("uninstrumented", &[]);
-    let mut cmd = Command::new(&exe);
-    cmd.arg("1");
-    let w = Workload::start(cmd);
+    let w = Workload::uninstrumented(1);
     let pid = w.pid().to_string();
     // In a private mount namespace, so the machine's tracefs stays mounted.
     let o = Command::new("unshare")

@@ -1,14 +1,14 @@
 //! rip-probe's library API, driven directly: attach a session, watch a
 //! target through an observer, take a snapshot of the joined state.
 
-use std::{collections::HashMap, process::Command, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use rip_ebpf::{SWITCH_OFF, SWITCH_ON, SwitchEvent};
 use rip_probe::{
     model::{LocationSource, ThreadState},
     session::{Observer, Session, SessionOptions},
 };
-use rip_tests::{Workload, bpf_tests_enabled, build_c};
+use rip_tests::{Workload, bpf_tests_enabled};
 
 /// Counts switches per thread.
 #[derive(Default)]
@@ -34,15 +34,8 @@ fn observe_and_snapshot() {
     if !bpf_tests_enabled("observe_and_snapshot") {
         return;
     }
-    let exe = build_c("uninstrumented", &[]);
-    let mut cmd = Command::new(&exe);
-    cmd.arg("2");
-    let w = Workload::start(cmd);
-    let workers: Vec<u32> = w
-        .lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("worker ")?.parse().ok())
-        .collect();
+    let w = Workload::uninstrumented(2);
+    let workers = w.tids("worker ");
 
     let mut opts = SessionOptions::new(w.pid());
     opts.uprobe = Some("worker_wait".into());

@@ -2,9 +2,7 @@
 //! to its `worker_*` functions and reports each worker's last function
 //! entered, with the kernel state beside it.
 
-use std::process::Command;
-
-use rip_tests::{Workload, bpf_tests_enabled, build_c, marker_line, rip_probe};
+use rip_tests::{Workload, bpf_tests_enabled, marker_line, rip_probe};
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
@@ -13,15 +11,8 @@ fn last_function_entered_per_thread() {
     if !bpf_tests_enabled("last_function_entered_per_thread") {
         return;
     }
-    let exe = build_c("uninstrumented", &[]);
-    let mut cmd = Command::new(&exe);
-    cmd.arg("3");
-    let w = Workload::start(cmd);
-    let workers: Vec<u32> = w
-        .lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("worker ")?.parse().ok())
-        .collect();
+    let w = Workload::uninstrumented(3);
+    let workers = w.tids("worker ");
     assert_eq!(workers.len(), 3);
     let pid = w.pid().to_string();
     let (code, out, err) = rip_probe(
@@ -106,10 +97,7 @@ fn bad_uprobe_patterns_are_one_line_errors() {
     if !bpf_tests_enabled("bad_uprobe_patterns_are_one_line_errors") {
         return;
     }
-    let exe = build_c("uninstrumented", &[]);
-    let mut cmd = Command::new(&exe);
-    cmd.arg("1");
-    let w = Workload::start(cmd);
+    let w = Workload::uninstrumented(1);
     let pid = w.pid().to_string();
     for (pattern, expect) in [
         ("no_such_function_*", "no function"),

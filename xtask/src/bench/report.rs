@@ -282,9 +282,10 @@ impl Report {
              `tests/bench/overhead.c`. Each is run untraced and with a tracer \
              attached (and attached before the measured part starts), \
              interleaved, median of {} rounds. rip-probe `--pid` attaches its \
-             sched_switch tracepoint program (filtered in the kernel to the \
-             target) and no syscall tracepoint; the events it records go to a \
-             ring buffer whose reader, rip-probe, they wake. The last column counts \
+             sched_switch tracepoint program and no syscall tracepoint; at each \
+             switch of a target thread the program updates that thread's entry \
+             in a table (time, state); it takes no stack and wakes nobody. The \
+             last column counts \
              the involuntary context switches the workload suffered during its \
              measured part (`getrusage`).\n",
             self.rounds

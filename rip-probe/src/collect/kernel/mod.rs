@@ -151,18 +151,17 @@ impl KernelProbe {
 
     /// The per-thread records the programs have written so far.
     pub fn threads(&self) -> Result<HashMap<u32, ThreadRecord>> {
-        let map: BpfHashMap<_, u32, ThreadRecord> = BpfHashMap::try_from(
-            self.ebpf
-                .map(names::THREADS)
-                .ok_or_else(|| missing(names::THREADS))?,
-        )
-        .map_err(|e| Error::bpf("THREADS map", e))?;
-        let mut out = HashMap::new();
-        for kv in map.iter() {
-            let (k, v) = kv.map_err(|e| Error::bpf("reading THREADS", e))?;
-            out.insert(k, v);
-        }
-        Ok(out)
+        self.read_table(names::THREADS)
+    }
+
+    /// A whole `HashMap<u32, V>` map of the programs, copied out.
+    fn read_table<V: aya::Pod>(&self, name: &str) -> Result<HashMap<u32, V>> {
+        let map: BpfHashMap<_, u32, V> =
+            BpfHashMap::try_from(self.ebpf.map(name).ok_or_else(|| missing(name))?)
+                .map_err(|e| Error::bpf(name, e))?;
+        map.iter()
+            .map(|kv| kv.map_err(|e| Error::bpf(&format!("reading {name}"), e)))
+            .collect()
     }
 
     /// The kernel stack recorded under `id` (innermost first), if any.
@@ -267,18 +266,7 @@ impl KernelProbe {
 
     /// The last function each thread entered, from the uprobes.
     pub fn uprobe_hits(&self) -> Result<HashMap<u32, FnHit>> {
-        let map: BpfHashMap<_, u32, FnHit> = BpfHashMap::try_from(
-            self.ebpf
-                .map(names::LAST_FN)
-                .ok_or_else(|| missing(names::LAST_FN))?,
-        )
-        .map_err(|e| Error::bpf("LAST_FN map", e))?;
-        let mut out = HashMap::new();
-        for kv in map.iter() {
-            let (k, v) = kv.map_err(|e| Error::bpf("reading LAST_FN", e))?;
-            out.insert(k, v);
-        }
-        Ok(out)
+        self.read_table(names::LAST_FN)
     }
 
     /// Takes the switch-event stream. Only one stream exists per probe.
