@@ -1,0 +1,112 @@
+//! A symbolizer on a thread of its own, behind the [`Resolve`] trait the
+//! symbolize stage uses, so that a session can have it load symbols while
+//! it observes.
+
+use std::{collections::HashMap, path::PathBuf};
+
+use super::{ModuleMap, Symbolizer, UserSpace};
+use crate::model::Frame;
+
+/// Something that turns addresses into frames: a [`Symbolizer`], or a
+/// [`SymbolizerThread`] working on another thread.
+pub trait Resolve {
+    /// See [`Symbolizer::user`].
+    fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame>;
+    /// See [`Symbolizer::kernel`].
+    fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame>;
+    /// Warnings gathered so far.
+    fn take_warnings(&mut self) -> Vec<String>;
+}
+
+impl Resolve for Symbolizer {
+    fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
+        Symbolizer::user(self, space, addrs)
+    }
+    fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
+        Symbolizer::kernel(self, addrs)
+    }
+    fn take_warnings(&mut self) -> Vec<String> {
+        Symbolizer::take_warnings(self)
+    }
+}
+
+/// A [`Symbolizer`] living on its own thread (blazesym's symbolizer cannot
+/// move between threads), so that a session can have it load kallsyms and
+/// the target's debug information while it observes.
+pub struct SymbolizerThread {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+enum Job {
+    User(
+        UserSpaceOwned,
+        Vec<u64>,
+        std::sync::mpsc::Sender<HashMap<u64, Frame>>,
+    ),
+    Kernel(Vec<u64>, std::sync::mpsc::Sender<HashMap<u64, Frame>>),
+    Warnings(std::sync::mpsc::Sender<Vec<String>>),
+}
+
+enum UserSpaceOwned {
+    Live(u32),
+    Modules(Option<u32>, Vec<ModuleMap>),
+}
+
+impl SymbolizerThread {
+    /// Starts the thread and has it warm up for `binaries` (see
+    /// [`Symbolizer::warm_up`]).
+    pub fn start(binaries: Vec<PathBuf>) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        crate::background::spawn("rip-symbolize", move || {
+            let mut s = Symbolizer::new();
+            crate::timing::phase("  warm up symbolizer (background)", || s.warm_up(&binaries));
+            crate::background::normal_priority();
+            for job in rx {
+                // A send fails only if the requester gave up; nothing to do.
+                let _ = match job {
+                    Job::User(UserSpaceOwned::Live(pid), addrs, reply) => {
+                        reply.send(s.user(&UserSpace::Live(pid), &addrs))
+                    }
+                    Job::User(UserSpaceOwned::Modules(None, m), addrs, reply) => {
+                        reply.send(s.user(&UserSpace::Modules(&m), &addrs))
+                    }
+                    Job::User(UserSpaceOwned::Modules(Some(pid), m), addrs, reply) => {
+                        reply.send(s.user(&UserSpace::LiveWithModules(pid, &m), &addrs))
+                    }
+                    Job::Kernel(addrs, reply) => reply.send(s.kernel(&addrs)),
+                    Job::Warnings(reply) => reply
+                        .send(s.take_warnings())
+                        .map_err(|_| std::sync::mpsc::SendError(HashMap::new())),
+                };
+            }
+        });
+        SymbolizerThread { jobs: tx }
+    }
+
+    fn ask<T: Default>(&self, job: impl FnOnce(std::sync::mpsc::Sender<T>) -> Job) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if self.jobs.send(job(tx)).is_err() {
+            return T::default();
+        }
+        rx.recv().unwrap_or_default()
+    }
+}
+
+impl Resolve for SymbolizerThread {
+    fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let space = match space {
+            UserSpace::Live(pid) => UserSpaceOwned::Live(*pid),
+            UserSpace::Modules(m) => UserSpaceOwned::Modules(None, m.to_vec()),
+            UserSpace::LiveWithModules(pid, m) => UserSpaceOwned::Modules(Some(*pid), m.to_vec()),
+        };
+        let addrs = addrs.to_vec();
+        self.ask(|tx| Job::User(space, addrs, tx))
+    }
+    fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let addrs = addrs.to_vec();
+        self.ask(|tx| Job::Kernel(addrs, tx))
+    }
+    fn take_warnings(&mut self) -> Vec<String> {
+        self.ask(Job::Warnings)
+    }
+}
