@@ -87,7 +87,7 @@ pub enum SlotState {
 }
 
 /// A coroutine's task statistics (times are CLOCK_MONOTONIC ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskStats {
     /// Polls so far.
     pub polls: u64,

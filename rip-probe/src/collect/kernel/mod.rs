@@ -102,11 +102,7 @@ impl KernelProbe {
             }
         }
 
-        let prog: &mut TracePoint = ebpf
-            .program_mut(names::SCHED_SWITCH)
-            .ok_or_else(|| missing(names::SCHED_SWITCH))?
-            .try_into()
-            .map_err(|e| Error::bpf("sched_switch program", e))?;
+        let prog: &mut TracePoint = program(&mut ebpf, names::SCHED_SWITCH)?;
         prog.load()
             .map_err(|e| Error::bpf("loading sched_switch", e))?;
         let switch_link = prog
@@ -177,12 +173,7 @@ impl KernelProbe {
     /// iterator.
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
         self.load_iter()?;
-        let iter: &mut Iter = self
-            .ebpf
-            .program_mut(names::TASK_ITER)
-            .ok_or_else(|| missing(names::TASK_ITER))?
-            .try_into()
-            .map_err(|e| Error::bpf("task_iter program", e))?;
+        let iter: &mut Iter = program(&mut self.ebpf, names::TASK_ITER)?;
         let id = iter
             .attach()
             .map_err(|e| Error::bpf("attaching the task iterator", e))?;
@@ -222,12 +213,7 @@ impl KernelProbe {
         let Some(id) = self.switch_link.take() else {
             return Ok(());
         };
-        let prog: &mut TracePoint = self
-            .ebpf
-            .program_mut(names::SCHED_SWITCH)
-            .ok_or_else(|| missing(names::SCHED_SWITCH))?
-            .try_into()
-            .map_err(|e| Error::bpf("sched_switch program", e))?;
+        let prog: &mut TracePoint = program(&mut self.ebpf, names::SCHED_SWITCH)?;
         let link = prog
             .take_link(id)
             .map_err(|e| Error::bpf("sched_switch link", e))?;
@@ -247,12 +233,7 @@ impl KernelProbe {
             .join()
             .map_err(|_| Error::Bpf("kernel BTF parser panicked".into()))?
             .map_err(|e| Error::bpf("reading kernel BTF", e))?;
-        let iter: &mut Iter = self
-            .ebpf
-            .program_mut(names::TASK_ITER)
-            .ok_or_else(|| missing(names::TASK_ITER))?
-            .try_into()
-            .map_err(|e| Error::bpf("task_iter program", e))?;
+        let iter: &mut Iter = program(&mut self.ebpf, names::TASK_ITER)?;
         iter.load("task", &btf)
             .map_err(|e| Error::bpf("loading the task iterator", e))?;
         self.iter_loaded = true;
@@ -329,6 +310,17 @@ impl EventStream {
         }
         out
     }
+}
+
+/// Program `name` of `ebpf`, as its type `P`.
+fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| missing(name))?
+        .try_into()
+        .map_err(|e| Error::bpf(&format!("{name} program"), e))
 }
 
 fn missing(what: &str) -> Error {

@@ -115,11 +115,7 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
 
 /// Loads `fn_entry` and attaches it to every site, firing only for `pid`.
 pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
-    let prog: &mut UProbe = ebpf
-        .program_mut(names::FN_ENTRY)
-        .ok_or_else(|| Error::Bpf("fn_entry missing from the BPF object".into()))?
-        .try_into()
-        .map_err(|e| Error::bpf("fn_entry program", e))?;
+    let prog: &mut UProbe = super::program(ebpf, names::FN_ENTRY)?;
     prog.load().map_err(|e| Error::bpf("loading fn_entry", e))?;
     let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess(pid))?);
     for s in sites {

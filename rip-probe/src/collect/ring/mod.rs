@@ -30,20 +30,8 @@ pub struct RingSlot {
     pub task: Option<TaskStats>,
 }
 
-/// Poll statistics of a task slot.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TaskStats {
-    /// Completed and running polls.
-    pub polls: u64,
-    /// CLOCK_MONOTONIC ns at the start of the last poll.
-    pub last_poll_start_ns: u64,
-    /// CLOCK_MONOTONIC ns at the end of the last poll (0: never ended).
-    pub last_poll_end_ns: u64,
-    /// Thread polling it now (0: none).
-    pub polling_tid: u32,
-    /// CLOCK_MONOTONIC ns when the task was created.
-    pub created_ns: u64,
-}
+/// Poll statistics of a task slot, as librip's reader returns them.
+pub use librip::reader::TaskStats;
 
 /// What a ring file says, copied out of it.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use librip::reader::{RingFile, SlotKind, SlotState};
 
-use super::{RingSlot, RingView, TaskStats};
+use super::{RingSlot, RingView};
 use crate::{error::Error, symbolize::ModuleMap};
 
 impl RingView {
@@ -54,13 +54,7 @@ impl RingView {
                     name: s.name.clone(),
                     snaps: s.snaps,
                     entries: s.entries.iter().map(|e| (e.seq, e.addr)).collect(),
-                    task: s.task.map(|t| TaskStats {
-                        polls: t.polls,
-                        last_poll_start_ns: t.last_poll_start_ns,
-                        last_poll_end_ns: t.last_poll_end_ns,
-                        polling_tid: t.polling_tid,
-                        created_ns: t.created_ns,
-                    }),
+                    task: s.task,
                 })
                 .collect(),
         }
