@@ -43,7 +43,9 @@ pub struct TaskOffsets {
     pub pid: u32,
     /// `tgid` (the process id).
     pub tgid: u32,
-    /// `__state` (TASK_* bits; 0 = running or runnable).
+    /// `__state` (`state` before 5.14; TASK_* bits, 0 = running or
+    /// runnable). Read as 32 bits: the older `long` holds the same bits in
+    /// its low half on little-endian x86-64.
     pub state: u32,
     /// `on_cpu`: 1 while running on a CPU.
     pub on_cpu: u32,
@@ -56,9 +58,20 @@ pub struct TaskOffsets {
     pub exec_start: u32,
     /// `se.sum_exec_runtime`: CPU time consumed (ns).
     pub sum_exec_runtime: u32,
+    /// `stack`: the task's kernel stack, whose top holds the saved user
+    /// registers. Read only by the programs for kernels without
+    /// `bpf_task_pt_regs` (before 5.15).
+    pub stack: u32,
     /// Set to 1 when the offsets above are valid.
     pub valid: u32,
 }
+
+/// The sizes a kernel stack (`THREAD_SIZE`) has on x86-64: 16 KiB, or
+/// 32 KiB with KASAN. On kernels without `bpf_task_pt_regs` the programs
+/// look for the user register frame at the top of each in turn and keep the
+/// one whose `cs` says user mode. (FRED kernels, 6.9 on, move the frame but
+/// all have the helper.)
+pub const KERNEL_STACK_SIZES: [u32; 2] = [16 << 10, 32 << 10];
 
 /// Kernel stack frames kept per task by the task iterator.
 pub const TASK_STACK_DEPTH: usize = 32;
@@ -112,6 +125,11 @@ pub struct PtRegsOffsets {
     pub ip: u32,
     /// `sp`: user stack pointer.
     pub sp: u32,
+    /// `cs`: the code segment, whose low two bits are 3 in a frame saved
+    /// from user mode. Checks a frame found on the kernel stack.
+    pub cs: u32,
+    /// `sizeof(struct pt_regs)`.
+    pub size: u32,
     /// Set to 1 when the offsets above are valid; 0 disables register reads.
     pub valid: u32,
 }
@@ -221,10 +239,16 @@ pub mod task_state {
 pub mod names {
     /// The sched_switch tracepoint program.
     pub const SCHED_SWITCH: &str = "sched_switch";
+    /// The same, for kernels without `bpf_task_pt_regs` and
+    /// `bpf_get_current_task_btf` (before 5.15): user registers are read
+    /// from the top of the kernel stack.
+    pub const SCHED_SWITCH_KSTACK: &str = "switch_kstack";
     /// The uprobe program ("last function entered").
     pub const FN_ENTRY: &str = "fn_entry";
     /// The task iterator program.
     pub const TASK_ITER: &str = "task_iter";
+    /// The same, for kernels without `bpf_task_pt_regs` (before 5.15).
+    pub const TASK_ITER_KSTACK: &str = "iter_kstack";
     /// Per-thread kernel state, `HashMap<u32, ThreadRecord>`.
     pub const THREADS: &str = "THREADS";
     /// Kernel stacks, `StackTraceMap`.

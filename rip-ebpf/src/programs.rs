@@ -5,6 +5,13 @@
 //! Cost matters more than completeness here: sched_switch fires for every
 //! context switch on the machine, so threads of other processes leave after
 //! one helper call and one map lookup.
+//!
+//! The programs that read saved user registers come in two builds of the
+//! same code: one calls `bpf_task_pt_regs` (5.15 on), the other finds the
+//! register frame at the top of the task's kernel stack (5.8 to 5.14). The
+//! verifier refuses a program that names a helper the kernel lacks, even on
+//! a path never taken, so the loader picks one build per kernel and loads
+//! only that one.
 
 use aya_ebpf::{
     Global,
@@ -12,20 +19,23 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
-        generated::{bpf_get_task_stack, bpf_seq_write, bpf_task_pt_regs},
+        generated::{bpf_get_current_task, bpf_get_task_stack, bpf_seq_write, bpf_task_pt_regs},
     },
     macros::{map, tracepoint, uprobe},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{ProbeContext, TracePointContext, tracing::StackIdContext},
 };
 use rip_ebpf::{
-    Config, FnHit, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH, TaskRecord, ThreadRecord,
-    UserRegs,
+    Config, FnHit, KERNEL_STACK_SIZES, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH,
+    TaskRecord, ThreadRecord, UserRegs,
 };
 
-/// `BPF_F_NO_PREALLOC`: hash maps sized for 128k threads would otherwise
-/// allocate every entry up front, which costs attach time.
-const BPF_F_NO_PREALLOC: u32 = 1;
+/// Hash maps used from tracing programs are preallocated (flags 0): a
+/// `BPF_F_NO_PREALLOC` map there makes kernels before 6.1 log a WARN and
+/// PREEMPT_RT kernels before 6.1 refuse the program. The loader sizes them
+/// to the target (`EbpfLoader::set_max_entries`) so preallocation stays
+/// small; the sizes here are the upper bound.
+const PREALLOC: u32 = 0;
 
 /// Set by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -39,6 +49,8 @@ static CONFIG: Global<Config> = Global::new(Config {
         args: [0; 6],
         ip: 0,
         sp: 0,
+        cs: 0,
+        size: 0,
         valid: 0,
     },
     task: rip_ebpf::TaskOffsets {
@@ -50,6 +62,7 @@ static CONFIG: Global<Config> = Global::new(Config {
         comm: 0,
         exec_start: 0,
         sum_exec_runtime: 0,
+        stack: 0,
         valid: 0,
     },
     emit_events: 0,
@@ -58,7 +71,7 @@ static CONFIG: Global<Config> = Global::new(Config {
 /// Per-thread state. The loader seeds it with the target's threads so that
 /// their switches onto a CPU are recognised before they first switch off.
 #[map]
-static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, BPF_F_NO_PREALLOC);
+static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, PREALLOC);
 
 /// Kernel stacks of threads at their last switch off the CPU.
 #[map]
@@ -70,18 +83,32 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
 /// Last function entered, per thread (uprobe mode).
 #[map]
-static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, BPF_F_NO_PREALLOC);
+static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, PREALLOC);
 
 /// sched:sched_switch. `prev` is the current task; `next` is identified by
 /// its thread id in `THREADS`.
 #[tracepoint(category = "sched", name = "sched_switch")]
 pub fn sched_switch(ctx: TracePointContext) -> u32 {
+    on_switch::<true>(ctx)
+}
+
+/// sched:sched_switch for kernels without `bpf_task_pt_regs` (see the
+/// module's documentation).
+#[tracepoint(category = "sched", name = "sched_switch")]
+pub fn switch_kstack(ctx: TracePointContext) -> u32 {
+    on_switch::<false>(ctx)
+}
+
+/// Both builds of sched_switch. `HELPER`: read user registers with
+/// `bpf_task_pt_regs` rather than from the top of the kernel stack.
+#[inline(always)]
+fn on_switch<const HELPER: bool>(ctx: TracePointContext) -> u32 {
     let cfg = CONFIG.load();
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if tgid == cfg.target_tgid {
-        switch_off(&ctx, &cfg, now);
+        switch_off::<HELPER>(&ctx, &cfg, now);
     }
     // SAFETY: the offset comes from the tracepoint's format file.
     if let Ok(next) = unsafe { ctx.read_at::<i32>(cfg.next_pid_off as usize) } {
@@ -90,7 +117,8 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
     0
 }
 
-fn switch_off(ctx: &TracePointContext, cfg: &Config, now: u64) {
+#[inline(always)]
+fn switch_off<const HELPER: bool>(ctx: &TracePointContext, cfg: &Config, now: u64) {
     // SAFETY: offsets come from the tracepoint's format file.
     let Ok(tid) = (unsafe { ctx.read_at::<i32>(cfg.prev_pid_off as usize) }) else {
         return;
@@ -110,7 +138,7 @@ fn switch_off(ctx: &TracePointContext, cfg: &Config, now: u64) {
     // them for reports.
     let regs = if cfg.emit_events != 0 {
         // SAFETY: the current task is valid for the duration of the program.
-        unsafe { user_regs(bpf_get_current_task_btf(), cfg) }
+        unsafe { user_regs::<HELPER>(current_task::<HELPER>(), cfg) }
     } else {
         UserRegs {
             syscall_nr: -1,
@@ -184,13 +212,67 @@ fn emit(cfg: &Config, ev: SwitchEvent) {
     }
 }
 
+/// The current task: as a BTF pointer where `bpf_task_pt_regs` needs one
+/// (`bpf_get_current_task_btf`, 5.11), else as a plain address, which is all
+/// probe reads need.
+#[inline(always)]
+fn current_task<const HELPER: bool>() -> *mut task_struct {
+    if HELPER {
+        // SAFETY: no preconditions.
+        unsafe { bpf_get_current_task_btf() }
+    } else {
+        // SAFETY: no preconditions.
+        unsafe { bpf_get_current_task() as *mut task_struct }
+    }
+}
+
+/// Where a task's saved user registers are: from `bpf_task_pt_regs`, or at
+/// the top of its kernel stack, `stack + THREAD_SIZE - sizeof(pt_regs)`
+/// (x86-64 has no padding above them before FRED). The stack's size is not
+/// in BTF, so each candidate is tried and the frame whose `cs` says "user
+/// mode" is kept. Null when there is none (a kernel thread).
+///
+/// # Safety
+/// As [`user_regs`].
+#[inline(always)]
+unsafe fn pt_regs_of<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -> *const u8 {
+    if HELPER {
+        // SAFETY: `task` is a trusted BTF pointer (caller's contract).
+        return unsafe { bpf_task_pt_regs(task) as *const u8 };
+    }
+    let base = task as *const u8;
+    // SAFETY: probe reads tolerate any address.
+    let Ok(stack) =
+        (unsafe { bpf_probe_read_kernel(base.add(cfg.task.stack as usize) as *const u64) })
+    else {
+        return core::ptr::null();
+    };
+    if stack == 0 {
+        return core::ptr::null();
+    }
+    for size in KERNEL_STACK_SIZES {
+        let regs = (stack + size as u64 - cfg.regs.size as u64) as *const u8;
+        // SAFETY: as above; a wrong guess reads a guard page or another
+        // frame, which the `cs` check rejects.
+        let cs = unsafe { bpf_probe_read_kernel(regs.add(cfg.regs.cs as usize) as *const u64) };
+        if let Ok(cs) = cs
+            && cs & 3 == 3
+        {
+            return regs;
+        }
+    }
+    core::ptr::null()
+}
+
 /// A task's saved user registers: which syscall it is in and with which
 /// arguments. Offsets into `struct pt_regs` come from the kernel's BTF.
 ///
 /// # Safety
-/// `task` must be a valid, trusted `task_struct` pointer (the current task,
-/// or the task an iterator hands us after a null check).
-unsafe fn user_regs(task: *mut task_struct, cfg: &Config) -> UserRegs {
+/// `task` must be a valid `task_struct` pointer (the current task, or the
+/// task an iterator hands us after a null check); trusted (BTF) when
+/// `HELPER`.
+#[inline(always)]
+unsafe fn user_regs<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -> UserRegs {
     let off = &cfg.regs;
     let mut out = UserRegs {
         syscall_nr: -1,
@@ -199,10 +281,10 @@ unsafe fn user_regs(task: *mut task_struct, cfg: &Config) -> UserRegs {
     if off.valid == 0 {
         return out;
     }
-    // SAFETY: bpf_task_pt_regs returns the task's saved user register frame
-    // (or 0); every read goes through bpf_probe_read_kernel.
+    // SAFETY: the frame pointer comes from the helper or a checked guess
+    // (or is null); every read goes through bpf_probe_read_kernel.
     unsafe {
-        let regs = bpf_task_pt_regs(task) as *const u8;
+        let regs = pt_regs_of::<HELPER>(task, cfg);
         if regs.is_null() {
             return out;
         }
@@ -246,6 +328,20 @@ struct bpf_iter_meta {
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub fn task_iter(ctx: *mut core::ffi::c_void) -> i32 {
+    each_task::<true>(ctx)
+}
+
+/// The task iterator for kernels without `bpf_task_pt_regs` (see the
+/// module's documentation).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn iter_kstack(ctx: *mut core::ffi::c_void) -> i32 {
+    each_task::<false>(ctx)
+}
+
+/// Both builds of the task iterator (`HELPER` as in [`on_switch`]).
+#[inline(always)]
+fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
     let ctx = ctx as *const IterTaskCtx;
     // SAFETY: the kernel passes a `bpf_iter__task`; loads of its members
     // are checked by the verifier against the kernel's BTF.
@@ -282,10 +378,11 @@ pub fn task_iter(ctx: *mut core::ffi::c_void) -> i32 {
         (*rec).exec_start = rd64(t.exec_start);
         (*rec).sum_exec_runtime = rd64(t.sum_exec_runtime);
         (*rec).now_ns = bpf_ktime_get_ns();
-        let cur = bpf_get_current_task_btf() as *const u8;
+        // A plain address is enough for a probe read, and works before 5.11.
+        let cur = bpf_get_current_task() as *const u8;
         (*rec).cur_exec_start =
             bpf_probe_read_kernel(cur.add(t.exec_start as usize) as *const u64).unwrap_or(0);
-        (*rec).regs = user_regs(task, &cfg);
+        (*rec).regs = user_regs::<HELPER>(task, &cfg);
         (*rec).comm =
             bpf_probe_read_kernel(base.add(t.comm as usize) as *const [u8; 16]).unwrap_or([0; 16]);
         let bytes = bpf_get_task_stack(

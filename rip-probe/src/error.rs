@@ -21,6 +21,19 @@ pub enum Error {
          use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
     )]
     NoBtf,
+    /// The kernel lacks a BPF feature rip's design rests on.
+    #[error(
+        "this kernel ({release}) lacks {missing}: rip-probe needs Linux {minimum} or later, \
+         built with CONFIG_BPF_SYSCALL, CONFIG_BPF_EVENTS and CONFIG_DEBUG_INFO_BTF"
+    )]
+    KernelTooOld {
+        /// The running kernel, as `uname -r` prints it.
+        release: String,
+        /// The missing feature.
+        missing: String,
+        /// The oldest kernel that has everything.
+        minimum: &'static str,
+    },
     /// The target process does not exist.
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),

@@ -8,7 +8,7 @@ use std::{
 };
 
 use rip_ebpf::{SWITCH_OFF, SWITCH_ON, task_state};
-use rip_probe::collect::kernel::KernelProbe;
+use rip_probe::collect::kernel::{KernelProbe, features::RegsSource};
 use rip_tests::{bpf_tests_enabled, gettid, monotonic_ns};
 
 fn pipe() -> (OwnedFd, OwnedFd) {
@@ -24,8 +24,24 @@ fn observes_blocked_read_and_wakeup() {
     if !bpf_tests_enabled("observes_blocked_read_and_wakeup") {
         return;
     }
+    blocked_read_and_wakeup(None);
+}
+
+/// The build for kernels without `bpf_task_pt_regs` (before 5.15), run on
+/// this one: the registers it finds at the top of the kernel stack are the
+/// read's.
+#[test]
+fn observes_blocked_read_and_wakeup_without_task_pt_regs() {
+    if !bpf_tests_enabled("observes_blocked_read_and_wakeup_without_task_pt_regs") {
+        return;
+    }
+    blocked_read_and_wakeup(Some(RegsSource::KernelStack));
+}
+
+fn blocked_read_and_wakeup(regs: Option<RegsSource>) {
     let pid = std::process::id();
-    let mut probe = KernelProbe::attach(pid, true).unwrap_or_else(|e| panic!("cannot attach: {e}"));
+    let mut probe =
+        KernelProbe::attach_with(pid, true, regs).unwrap_or_else(|e| panic!("cannot attach: {e}"));
     let mut events = probe.take_events().expect("event stream");
     eprintln!(
         "loaded and attached {:?} to sched:sched_switch for pid {pid} (prev_pid@{} prev_state@{} next_pid@{})",

@@ -7,14 +7,30 @@ use std::{
     time::Duration,
 };
 
-use rip_probe::collect::kernel::KernelProbe;
+use rip_probe::collect::kernel::{KernelProbe, features::RegsSource};
 use rip_tests::{bpf_tests_enabled, gettid};
 
+/// With `bpf_task_pt_regs` (5.15 on), the kernel's choice here.
 #[test]
 fn reports_threads_blocked_before_attach() {
     if !bpf_tests_enabled("reports_threads_blocked_before_attach") {
         return;
     }
+    blocked_before_attach(None);
+}
+
+/// The build for kernels without `bpf_task_pt_regs` (5.10 to 5.14), which
+/// finds user registers at the top of each kernel stack, run on this
+/// kernel: it must see exactly what the helper sees.
+#[test]
+fn reports_threads_blocked_before_attach_without_task_pt_regs() {
+    if !bpf_tests_enabled("reports_threads_blocked_before_attach_without_task_pt_regs") {
+        return;
+    }
+    blocked_before_attach(Some(RegsSource::KernelStack));
+}
+
+fn blocked_before_attach(regs: Option<RegsSource>) {
     let mut fds = [0; 2];
     // SAFETY: valid array of two ints.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -36,7 +52,10 @@ fn reports_threads_blocked_before_attach() {
     let tids: Vec<u32> = (0..4).map(|_| rx.recv().unwrap()).collect();
     std::thread::sleep(Duration::from_millis(200));
 
-    let mut probe = KernelProbe::attach(std::process::id(), false).expect("attach");
+    let mut probe = KernelProbe::attach_with(std::process::id(), false, regs).expect("attach");
+    if let Some(r) = regs {
+        assert_eq!(probe.features().regs_source(), r, "the build asked for");
+    }
     let tasks = probe.tasks().expect("task iterator");
     eprintln!(
         "task iterator returned {} threads of pid {}",
@@ -58,6 +77,9 @@ fn reports_threads_blocked_before_attach() {
         assert_eq!(t.regs.args[0], rd_fd as u64);
         assert!(t.kstack_len > 2, "kernel stack of tid {tid}");
         assert!(t.exec_start > 0);
+        // The user pc and stack pointer at the syscall: in libc, on this
+        // thread's stack (a 2 MiB Rust thread stack, nowhere near 0).
+        assert!(t.regs.ip > 0x1000 && t.regs.sp > 0x1000, "{:?}", t.regs);
         eprintln!(
             "tid {tid}: state {:#x} read(fd={}) {} kernel frames, comm {:?}",
             t.state,

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Backend, Btf, Struct, Type};
+use btf_rs::{Btf, Struct, Type};
 use rip_ebpf::{PtRegsOffsets, TaskOffsets};
 
 use crate::error::{Error, Result};
@@ -30,10 +30,52 @@ impl KernelBtf {
         if !Path::new(VMLINUX).exists() {
             return Err(Error::NoBtf);
         }
-        // A few lookups only: mmap instead of parsing every type up front.
-        let btf =
-            Btf::from_file_with_backend(VMLINUX, Backend::Mmap).map_err(|e| err(e.to_string()))?;
+        // read(), never mmap: sysfs BTF can be mapped only from 6.x kernels
+        // newer than many in use (6.1 and 6.12 answer ENODEV).
+        let bytes = std::fs::read(VMLINUX).map_err(|e| Error::io(VMLINUX, e))?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// Parses BTF from its raw bytes (the format of `/sys/kernel/btf/vmlinux`).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let btf = Btf::from_bytes(bytes).map_err(|e| err(e.to_string()))?;
         Ok(KernelBtf { btf })
+    }
+
+    /// Whether the kernel defines `struct name` (feature detection: e.g.
+    /// `bpf_iter__task` exists where the BPF task iterator does).
+    pub fn has_struct(&self, name: &str) -> bool {
+        self.named_struct(name).is_ok()
+    }
+
+    /// Whether `enum name` has the enumerator `value` (e.g. `bpf_func_id`
+    /// lists every helper the kernel knows).
+    pub fn has_enum_value(&self, name: &str, value: &str) -> bool {
+        let Ok(types) = self.btf.resolve_types_by_name(name) else {
+            return false;
+        };
+        types.into_iter().any(|t| match t {
+            Type::Enum(e) => e
+                .members
+                .iter()
+                .any(|m| self.btf.resolve_name(m).is_ok_and(|n| n == value)),
+            _ => false,
+        })
+    }
+
+    /// `sizeof(struct name)`.
+    pub fn size_of(&self, name: &str) -> Result<u32> {
+        let st = self.named_struct(name)?;
+        u32::try_from(st.size()).map_err(|_| err(format!("struct {name} is too large")))
+    }
+
+    /// The offset of the first of `names` that `struct name` has: members
+    /// the kernel renamed over the versions it supports, newest name first.
+    pub fn offset_of_any(&self, name: &str, names: &[&str]) -> Result<u32> {
+        names
+            .iter()
+            .find_map(|n| self.offset_of(name, n).ok())
+            .ok_or_else(|| err(format!("struct {name} has none of {}", names.join(", "))))
     }
 
     fn named_struct(&self, name: &str) -> Result<Struct> {
@@ -136,6 +178,8 @@ impl KernelBtf {
             args: [o("di")?, o("si")?, o("dx")?, o("r10")?, o("r8")?, o("r9")?],
             ip: o("ip")?,
             sp: o("sp")?,
+            cs: o("cs")?,
+            size: self.size_of("pt_regs")?,
             valid: 1,
         })
     }
@@ -146,12 +190,14 @@ impl KernelBtf {
         Ok(TaskOffsets {
             pid: o("pid")?,
             tgid: o("tgid")?,
-            state: o("__state")?,
+            // `state` became `__state` in 5.14.
+            state: self.offset_of_any("task_struct", &["__state", "state"])?,
             on_cpu: o("on_cpu")?,
             on_rq: o("on_rq")?,
             comm: o("comm")?,
             exec_start: o("se.exec_start")?,
             sum_exec_runtime: o("se.sum_exec_runtime")?,
+            stack: o("stack")?,
             valid: 1,
         })
     }
@@ -160,6 +206,87 @@ impl KernelBtf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Builds a BTF blob holding an `int`, a `long`, `struct sched_entity`
+    /// and a `struct task_struct` whose state member is called `state_name`
+    /// (`state` before 5.14, `__state` after), as the kernels of each era
+    /// publish it, so the renames are tested without booting them.
+    fn task_struct_btf(state_name: &str) -> Vec<u8> {
+        let mut strings = vec![0u8];
+        let mut name = |s: &str| {
+            let off = strings.len() as u32;
+            strings.extend_from_slice(s.as_bytes());
+            strings.push(0);
+            off
+        };
+        let mut types: Vec<u32> = Vec::new();
+        let int = |types: &mut Vec<u32>, n: u32, size: u32| {
+            types.extend([n, 1 << 24, size, size * 8]);
+        };
+        // [1] int, [2] long
+        int(&mut types, name("int"), 4);
+        int(&mut types, name("long"), 8);
+        // [3] struct sched_entity { long pad; long exec_start; long sum_exec_runtime; }
+        let members = [
+            ("pad", 2, 0),
+            ("exec_start", 2, 8),
+            ("sum_exec_runtime", 2, 16),
+        ];
+        types.extend([name("sched_entity"), (4 << 24) | members.len() as u32, 24]);
+        for (m, t, off) in members {
+            types.extend([name(m), t, off * 8]);
+        }
+        // [4] struct task_struct, with the members rip reads at known offsets.
+        let members = [
+            (state_name, 2, 16),
+            ("stack", 2, 24),
+            ("on_cpu", 1, 32),
+            ("on_rq", 1, 36),
+            ("se", 3, 64),
+            ("pid", 1, 128),
+            ("tgid", 1, 132),
+            ("comm", 2, 200),
+        ];
+        types.extend([name("task_struct"), (4 << 24) | members.len() as u32, 256]);
+        for (m, t, off) in members {
+            types.extend([name(m), t, off * 8]);
+        }
+        let type_bytes: Vec<u8> = types.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        out.extend(0xeb9f_u16.to_le_bytes());
+        out.extend([1u8, 0]);
+        for w in [24u32, 0, type_bytes.len() as u32, type_bytes.len() as u32] {
+            out.extend(w.to_le_bytes());
+        }
+        out.extend((strings.len() as u32).to_le_bytes());
+        out.extend(type_bytes);
+        out.extend(strings);
+        out
+    }
+
+    #[test]
+    fn task_state_member_renamed_in_5_14() {
+        for state in ["state", "__state"] {
+            let btf = KernelBtf::from_bytes(&task_struct_btf(state)).unwrap();
+            let t = btf.task_struct().unwrap();
+            assert_eq!(t.state, 16, "{state}");
+            assert_eq!((t.stack, t.on_cpu, t.on_rq), (24, 32, 36));
+            assert_eq!((t.exec_start, t.sum_exec_runtime), (72, 80));
+            assert_eq!((t.pid, t.tgid, t.comm), (128, 132, 200));
+        }
+        let btf = KernelBtf::from_bytes(&task_struct_btf("run_state")).unwrap();
+        let e = btf.task_struct().unwrap_err().to_string();
+        assert!(e.contains("none of __state, state"), "{e}");
+    }
+
+    #[test]
+    fn feature_lookups_in_btf() {
+        let btf = KernelBtf::from_bytes(&task_struct_btf("state")).unwrap();
+        assert!(btf.has_struct("task_struct"));
+        assert!(!btf.has_struct("bpf_iter__task"));
+        assert_eq!(btf.size_of("task_struct").unwrap(), 256);
+        assert!(!btf.has_enum_value("bpf_func_id", "BPF_FUNC_task_pt_regs"));
+    }
 
     /// Reads the running kernel's BTF; every kernel this project supports
     /// has it (the CLI refuses to run without it).
@@ -171,7 +298,8 @@ mod tests {
         // changed in decades, which makes it a check on the lookup itself.
         assert_eq!(regs.orig_ax, 120);
         assert_eq!(regs.args, [112, 104, 96, 56, 72, 64]);
-        assert_eq!((regs.ip, regs.sp), (128, 152));
+        assert_eq!((regs.ip, regs.sp, regs.cs), (128, 152, 136));
+        assert_eq!(regs.size, 168);
         let t = btf.task_struct().unwrap();
         assert!(
             t.pid > 0 && t.tgid == t.pid + 4,

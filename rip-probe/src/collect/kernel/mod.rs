@@ -6,6 +6,7 @@
 //! `struct pt_regs` from BTF, both passed to the program as globals.
 
 pub mod btf;
+pub mod features;
 pub mod privileges;
 pub mod tracefs;
 pub mod uprobe;
@@ -43,7 +44,26 @@ pub struct KernelProbe {
     btf: Option<std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>>,
     iter_loaded: bool,
     switch_link: Option<aya::programs::trace_point::TracePointLinkId>,
+    /// What the kernel offers, and so which build of the programs is loaded.
+    features: features::KernelFeatures,
 }
+
+/// Entries of the per-thread maps: room for the target's threads now and
+/// as many again created during the window, at least [`MIN_THREAD_ENTRIES`].
+/// The maps are preallocated (see rip-ebpf), so this is kernel memory spent.
+fn thread_entries(threads: usize) -> u32 {
+    let want = threads
+        .saturating_mul(2)
+        .saturating_add(MIN_THREAD_ENTRIES as usize);
+    u32::try_from(want)
+        .unwrap_or(u32::MAX)
+        .min(MAX_THREAD_ENTRIES)
+}
+
+/// The smallest per-thread map.
+const MIN_THREAD_ENTRIES: u32 = 1024;
+/// The largest (the programs' compiled-in size).
+const MAX_THREAD_ENTRIES: u32 = 1 << 17;
 
 impl KernelProbe {
     /// Loads the programs for process `tgid` and attaches the sched_switch
@@ -51,6 +71,18 @@ impl KernelProbe {
     /// to user space (see [`Self::take_events`]); without, the program only
     /// keeps the per-thread table, which is all a report needs.
     pub fn attach(tgid: u32, events: bool) -> Result<Self> {
+        Self::attach_with(tgid, events, None)
+    }
+
+    /// [`Self::attach`], loading the given build of the register-reading
+    /// programs instead of the one the kernel's features select: the build
+    /// for older kernels also runs on newer ones, which is how it is tested
+    /// without booting them.
+    pub fn attach_with(
+        tgid: u32,
+        events: bool,
+        regs: Option<features::RegsSource>,
+    ) -> Result<Self> {
         let task_dir = PathBuf::from(format!("/proc/{tgid}/task"));
         if tgid == 0 || !task_dir.is_dir() {
             return Err(Error::NoSuchProcess(tgid));
@@ -58,6 +90,11 @@ impl KernelProbe {
         privileges::check()?;
         let tracefs = tracefs::ensure_mounted()?;
         let kbtf = btf::KernelBtf::load()?;
+        let mut features = features::KernelFeatures::probe(&kbtf)?;
+        if let Some(regs) = regs {
+            features.task_pt_regs = regs == features::RegsSource::Helper && features.task_pt_regs;
+        }
+        let (switch_prog, _) = features.regs_source().programs();
 
         let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
         let field = |name, size| {
@@ -81,9 +118,15 @@ impl KernelProbe {
         // CO-RE relocations, so the loader goes without it, and the parse
         // runs on another thread while the session observes.
         let btf = crate::background::spawn("rip-btf", aya::Btf::from_sys_fs);
+        let tids = crate::collect::procfs::tids(tgid)?;
+        let entries = thread_entries(tids.len());
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .override_global(names::CONFIG, &config, true)
+            .map_max_entries(names::THREADS, entries)
+            .map_max_entries(names::LAST_FN, entries)
+            // Kernel stacks at switch time are only taken for observers.
+            .map_max_entries(names::STACKS, if events { 1 << 14 } else { 1 })
             .load(EBPF_OBJECT)
             .map_err(|e| Error::bpf("loading rip-ebpf", e))?;
 
@@ -95,14 +138,14 @@ impl KernelProbe {
                     .ok_or_else(|| missing(names::THREADS))?,
             )
             .map_err(|e| Error::bpf("THREADS map", e))?;
-            for tid in crate::collect::procfs::tids(tgid)? {
+            for tid in tids {
                 threads
                     .insert(tid, ThreadRecord::default(), 0)
                     .map_err(|e| Error::bpf("seeding THREADS", e))?;
             }
         }
 
-        let prog: &mut TracePoint = program(&mut ebpf, names::SCHED_SWITCH)?;
+        let prog: &mut TracePoint = program(&mut ebpf, switch_prog)?;
         prog.load()
             .map_err(|e| Error::bpf("loading sched_switch", e))?;
         let switch_link = prog
@@ -117,6 +160,7 @@ impl KernelProbe {
             btf: Some(btf),
             iter_loaded: false,
             switch_link: Some(switch_link),
+            features,
         })
     }
 
@@ -134,6 +178,11 @@ impl KernelProbe {
     /// offsets), for diagnostics.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the running kernel offers, as probed at attach.
+    pub fn features(&self) -> &features::KernelFeatures {
+        &self.features
     }
 
     /// Names of the programs loaded in the kernel, as `bpftool prog` shows them.
@@ -173,7 +222,8 @@ impl KernelProbe {
     /// iterator.
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
         self.load_iter()?;
-        let iter: &mut Iter = program(&mut self.ebpf, names::TASK_ITER)?;
+        let (_, iter_prog) = self.features.regs_source().programs();
+        let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         let id = iter
             .attach()
             .map_err(|e| Error::bpf("attaching the task iterator", e))?;
@@ -213,7 +263,8 @@ impl KernelProbe {
         let Some(id) = self.switch_link.take() else {
             return Ok(());
         };
-        let prog: &mut TracePoint = program(&mut self.ebpf, names::SCHED_SWITCH)?;
+        let (switch_prog, _) = self.features.regs_source().programs();
+        let prog: &mut TracePoint = program(&mut self.ebpf, switch_prog)?;
         let link = prog
             .take_link(id)
             .map_err(|e| Error::bpf("sched_switch link", e))?;
@@ -233,7 +284,8 @@ impl KernelProbe {
             .join()
             .map_err(|_| Error::Bpf("kernel BTF parser panicked".into()))?
             .map_err(|e| Error::bpf("reading kernel BTF", e))?;
-        let iter: &mut Iter = program(&mut self.ebpf, names::TASK_ITER)?;
+        let (_, iter_prog) = self.features.regs_source().programs();
+        let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", &btf)
             .map_err(|e| Error::bpf("loading the task iterator", e))?;
         self.iter_loaded = true;
