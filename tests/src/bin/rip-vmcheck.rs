@@ -7,7 +7,9 @@
 //! `RIPDONE`. Exits 1 if any check failed.
 //!
 //! Usage: `rip-vmcheck --probe RIP_PROBE --stuck VM_STUCK --uninstrumented
-//! UNINSTRUMENTED [--dir DIR]` (DIR: where ring files go, on tmpfs).
+//! UNINSTRUMENTED [--dir DIR] [--dmesg-all]` (DIR: where ring files go, on
+//! tmpfs; `--dmesg-all`: check the whole kernel log, as a guest does, not
+//! only what was logged while the suite ran).
 
 use std::{
     collections::BTreeSet,
@@ -33,6 +35,7 @@ struct Paths {
     stuck: PathBuf,
     uninstrumented: PathBuf,
     dir: PathBuf,
+    dmesg_all: bool,
 }
 
 /// One blocked role of `vm_stuck.c`: the syscalls it may be in (libc
@@ -83,7 +86,11 @@ fn main() {
     };
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!("RIPINFO kernel {}", release.trim());
-    let kmsg_start = kmsg_last_seq();
+    let kmsg_start = if paths.dmesg_all {
+        None
+    } else {
+        Some(kmsg_last_seq())
+    };
     let mut failed = false;
     let mut report = |check: &str, r: Result<String>| match r {
         Ok(detail) => println!("RIPCHECK {check} PASS {detail}"),
@@ -121,7 +128,12 @@ fn parse_args() -> Result<Paths> {
     let mut args = std::env::args().skip(1);
     let (mut probe, mut stuck, mut uninstrumented) = (None, None, None);
     let mut dir = PathBuf::from("/dev/shm/rip-vmcheck");
+    let mut dmesg_all = false;
     while let Some(a) = args.next() {
+        if a == "--dmesg-all" {
+            dmesg_all = true;
+            continue;
+        }
         let v = args
             .next()
             .map(PathBuf::from)
@@ -144,6 +156,7 @@ fn parse_args() -> Result<Paths> {
         stuck: need(stuck, "--stuck")?,
         uninstrumented: need(uninstrumented, "--uninstrumented")?,
         dir,
+        dmesg_all,
     })
 }
 
@@ -544,8 +557,9 @@ fn uprobe_attached(w: &Workload) -> bool {
         .is_ok_and(|m| m.contains("[uprobes]"))
 }
 
-/// `dmesg`: the kernel logged no warning, bug or oops during the suite.
-fn check_dmesg(start: u64) -> Result<String> {
+/// `dmesg`: the kernel logged no warning, bug or oops (during the suite
+/// when `start` is the last sequence number before it; ever when `None`).
+fn check_dmesg(start: Option<u64>) -> Result<String> {
     let records = kmsg_since(start)?;
     let bad: Vec<&String> = records
         .iter()
@@ -560,11 +574,19 @@ fn check_dmesg(start: u64) -> Result<String> {
         "kernel log: {}",
         one_line(&bad[0].to_string())
     );
-    Ok(format!("{} kernel messages, none bad", records.len()))
+    let scope = if start.is_some() {
+        "during the suite"
+    } else {
+        "since boot"
+    };
+    Ok(format!(
+        "{} kernel messages {scope}, none bad",
+        records.len()
+    ))
 }
 
-/// Records of /dev/kmsg with a sequence number above `start`.
-fn kmsg_since(start: u64) -> Result<Vec<String>> {
+/// Records of /dev/kmsg with a sequence number above `start` (all: `None`).
+fn kmsg_since(start: Option<u64>) -> Result<Vec<String>> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .read(true)
@@ -584,7 +606,7 @@ fn kmsg_since(start: u64) -> Result<Vec<String>> {
                     .nth(1)
                     .and_then(|s| s.parse::<u64>().ok())
                     .unwrap_or(0);
-                if seq > start || start == u64::MAX {
+                if start.is_none_or(|s| seq > s) {
                     let msg = rec.split_once(';').map_or(rec.as_str(), |m| m.1);
                     out.push(msg.lines().next().unwrap_or("").to_string());
                 }

@@ -22,7 +22,7 @@ mount -t tmpfs tmpfs /tmp
 mount -t tracefs tracefs /sys/kernel/tracing
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 echo RIPBOOT
-/bin/rip-vmcheck --probe /bin/rip-probe --stuck /bin/vm_stuck --uninstrumented /bin/uninstrumented
+/bin/rip-vmcheck --probe /bin/rip-probe --stuck /bin/vm_stuck --uninstrumented /bin/uninstrumented --dmesg-all
 echo "RIPEXIT $?"
 poweroff -f
 "#;

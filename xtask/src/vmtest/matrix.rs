@@ -122,7 +122,18 @@ pub fn markdown(rows: &[Row]) -> String {
                 lines.push(format!("{c} FAIL: {d}"));
             }
         }
-        lines.extend(r.notes.iter().map(|n| format!("note {n}")));
+        // A note that is also a failure's reason (rip-probe's error line)
+        // is said once.
+        let failures = lines.join("\n");
+        lines.extend(
+            r.notes
+                .iter()
+                .filter(|n| {
+                    !n.split_once(": ")
+                        .is_some_and(|(_, t)| failures.contains(t))
+                })
+                .map(|n| format!("note {n}")),
+        );
         if !lines.is_empty() {
             let _ = writeln!(details, "\n**{}**{pkg}\n", r.name);
             for l in lines {
