@@ -58,7 +58,7 @@ enum Cmd {
         #[arg(long, default_value_t = vmtest::DEFAULT_SMP)]
         smp: u32,
         /// Seconds a guest may run before it is killed and its row fails.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = vmtest::DEFAULT_TIMEOUT_SECS)]
         timeout: u64,
         /// Skip the host row.
         #[arg(long)]

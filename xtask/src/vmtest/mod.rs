@@ -40,6 +40,9 @@ pub struct Options {
 pub const DEFAULT_JOBS: usize = 2;
 /// CPUs per guest by default.
 pub const DEFAULT_SMP: u32 = 1;
+/// Seconds a guest may run by default: a guest takes about 10 s under TCG
+/// here, so this only catches hangs.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 
 /// The Debian packages vmtest needs, by the command each provides.
 pub const APT_PACKAGES: &[(&str, &str)] = &[
