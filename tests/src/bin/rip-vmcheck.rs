@@ -472,11 +472,13 @@ fn check_cleanup(paths: &Paths) -> Result<String> {
     let links_before = bpf::ids(bpf::LINK_GET_NEXT_ID)?;
     let events_before = uprobe_events();
     let w = Workload::start(Command::new(&paths.uninstrumented).arg("1"))?;
+    let stderr_path = paths.dir.join("cleanup-rip-probe.stderr");
     let mut probe = Command::new(&paths.probe)
         .args(["--pid", &w.pid().to_string(), "--duration", "120s"])
         .args(["--uprobe", "worker_*"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // A file, not a pipe: nobody reads it while rip-probe runs.
+        .stderr(std::fs::File::create(&stderr_path)?)
         .spawn()
         .context("cannot start rip-probe")?;
     // Ours: programs with our names loaded since the baseline, and links to them.
@@ -497,7 +499,11 @@ fn check_cleanup(paths: &Paths) -> Result<String> {
             break (progs, links);
         }
         if let Some(s) = probe.try_wait()? {
-            bail!("rip-probe exited ({s}) before attaching");
+            let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            bail!(
+                "rip-probe exited ({s}) before attaching: {}",
+                err.lines().last().unwrap_or("")
+            );
         }
         if Instant::now() > deadline {
             let _ = probe.kill();
