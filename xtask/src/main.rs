@@ -5,12 +5,16 @@
 //! - `test`: setup, then fmt, clippy and every test, privileged ones included.
 //! - `demo`: the main job on a bundled workload.
 //! - `bench`: the overhead comparison.
+//! - `dist`: the static rip-probe and librip in one tarball.
+//! - `vmtest`: rip-probe's checks in Debian's kernels under qemu.
 
 mod bench;
 mod demo;
+mod dist;
 mod setup;
 mod test;
 mod util;
+mod vmtest;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +41,29 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
+    /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
+    Dist,
+    /// Run rip-probe's checks in Debian kernels under qemu (and on the
+    /// host); print the kernel × check matrix.
+    Vmtest {
+        /// A kernel to test (repeat for several): 5.10, 6.1, 6.1-rt, 6.12,
+        /// backports. Default: all.
+        #[arg(long = "kernel", value_name = "NAME")]
+        kernels: Vec<String>,
+        /// Guests booted at the same time.
+        #[arg(long, default_value_t = vmtest::DEFAULT_JOBS)]
+        jobs: usize,
+        /// CPUs per guest.
+        #[arg(long, default_value_t = vmtest::DEFAULT_SMP)]
+        smp: u32,
+        /// Seconds a guest may run before it is killed and its row fails.
+        #[arg(long, default_value_t = vmtest::DEFAULT_TIMEOUT_SECS)]
+        timeout: u64,
+        /// Skip the host row.
+        #[arg(long)]
+        no_host: bool,
+    },
 }
 
 fn main() {
@@ -46,6 +73,20 @@ fn main() {
         Cmd::Test => test::run_tests(),
         Cmd::Demo => demo::run_demo(),
         Cmd::Bench { quick } => bench::run_bench(quick),
+        Cmd::Dist => dist::run_dist().map(|_| ()),
+        Cmd::Vmtest {
+            kernels,
+            jobs,
+            smp,
+            timeout,
+            no_host,
+        } => vmtest::run_vmtest(&vmtest::Options {
+            kernels,
+            jobs,
+            smp,
+            timeout: std::time::Duration::from_secs(timeout),
+            no_host,
+        }),
     };
     if let Err(e) = res {
         eprintln!("xtask: error: {e:#}");

@@ -18,11 +18,15 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The cargo-fuzz release that runs the reader's fuzz target.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Debian packages the tests call (bpftool to check nothing is left
-/// attached, valgrind for instruction counts, gdb as a peer).
+/// attached, valgrind for instruction counts, gdb as a peer; qemu,
+/// busybox-static and cpio for the guest kernels of `vmtest`).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
     ("gdb", "gdb"),
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("busybox", "busybox-static"),
+    ("cpio", "cpio"),
 ];
 
 /// Runs every step.

@@ -30,8 +30,8 @@ fn fuzz_reader() -> Result<()> {
     )
 }
 
-/// Setup, formatting, lints (host and BPF target), then every test of the
-/// workspace, privileged ones included.
+/// Setup, formatting, lints (host and BPF target), every test of the
+/// workspace, privileged ones included, then the guest kernels (vmtest).
 pub fn run_tests() -> Result<()> {
     let t = std::time::Instant::now();
     setup::run_setup()?;
@@ -89,6 +89,15 @@ pub fn run_tests() -> Result<()> {
         cargo().args(["test", "--workspace", "--", "--nocapture"]),
         "cargo test",
     )?;
+
+    step("cargo xtask vmtest (rip-probe in every guest kernel, and on the host)");
+    crate::vmtest::run_vmtest(&crate::vmtest::Options {
+        kernels: Vec::new(),
+        jobs: crate::vmtest::DEFAULT_JOBS,
+        smp: crate::vmtest::DEFAULT_SMP,
+        timeout: std::time::Duration::from_secs(crate::vmtest::DEFAULT_TIMEOUT_SECS),
+        no_host: false,
+    })?;
 
     step(&format!(
         "cargo fuzz run reader ({FUZZ_SECONDS} s, the committed corpus plus a scratch one)"

@@ -1,0 +1,733 @@
+//! The guest suite of `cargo xtask vmtest`: checks rip-probe, the binary a
+//! user would copy, against static workloads on whatever kernel it runs on
+//! (a qemu guest's /init runs it; xtask also runs it on the host). Each
+//! check prints one line, `RIPCHECK <check> PASS|FAIL <detail>`; rip-probe's
+//! stderr lines (degraded-feature notes) are printed as `RIPNOTE <check>
+//! <line>`, the kernel as `RIPINFO kernel <release>`, and the end as
+//! `RIPDONE`. Exits 1 if any check failed.
+//!
+//! Usage: `rip-vmcheck --probe RIP_PROBE --stuck VM_STUCK --uninstrumented
+//! UNINSTRUMENTED [--dir DIR] [--dmesg-all]` (DIR: where ring files go, on
+//! tmpfs; `--dmesg-all`: check the whole kernel log, as a guest does, not
+//! only what was logged while the suite ran).
+
+use std::{
+    collections::BTreeSet,
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+/// The workload's source: the `SNAP:` markers give the expected lines.
+const STUCK_SRC: &str = include_str!("../../c/vm_stuck.c");
+const UNINSTRUMENTED_SRC: &str = include_str!("../../c/uninstrumented.c");
+/// How long any one rip-probe or workload run may take (TCG is slow).
+const CMD_TIMEOUT: Duration = Duration::from_secs(90);
+/// The names rip's BPF programs carry in the kernel.
+const OUR_PROGS: [&str; 3] = ["sched_switch", "task_iter", "fn_entry"];
+
+struct Paths {
+    probe: PathBuf,
+    stuck: PathBuf,
+    uninstrumented: PathBuf,
+    dir: PathBuf,
+    dmesg_all: bool,
+}
+
+/// One blocked role of `vm_stuck.c`: the syscalls it may be in (libc
+/// picks), and what its decoded arguments must show.
+struct Role {
+    name: &'static str,
+    syscalls: &'static [(&'static str, i64)],
+    args: ArgCheck,
+}
+
+enum ArgCheck {
+    /// `syscall.text` contains this.
+    Text(&'static str),
+    /// The first argument's raw value is the futex word printed as `futex ADDR`.
+    FutexAddr,
+}
+
+const ROLES: &[Role] = &[
+    Role {
+        name: "pipe-reader",
+        syscalls: &[("read", 0)],
+        args: ArgCheck::Text("pipe:["),
+    },
+    Role {
+        name: "sleeper",
+        syscalls: &[("nanosleep", 35), ("clock_nanosleep", 230)],
+        args: ArgCheck::Text("1h00m"),
+    },
+    Role {
+        name: "locker",
+        syscalls: &[("futex", 202)],
+        args: ArgCheck::FutexAddr,
+    },
+    Role {
+        name: "acceptor",
+        syscalls: &[("accept", 43), ("accept4", 288)],
+        args: ArgCheck::Text("socket:["),
+    },
+];
+
+fn main() {
+    let paths = match parse_args() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("rip-vmcheck: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!("RIPINFO kernel {}", release.trim());
+    let kmsg_start = if paths.dmesg_all {
+        None
+    } else {
+        Some(kmsg_last_seq())
+    };
+    let mut failed = false;
+    let mut report = |check: &str, r: Result<String>| match r {
+        Ok(detail) => println!("RIPCHECK {check} PASS {detail}"),
+        Err(e) => {
+            failed = true;
+            println!("RIPCHECK {check} FAIL {}", one_line(&format!("{e:#}")));
+        }
+    };
+    let _ = std::fs::create_dir_all(&paths.dir);
+    let ring = paths
+        .dir
+        .join(format!("vm-stuck.{}.ring", std::process::id()));
+    let _ = std::fs::remove_file(&ring);
+    let stuck = start_stuck(&paths, &ring);
+    match stuck {
+        Ok(mut w) => {
+            report("pid", check_pid(&paths, &w));
+            report("dump", check_dump(&paths, &mut w, &ring));
+        }
+        Err(e) => {
+            let e = e.context("starting vm_stuck");
+            report("pid", Err(anyhow::anyhow!("{e:#}")));
+            report("dump", Err(e));
+        }
+    }
+    let _ = std::fs::remove_file(&ring);
+    report("uprobe", check_uprobe(&paths));
+    report("cleanup", check_cleanup(&paths));
+    report("dmesg", check_dmesg(kmsg_start));
+    println!("RIPDONE");
+    std::process::exit(i32::from(failed));
+}
+
+fn parse_args() -> Result<Paths> {
+    let mut args = std::env::args().skip(1);
+    let (mut probe, mut stuck, mut uninstrumented) = (None, None, None);
+    let mut dir = PathBuf::from("/dev/shm/rip-vmcheck");
+    let mut dmesg_all = false;
+    while let Some(a) = args.next() {
+        if a == "--dmesg-all" {
+            dmesg_all = true;
+            continue;
+        }
+        let v = args
+            .next()
+            .map(PathBuf::from)
+            .with_context(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--probe" => probe = Some(v),
+            "--stuck" => stuck = Some(v),
+            "--uninstrumented" => uninstrumented = Some(v),
+            "--dir" => dir = v,
+            _ => bail!("unknown argument {a}"),
+        }
+    }
+    let need = |p: Option<PathBuf>, what: &str| {
+        p.with_context(|| {
+            format!("usage: rip-vmcheck --probe P --stuck P --uninstrumented P: {what} missing")
+        })
+    };
+    Ok(Paths {
+        probe: need(probe, "--probe")?,
+        stuck: need(stuck, "--stuck")?,
+        uninstrumented: need(uninstrumented, "--uninstrumented")?,
+        dir,
+        dmesg_all,
+    })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The 1-based line of the first line of `src` containing `marker`.
+fn marker_line(src: &str, marker: &str) -> u64 {
+    src.lines()
+        .position(|l| l.contains(marker))
+        .map_or(0, |i| i as u64 + 1)
+}
+
+/// A workload process that printed lines and then `ready`; killed on drop.
+struct Workload {
+    child: Child,
+    lines: Vec<String>,
+}
+
+impl Workload {
+    fn start(cmd: &mut Command) -> Result<Workload> {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            if out.read_line(&mut l)? == 0 {
+                let _ = child.kill();
+                let status = child.wait()?;
+                bail!("exited ({status}) before `ready`: {lines:?}");
+            }
+            match l.trim() {
+                "ready" => break,
+                l => lines.push(l.to_string()),
+            }
+        }
+        Ok(Workload { child, lines })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The value of the line `<key> <value>`.
+    fn fact(&self, key: &str) -> Result<&str> {
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .with_context(|| format!("no `{key}` line in {:?}", self.lines))
+    }
+
+    fn tid(&self, role: &str) -> Result<u32> {
+        Ok(self.fact(&format!("role {role}"))?.parse()?)
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `cmd` to completion within [`CMD_TIMEOUT`]: (exit code, stdout, stderr).
+fn run(cmd: &mut Command) -> Result<(i32, String, String)> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().expect("piped")));
+    let err = reader(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + CMD_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{cmd:?} did not finish in {CMD_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    Ok((status.code().unwrap_or(-1), out, err))
+}
+
+/// Runs rip-probe with `args` (which include `--json`), printing its
+/// stderr as notes; its report.
+fn probe_json(paths: &Paths, check: &str, args: &[&str]) -> Result<Value> {
+    let (code, out, err) = run(Command::new(&paths.probe).args(args))?;
+    for l in err.lines().filter(|l| !l.trim().is_empty()) {
+        println!("RIPNOTE {check} {l}");
+    }
+    ensure!(
+        code == 0,
+        "rip-probe {} exited {code}: {}",
+        args.join(" "),
+        err.lines().last().unwrap_or("")
+    );
+    serde_json::from_str(&out).with_context(|| format!("rip-probe {}: not JSON", args.join(" ")))
+}
+
+fn thread(report: &Value, tid: u32) -> Result<&Value> {
+    report["threads"]
+        .as_array()
+        .context("no threads array")?
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .with_context(|| format!("tid {tid} not in the report"))
+}
+
+fn start_stuck(paths: &Paths, ring: &Path) -> Result<Workload> {
+    Workload::start(Command::new(&paths.stuck).arg(ring))
+}
+
+/// The syscall number a thread is in, from /proc (None: running, or gone).
+fn proc_syscall(pid: u32, tid: u32) -> Option<i64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// `pid`: every role of vm_stuck blocked in its syscall, with its argument,
+/// a blocked time of at least what we know, and its last snap's line.
+fn check_pid(paths: &Paths, w: &Workload) -> Result<String> {
+    let pid = w.pid();
+    // Wait (from /proc) until every role is inside its syscall.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for r in ROLES {
+        let tid = w.tid(r.name)?;
+        while !proc_syscall(pid, tid).is_some_and(|n| r.syscalls.iter().any(|s| s.1 == n)) {
+            ensure!(
+                Instant::now() < deadline,
+                "{} ({tid}) never blocked in {:?}: /proc says {:?}",
+                r.name,
+                r.syscalls,
+                proc_syscall(pid, tid)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let blocked_at = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let known = blocked_at.elapsed();
+    let v = probe_json(
+        paths,
+        "pid",
+        &["--pid", &pid.to_string(), "--duration", "500ms", "--json"],
+    )?;
+    ensure!(v["mode"] == "pid", "mode {}", v["mode"]);
+    let futex: u64 = {
+        let a = w.fact("futex")?;
+        u64::from_str_radix(a.trim_start_matches("0x"), 16)?
+    };
+    for r in ROLES {
+        let tid = w.tid(r.name)?;
+        let t = thread(&v, tid)?;
+        let ctx = || format!("{} ({tid}): {t}", r.name);
+        ensure!(t["state"] == "sleeping", "state {}; {}", t["state"], ctx());
+        let name = t["syscall"]["name"].as_str().unwrap_or_default();
+        ensure!(
+            r.syscalls.iter().any(|s| s.0 == name),
+            "syscall {name:?}, want one of {:?}; {}",
+            r.syscalls,
+            ctx()
+        );
+        match r.args {
+            ArgCheck::Text(want) => ensure!(
+                t["syscall"]["text"]
+                    .as_str()
+                    .is_some_and(|s| s.contains(want)),
+                "syscall text lacks {want:?}; {}",
+                ctx()
+            ),
+            ArgCheck::FutexAddr => ensure!(
+                t["syscall"]["args"][0]["raw"].as_u64() == Some(futex),
+                "futex address, want {futex:#x}; {}",
+                ctx()
+            ),
+        }
+        let ns = t["blocked"]["ns"].as_u64().unwrap_or(0);
+        ensure!(
+            ns >= known.as_nanos() as u64,
+            "blocked {ns} ns < known {known:?}; {}",
+            ctx()
+        );
+        ensure!(
+            t["kernel_stack"].as_array().is_some_and(|s| !s.is_empty()),
+            "no kernel stack; {}",
+            ctx()
+        );
+        check_snap(t, r.name)?;
+    }
+    Ok(format!(
+        "{} roles blocked ≥{:.1}s at their snap lines",
+        ROLES.len(),
+        known.as_secs_f64()
+    ))
+}
+
+/// The thread's location is its ring's last snap, at the role's marker.
+fn check_snap(t: &Value, role: &str) -> Result<()> {
+    let loc = &t["location"];
+    let want = marker_line(STUCK_SRC, &format!("SNAP: {role} "));
+    ensure!(loc["source"] == "ring", "{role}: location source {loc}");
+    let file = loc["frame"]["file"].as_str().unwrap_or_default();
+    ensure!(
+        file.ends_with("vm_stuck.c") && loc["frame"]["line"].as_u64() == Some(want),
+        "{role}: last snap {file}:{}, want vm_stuck.c:{want}",
+        loc["frame"]["line"]
+    );
+    Ok(())
+}
+
+/// `dump`: after SIGKILL the ring still says where each thread was.
+fn check_dump(paths: &Paths, w: &mut Workload, ring: &Path) -> Result<String> {
+    w.child.kill()?;
+    w.child.wait()?;
+    let ring_s = ring.to_str().context("ring path not UTF-8")?;
+    let v = probe_json(paths, "dump", &["dump", ring_s, "--json", "--exited"])?;
+    ensure!(v["mode"] == "dump", "mode {}", v["mode"]);
+    ensure!(
+        v["process"]["alive"] == false,
+        "process alive after SIGKILL: {}",
+        v["process"]
+    );
+    let threads = v["threads"].as_array().context("no threads")?;
+    ensure!(
+        threads.len() == ROLES.len() + 1,
+        "{} slots, want {} (roles and main)",
+        threads.len(),
+        ROLES.len() + 1
+    );
+    for r in ROLES {
+        let tid = w.tid(r.name)?;
+        let t = thread(&v, tid)?;
+        ensure!(t["name"] == r.name, "{tid}: name {}", t["name"]);
+        ensure!(
+            !["running", "runnable", "sleeping"].contains(&t["state"].as_str().unwrap_or("")),
+            "{}: dead process's thread shown as {}",
+            r.name,
+            t["state"]
+        );
+        check_snap(t, r.name)?;
+    }
+    Ok(format!(
+        "{} slots post mortem, last snaps right",
+        threads.len()
+    ))
+}
+
+/// `uprobe`: workers of a program without librip are in `worker_wait`.
+fn check_uprobe(paths: &Paths) -> Result<String> {
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("2"))?;
+    let workers: Vec<u32> = w
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("worker ")?.parse().ok())
+        .collect();
+    ensure!(workers.len() == 2, "workers: {:?}", w.lines);
+    let v = probe_json(
+        paths,
+        "uprobe",
+        &[
+            "--pid",
+            &w.pid().to_string(),
+            "--duration",
+            "1s",
+            "--uprobe",
+            "worker_*",
+            "--json",
+        ],
+    )?;
+    let line = marker_line(UNINSTRUMENTED_SRC, "int worker_wait(void)");
+    for tid in workers {
+        let t = thread(&v, tid)?;
+        let loc = &t["location"];
+        ensure!(loc["source"] == "uprobe", "{tid}: location {loc}");
+        ensure!(
+            loc["frame"]["function"] == "worker_wait",
+            "{tid}: function {}",
+            loc["frame"]["function"]
+        );
+        let got = loc["frame"]["line"].as_u64().unwrap_or(0);
+        ensure!(
+            (line..=line + 2).contains(&got),
+            "{tid}: line {got}, worker_wait starts at {line}"
+        );
+    }
+    Ok("2 workers last entered worker_wait".into())
+}
+
+/// `cleanup`: rip-probe SIGKILLed while attached leaves no program, link
+/// or uprobe event behind.
+fn check_cleanup(paths: &Paths) -> Result<String> {
+    let progs_before = bpf::ids(bpf::PROG_GET_NEXT_ID)?;
+    let links_before = bpf::ids(bpf::LINK_GET_NEXT_ID)?;
+    let events_before = uprobe_events();
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("1"))?;
+    let stderr_path = paths.dir.join("cleanup-rip-probe.stderr");
+    let mut probe = Command::new(&paths.probe)
+        .args(["--pid", &w.pid().to_string(), "--duration", "120s"])
+        .args(["--uprobe", "worker_*"])
+        .stdout(Stdio::null())
+        // A file, not a pipe: nobody reads it while rip-probe runs.
+        .stderr(std::fs::File::create(&stderr_path)?)
+        .spawn()
+        .context("cannot start rip-probe")?;
+    // Ours: programs with our names loaded since the baseline, and links to them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (progs, links) = loop {
+        let progs: BTreeSet<u32> = bpf::ids(bpf::PROG_GET_NEXT_ID)?
+            .difference(&progs_before)
+            .copied()
+            .filter(|&id| bpf::prog_name(id).is_some_and(|n| OUR_PROGS.contains(&n.as_str())))
+            .collect();
+        let links: BTreeSet<u32> = bpf::ids(bpf::LINK_GET_NEXT_ID)?
+            .difference(&links_before)
+            .copied()
+            .filter(|&id| bpf::link_prog(id).is_some_and(|p| progs.contains(&p)))
+            .collect();
+        // sched_switch and fn_entry at least (task_iter comes and goes).
+        if progs.len() >= 2 && uprobe_attached(&w) {
+            break (progs, links);
+        }
+        if let Some(s) = probe.try_wait()? {
+            let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            bail!(
+                "rip-probe exited ({s}) before attaching: {}",
+                err.lines().last().unwrap_or("")
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = probe.kill();
+            let _ = probe.wait();
+            bail!("rip-probe never attached in 60 s: our programs {progs:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    probe.kill()?;
+    probe.wait()?;
+    // The kernel frees programs after their last fd closes and an RCU grace period.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let p: Vec<u32> = bpf::ids(bpf::PROG_GET_NEXT_ID)?
+            .intersection(&progs)
+            .copied()
+            .collect();
+        let l: Vec<u32> = bpf::ids(bpf::LINK_GET_NEXT_ID)?
+            .intersection(&links)
+            .copied()
+            .collect();
+        if p.is_empty() && l.is_empty() {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "10 s after SIGKILL: programs {p:?}, links {l:?} remain"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let events = uprobe_events();
+    ensure!(
+        events == events_before,
+        "uprobe_events changed: {:?}",
+        one_line(&events)
+    );
+    ensure!(
+        w.child.id() > 0 && std::fs::metadata(format!("/proc/{}", w.pid())).is_ok(),
+        "the target died with rip-probe"
+    );
+    Ok(format!(
+        "{} programs and {} links attached, none left after SIGKILL",
+        progs.len(),
+        links.len()
+    ))
+}
+
+fn uprobe_events() -> String {
+    std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default()
+}
+
+/// Whether a uprobe has hit in `w`: the kernel maps the `[uprobes]`
+/// out-of-line page into a process at its first hit (and keeps it, so this
+/// only tells that attaching happened).
+fn uprobe_attached(w: &Workload) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/maps", w.pid()))
+        .is_ok_and(|m| m.contains("[uprobes]"))
+}
+
+/// `dmesg`: the kernel logged no warning, bug or oops (during the suite
+/// when `start` is the last sequence number before it; ever when `None`).
+fn check_dmesg(start: Option<u64>) -> Result<String> {
+    let records = kmsg_since(start)?;
+    let bad: Vec<&String> = records
+        .iter()
+        .filter(|m| {
+            ["WARNING", "BUG", "Call Trace", "Oops"]
+                .iter()
+                .any(|w| m.contains(w))
+        })
+        .collect();
+    ensure!(
+        bad.is_empty(),
+        "kernel log: {}",
+        one_line(&bad[0].to_string())
+    );
+    let scope = if start.is_some() {
+        "during the suite"
+    } else {
+        "since boot"
+    };
+    Ok(format!(
+        "{} kernel messages {scope}, none bad",
+        records.len()
+    ))
+}
+
+/// Records of /dev/kmsg with a sequence number above `start` (all: `None`).
+fn kmsg_since(start: Option<u64>) -> Result<Vec<String>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .context("open /dev/kmsg")?;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let rec = String::from_utf8_lossy(&buf[..n]).into_owned();
+                // "prio,seq,time,flags;message"
+                let seq = rec
+                    .split(',')
+                    .nth(1)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(0);
+                if start.is_none_or(|s| seq > s) {
+                    let msg = rec.split_once(';').map_or(rec.as_str(), |m| m.1);
+                    out.push(msg.lines().next().unwrap_or("").to_string());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            // The oldest records were overwritten while we read: go on.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) => return Err(e).context("read /dev/kmsg"),
+        }
+    }
+    Ok(out)
+}
+
+/// The last sequence number in the kernel log now (so only what the suite
+/// causes is checked); 0 when there is none.
+fn kmsg_last_seq() -> u64 {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+    else {
+        return 0;
+    };
+    let mut last = 0;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match f.read(&mut buf) {
+            Ok(n) if n > 0 => {
+                let rec = String::from_utf8_lossy(&buf[..n]);
+                if let Some(s) = rec.split(',').nth(1).and_then(|s| s.parse().ok()) {
+                    last = s;
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            _ => return last,
+        }
+    }
+}
+
+/// The few bpf(2) commands the cleanup check needs, without a BPF library:
+/// ids of loaded programs and links, a program's name, a link's program.
+mod bpf {
+    use std::collections::BTreeSet;
+
+    use anyhow::{Result, bail};
+
+    pub const PROG_GET_NEXT_ID: u32 = 11;
+    pub const LINK_GET_NEXT_ID: u32 = 31;
+    const PROG_GET_FD_BY_ID: u32 = 13;
+    const OBJ_GET_INFO_BY_FD: u32 = 15;
+    const LINK_GET_FD_BY_ID: u32 = 30;
+
+    fn bpf(cmd: u32, attr: &mut [u64; 16]) -> i64 {
+        // SAFETY: attr is a zeroed 128-byte buffer, larger than any union
+        // member these commands read or write, and outlives the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd,
+                attr.as_mut_ptr(),
+                std::mem::size_of_val(attr),
+            )
+        }
+    }
+
+    /// All ids `cmd` (a `*_GET_NEXT_ID`) walks through.
+    pub fn ids(cmd: u32) -> Result<BTreeSet<u32>> {
+        let mut out = BTreeSet::new();
+        let mut id = 0u32;
+        loop {
+            let mut attr = [0u64; 16];
+            attr[0] = u64::from(id); // start_id; next_id is the next u32
+            if bpf(cmd, &mut attr) < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::ENOENT) {
+                    return Ok(out);
+                }
+                bail!("bpf(GET_NEXT_ID): {e}");
+            }
+            id = (attr[0] >> 32) as u32;
+            out.insert(id);
+        }
+    }
+
+    /// Info of the object `get_fd` (a `*_GET_FD_BY_ID`) opens for `id`.
+    fn info(get_fd: u32, id: u32) -> Option<[u8; 128]> {
+        let mut attr = [0u64; 16];
+        attr[0] = u64::from(id);
+        let fd = bpf(get_fd, &mut attr);
+        if fd < 0 {
+            return None;
+        }
+        let mut info = [0u8; 128];
+        let mut attr = [0u64; 16];
+        // bpf_fd, info_len, info pointer.
+        attr[0] = (fd as u64) | ((info.len() as u64) << 32);
+        attr[1] = info.as_mut_ptr() as u64;
+        let r = bpf(OBJ_GET_INFO_BY_FD, &mut attr);
+        // SAFETY: fd is the descriptor the kernel just gave us.
+        unsafe { libc::close(fd as i32) };
+        (r == 0).then_some(info)
+    }
+
+    /// A program's name (bpf_prog_info.name, at offset 64), if it still exists.
+    pub fn prog_name(id: u32) -> Option<String> {
+        let info = info(PROG_GET_FD_BY_ID, id)?;
+        let name = &info[64..80];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Some(String::from_utf8_lossy(&name[..end]).into_owned())
+    }
+
+    /// The program a link points at (bpf_link_info.prog_id, at offset 8).
+    pub fn link_prog(id: u32) -> Option<u32> {
+        let info = info(LINK_GET_FD_BY_ID, id)?;
+        Some(u32::from_ne_bytes(info[8..12].try_into().ok()?))
+    }
+}
