@@ -20,6 +20,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
+use rip_ebpf::names;
 use serde_json::Value;
 
 /// The workload's source: the `SNAP:` markers give the expected lines.
@@ -28,7 +29,13 @@ const UNINSTRUMENTED_SRC: &str = include_str!("../../c/uninstrumented.c");
 /// How long any one rip-probe or workload run may take (TCG is slow).
 const CMD_TIMEOUT: Duration = Duration::from_secs(90);
 /// The names rip's BPF programs carry in the kernel.
-const OUR_PROGS: [&str; 3] = ["sched_switch", "task_iter", "fn_entry"];
+const OUR_PROGS: [&str; 5] = [
+    names::SCHED_SWITCH,
+    names::SCHED_SWITCH_KSTACK,
+    names::TASK_ITER,
+    names::TASK_ITER_KSTACK,
+    names::FN_ENTRY,
+];
 
 struct Paths {
     probe: PathBuf,
@@ -118,6 +125,7 @@ fn main() {
     }
     let _ = std::fs::remove_file(&ring);
     report("uprobe", check_uprobe(&paths));
+    report("foreign", check_foreign(&paths));
     report("cleanup", check_cleanup(&paths));
     report("dmesg", check_dmesg(kmsg_start));
     println!("RIPDONE");
@@ -463,6 +471,80 @@ fn check_uprobe(paths: &Paths) -> Result<String> {
         );
     }
     Ok("2 workers last entered worker_wait".into())
+}
+
+/// Debian's busybox: a program nobody built for rip, static and stripped,
+/// as distributions ship it. In the guests it is the one in the initramfs.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// `foreign`: `rip-probe --pid` on `busybox sleep`, a stripped program we
+/// did not write: blocked in a sleep for at least as long as we know, the
+/// duration decoded, the location the user pc in busybox. The text report
+/// goes to the log (`RIPTEXT`), to read as a user would.
+fn check_foreign(paths: &Paths) -> Result<String> {
+    let mut child = Command::new(BUSYBOX)
+        .args(["sleep", "3600"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start {BUSYBOX} sleep"))?;
+    let pid = child.id();
+    let result = (|| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proc_syscall(pid, pid)
+            .is_none_or(|n| n != libc::SYS_nanosleep && n != libc::SYS_clock_nanosleep)
+        {
+            ensure!(Instant::now() < deadline, "busybox sleep never slept");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let blocked_at = Instant::now();
+        std::thread::sleep(Duration::from_millis(500));
+        let known = blocked_at.elapsed();
+        let (code, out, err) = run(Command::new(&paths.probe).args([
+            "--pid",
+            &pid.to_string(),
+            "--duration",
+            "200ms",
+        ]))?;
+        ensure!(code == 0, "rip-probe --pid (text) exited {code}: {err}");
+        for l in out.lines() {
+            println!("RIPTEXT foreign {l}");
+        }
+        let v = probe_json(
+            paths,
+            "foreign",
+            &["--pid", &pid.to_string(), "--duration", "200ms", "--json"],
+        )?;
+        let t = thread(&v, pid)?;
+        ensure!(t["state"] == "sleeping", "state {}: {t}", t["state"]);
+        let name = t["syscall"]["name"].as_str().unwrap_or_default();
+        ensure!(name.ends_with("nanosleep"), "syscall {name:?}: {t}");
+        let text = t["syscall"]["text"].as_str().unwrap_or_default();
+        ensure!(
+            text.contains("1h00m"),
+            "sleep duration not decoded: {text:?}"
+        );
+        let ns = t["blocked"]["ns"].as_u64().unwrap_or(0);
+        ensure!(
+            ns >= known.as_nanos() as u64,
+            "blocked {ns} ns < known {known:?}"
+        );
+        let module = t["location"]["frame"]["module"]
+            .as_str()
+            .unwrap_or_default();
+        ensure!(
+            module.ends_with("busybox"),
+            "location not in busybox: {}",
+            t["location"]
+        );
+        Ok(format!(
+            "busybox sleep: {text}, blocked ≥{:.1}s",
+            known.as_secs_f64()
+        ))
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }
 
 /// `cleanup`: rip-probe SIGKILLed while attached leaves no program, link
