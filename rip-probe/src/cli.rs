@@ -250,9 +250,12 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
         alive,
         lost: None,
     };
+    // A ring whose every slot exited (a finished program, like the
+    // original librip's test.c) would show nothing: show what it left.
+    let all_exited = ring.slots.iter().all(|s| s.exited);
     let opts = DumpOptions {
         history: a.threads,
-        exited: a.exited,
+        exited: a.exited || all_exited,
         clock: if alive {
             TaskClock::Now(monotonic_ns())
         } else {
