@@ -440,6 +440,43 @@ pub(crate) fn sorted(mut v: Vec<Group>) -> Vec<Group> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_slot_id_above_two_to_the_32_is_kept_whole() {
+        use crate::collect::ring::{RingSlot, RingView};
+        let slot = |id: u64| RingSlot {
+            coroutine: false,
+            exited: false,
+            id,
+            generation: 1,
+            name: format!("t{id}"),
+            snaps: 1,
+            entries: vec![(0, 0x1000)],
+            task: None,
+        };
+        let ring = RingView {
+            path: "r".into(),
+            owner: 0,
+            version: 1,
+            pid: 1,
+            process_start_time: 0,
+            exe: None,
+            created_unix_ns: 0,
+            created_monotonic_ns: 0,
+            depth: 32,
+            dropped: 0,
+            modules: Vec::new(),
+            slots: vec![slot((1 << 32) + 5), slot(5)],
+        };
+        let opts = DumpOptions {
+            history: false,
+            exited: false,
+            clock: crate::tasks::TaskClock::PostMortem,
+        };
+        let r = dump(&ring, ProcessInfo::default(), opts);
+        let tids: Vec<u64> = r.threads.iter().map(|t| t.tid).collect();
+        assert_eq!(tids, [5, (1 << 32) + 5]);
+    }
+
     fn task(tid: u32, state: u32, exec_start: u64, cur: u64) -> TaskRecord {
         TaskRecord {
             tid,

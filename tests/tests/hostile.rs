@@ -37,8 +37,16 @@ fn free_bytes(path: &std::path::Path) -> u64 {
 }
 
 /// Runs `cmd` to the end; its exit code and peak RSS in KiB.
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which also returns its rusage"
+)]
 fn run_measured(cmd: &mut Command) -> (Option<i32>, u64) {
-    let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -68,7 +76,12 @@ fn a_sparse_ring_claiming_huge_sizes_is_refused_without_memory_or_tmpfs() {
     let size = 1024 + u64::from(n) * u64::from(tss);
     put64(&mut b, hdr::FILE_SIZE, size);
     std::fs::write(&path, &b).unwrap();
-    std::fs::File::options().write(true).open(&path).unwrap().set_len(size).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(size)
+        .unwrap();
 
     let free = free_bytes(dir.path());
     let e = RingFile::open(&path).unwrap_err();
@@ -79,7 +92,11 @@ fn a_sparse_ring_claiming_huge_sizes_is_refused_without_memory_or_tmpfs() {
     assert!(rss_kib < 64 * 1024, "rip-probe used {rss_kib} KiB");
     let after = free_bytes(dir.path());
     // Other tests share /dev/shm: allow them a little, not gigabytes.
-    assert!(after + (64 << 20) > free, "/dev/shm lost {} bytes", free - after);
+    assert!(
+        after + (64 << 20) > free,
+        "/dev/shm lost {} bytes",
+        free - after
+    );
 }
 
 #[test]
@@ -124,7 +141,10 @@ fn a_fifo_or_device_as_a_ring_path_fails_at_once() {
         let (code, _, err) = rip_probe(PROBE, &["dump", p]);
         assert!(t.elapsed() < Duration::from_secs(5), "hung on {p}");
         assert_eq!(code, 1, "{err}");
-        assert!(err.contains("not a regular file") || err.contains("FIFO") || err.contains("device"), "{err}");
+        assert!(
+            err.contains("not a regular file") || err.contains("FIFO") || err.contains("device"),
+            "{err}"
+        );
     }
 }
 
@@ -142,7 +162,14 @@ fn a_b_path() {
     let f = std::fs::File::open(&ab).unwrap();
     // SAFETY: a fresh private read-exec mapping of a file we own, unmapped below.
     let m = unsafe {
-        libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_PRIVATE, std::os::fd::AsRawFd::as_raw_fd(&f), 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        )
     };
     assert_ne!(m, libc::MAP_FAILED);
     let t = Instant::now();
@@ -152,10 +179,7 @@ fn a_b_path() {
     unsafe { libc::munmap(m, 4096) };
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let _ = maps;
-    assert!(
-        files.iter().all(|p| p != &a),
-        "opened the FIFO: {files:?}"
-    );
+    assert!(files.iter().all(|p| p != &a), "opened the FIFO: {files:?}");
     assert!(!files.is_empty());
 }
 
@@ -175,15 +199,29 @@ fn terminal_escapes_in_names_are_escaped_in_text_and_exact_in_json() {
         args.extend(view);
         let (code, out, err) = rip_probe(PROBE, &args);
         assert_eq!(code, 0, "{err}");
-        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\u{9b}'), "{out:?}");
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\u{9b}'),
+            "{out:?}"
+        );
         if view.contains(&"--threads") {
             // Escaped once by the text boundary (the history view then
             // quotes names Debug-style, doubling the backslash).
-            assert!(out.contains("x1b]0;pwned") && out.contains("u{9b}x"), "{out}");
+            assert!(
+                out.contains("x1b]0;pwned") && out.contains("u{9b}x"),
+                "{out}"
+            );
         }
     }
-    let (_, json, _) = rip_probe(PROBE, &["dump", path.to_str().unwrap(), "--exited", "--json"]);
+    let (_, json, _) = rip_probe(
+        PROBE,
+        &["dump", path.to_str().unwrap(), "--exited", "--json"],
+    );
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let names: Vec<&str> = v["threads"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    let names: Vec<&str> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
     assert!(names.contains(&evil), "{names:?}");
 }

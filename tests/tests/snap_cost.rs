@@ -48,8 +48,11 @@ fn assert_plain(bin: &Path, func: &str, allow_call: bool) {
 #[test]
 fn a_snap_costs_at_most_ten_instructions() {
     let bin = build_librip_release().join("snap_loops");
+    // Rounded to hundredths: a loop's few instructions of setup outside
+    // the loop (another register saved) are not a per-snap cost.
     let per_snap = |name: &str, base: &str| -> f64 {
-        (collected(&bin, name, N) as f64 - collected(&bin, base, N) as f64) / N as f64
+        let d = (collected(&bin, name, N) as f64 - collected(&bin, base, N) as f64) / N as f64;
+        (d * 100.0).round() / 100.0
     };
     let rust = per_snap("rust_snap", "rust_empty");
     let c_inline = per_snap("c_inline", "c_empty");
@@ -66,7 +69,10 @@ fn a_snap_costs_at_most_ten_instructions() {
     eprintln!("  original header, inline      {original:.2}");
     assert!(rust <= BUDGET, "Rust snap: {rust} instructions");
     assert!(c_inline <= BUDGET, "C inline snap: {c_inline} instructions");
-    assert!(c_rip_snap <= BUDGET, "C rip_snap(): {c_rip_snap} instructions");
+    assert!(
+        c_rip_snap <= BUDGET,
+        "C rip_snap(): {c_rip_snap} instructions"
+    );
     assert!(
         c_static <= BUDGET,
         "C inline snap (static): {c_static} instructions"

@@ -65,7 +65,10 @@ pub fn parse_maps(text: &str) -> Vec<MapsLine> {
 fn parse_line(line: &str) -> Option<MapsLine> {
     let mut rest = line;
     let mut field = || -> Option<&str> {
-        let (f, r) = rest.trim_start_matches(' ').split_once(' ').unwrap_or((rest, ""));
+        let (f, r) = rest
+            .trim_start_matches(' ')
+            .split_once(' ')
+            .unwrap_or((rest, ""));
         rest = r;
         (!f.is_empty()).then_some(f)
     };
@@ -166,7 +169,10 @@ garbage
                 Path::new("/tmp/a b")
             ]
         );
-        assert_eq!((got[0].offset, got[0].dev, got[0].inode), (0x1000, (0xfe, 0), 1234));
+        assert_eq!(
+            (got[0].offset, got[0].dev, got[0].inode),
+            (0x1000, (0xfe, 0), 1234)
+        );
         assert!(got[0].is_exec() && !got[1].is_exec());
         assert!(got[2].deleted && got[3].deleted);
         assert_eq!(got[3].name, "/memfd:jit");

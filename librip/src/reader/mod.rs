@@ -12,6 +12,7 @@ mod find;
 mod open;
 pub mod original;
 mod parse;
+mod ranges;
 
 use std::{path::Path, path::PathBuf};
 
@@ -19,6 +20,7 @@ pub use error::ReadError;
 pub use find::{MapsLine, find_rings, open_mapped, parse_maps};
 pub use open::{Follow, OpenError, RegularFile};
 pub use original::OriginalRing;
+pub use ranges::RangeIndex;
 
 pub use crate::format::{Entry, SlotKind};
 

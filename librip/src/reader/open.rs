@@ -79,8 +79,8 @@ impl RegularFile {
         if follow == Follow::No {
             flags |= OFlags::NOFOLLOW;
         }
-        let handle = rustix::fs::open(path, flags, Mode::empty())
-            .map_err(|e| OpenError::Io(e.into()))?;
+        let handle =
+            rustix::fs::open(path, flags, Mode::empty()).map_err(|e| OpenError::Io(e.into()))?;
         let st = rustix::fs::fstat(&handle).map_err(|e| OpenError::Io(e.into()))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {

@@ -4,11 +4,9 @@
 use std::{ffi::OsStr, os::unix::ffi::OsStrExt, path::PathBuf};
 
 use super::{Header, Module, ReadError, RingFile, Slot, SlotState, TaskStats};
-use crate::{
-    format::{
-        self, BUILD_ID_MAX, ENDIAN_MARK, FIXED_HEADER_SIZE, LAYOUT_VERSION, MAGIC, NAME_LEN,
-        SlotKind, decode_entries, hdr, module, slot, state,
-    },
+use crate::format::{
+    self, BUILD_ID_MAX, ENDIAN_MARK, FIXED_HEADER_SIZE, LAYOUT_VERSION, MAGIC, NAME_LEN, SlotKind,
+    decode_entries, hdr, module, slot, state,
 };
 
 /// The largest header a reader accepts.
@@ -309,7 +307,9 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
                 .and_then(|b| b.checked_add(acc))
         })
         .ok_or_else(|| bad("used slots past 2^64 bytes"))?;
-    let held = src.allocated().saturating_add(header_size + ALLOCATION_SLACK);
+    let held = src
+        .allocated()
+        .saturating_add(header_size + ALLOCATION_SLACK);
     if claimed > held {
         return Err(bad(format!(
             "its header claims {claimed} bytes of header and used slots, but the file holds only {} bytes",

@@ -390,6 +390,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_root_or_the_process_user_may_speak_for_it() {
+        let me = std::process::id();
+        let uid = rustix::process::getuid().as_raw();
+        assert!(may_ptrace(0, me));
+        assert!(may_ptrace(uid, me));
+        assert!(!may_ptrace(uid.wrapping_add(4242), me));
+    }
+
+    #[test]
     fn stat_with_odd_comm() {
         let s = parse_stat(
             "4711 (a) b (c)) S 1 4711 4711 0 -1 4194560 107 0 0 0 0 0 0 0 20 0 1 0 123456 0 0",
@@ -442,7 +451,11 @@ mod tests {
 
     #[test]
     fn own_code_files() {
-        let files = code_files(std::process::id());
+        // map_files entries (as root) read back as the mapped paths.
+        let files: Vec<PathBuf> = code_files(std::process::id())
+            .into_iter()
+            .map(|f| std::fs::read_link(&f).unwrap_or(f))
+            .collect();
         let me = std::env::current_exe().unwrap();
         assert!(files.contains(&me), "{files:?}");
         assert!(

@@ -363,6 +363,9 @@ mod tests {
     fn control_characters_are_escaped_and_the_rest_kept() {
         assert_eq!(escape("worker-1 ✓"), "worker-1 ✓");
         assert_eq!(escape("\x1b]0;pwned\x07"), "\\x1b]0;pwned\\x07");
-        assert_eq!(escape("a\nb\tc\r\x7f\u{9b}2J"), "a\\nb\\tc\\r\\x7f\\u{9b}2J");
+        assert_eq!(
+            escape("a\nb\tc\r\x7f\u{9b}2J"),
+            "a\\nb\\tc\\r\\x7f\\u{9b}2J"
+        );
     }
 }

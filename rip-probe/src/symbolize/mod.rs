@@ -6,11 +6,11 @@
 //! threads share it.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap},
     path::{Path, PathBuf},
 };
 
-use librip::reader::{Follow, OpenError, RegularFile};
+use librip::reader::{Follow, OpenError, RangeIndex, RegularFile};
 
 use blazesym::{
     Pid,
@@ -167,7 +167,9 @@ impl Symbolizer {
         let mut by_module: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
         let index = ModuleIndex::new(mods);
         for &a in addrs {
-            let found = index.find(a).map(|i| (i, mods[i].file_offset.checked_add(a - mods[i].start)));
+            let found = index
+                .find(a)
+                .map(|i| (i, mods[i].file_offset.checked_add(a - mods[i].start)));
             match found {
                 Some((i, Some(off))) => by_module.entry(i).or_default().push((a, off)),
                 Some((i, None)) => {
@@ -271,50 +273,18 @@ impl Symbolizer {
     }
 }
 
-/// Module lookup by address over sorted, disjoint ranges (binary search):
-/// where a ring's entries overlap, the later entry (the newer mapping)
-/// wins, as docs/FORMAT.md says.
-pub struct ModuleIndex {
-    ranges: Vec<(u64, u64, usize)>,
-}
+/// Module lookup by sorted ranges (librip's [`RangeIndex`]).
+pub struct ModuleIndex(RangeIndex);
 
 impl ModuleIndex {
-    /// Indexes `mods` (O(n log n)).
+    /// Indexes `mods` (O(n log n)); the later of overlapping entries wins.
     pub fn new(mods: &[ModuleMap]) -> ModuleIndex {
-        let mut map: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-        for (i, m) in mods.iter().enumerate() {
-            if m.start >= m.end {
-                continue;
-            }
-            let mut cut: Vec<u64> = map
-                .range(..m.start)
-                .next_back()
-                .filter(|(_, (e, _))| *e > m.start)
-                .map(|(&s, _)| s)
-                .into_iter()
-                .collect();
-            cut.extend(map.range(m.start..m.end).map(|(&s, _)| s));
-            for s in cut {
-                let Some((e, j)) = map.remove(&s) else { continue };
-                if s < m.start {
-                    map.insert(s, (m.start, j));
-                }
-                if e > m.end {
-                    map.insert(m.end, (e, j));
-                }
-            }
-            map.insert(m.start, (m.end, i));
-        }
-        ModuleIndex {
-            ranges: map.into_iter().map(|(s, (e, i))| (s, e, i)).collect(),
-        }
+        ModuleIndex(RangeIndex::new(mods.iter().map(|m| (m.start, m.end))))
     }
 
     /// The index in the table of the module holding `addr`.
     pub fn find(&self, addr: u64) -> Option<usize> {
-        let k = self.ranges.partition_point(|r| r.0 <= addr).checked_sub(1)?;
-        let (_, end, i) = self.ranges[k];
-        (addr < end).then_some(i)
+        self.0.find(addr)
     }
 }
 
@@ -527,12 +497,24 @@ mod tests {
             module("/c", 0x4800, 0x6000, 0),
         ];
         let ix = ModuleIndex::new(&mods);
-        let got: Vec<_> = [0xfff, 0x1000, 0x2000, 0x2fff, 0x3000, 0x47ff, 0x4800, 0x5fff, 0x6000]
-            .map(|a| ix.find(a))
-            .to_vec();
+        let got: Vec<_> = [
+            0xfff, 0x1000, 0x2000, 0x2fff, 0x3000, 0x47ff, 0x4800, 0x5fff, 0x6000,
+        ]
+        .map(|a| ix.find(a))
+        .to_vec();
         assert_eq!(
             got,
-            [None, Some(0), Some(1), Some(1), Some(0), Some(0), Some(2), Some(2), None]
+            [
+                None,
+                Some(0),
+                Some(1),
+                Some(1),
+                Some(0),
+                Some(0),
+                Some(2),
+                Some(2),
+                None
+            ]
         );
     }
 
@@ -582,9 +564,18 @@ mod tests {
     fn a_hundred_thousand_modules_and_four_hundred_thousand_addresses() {
         // The debug profile is opt-level 1: the work is the release test's.
         let mods: Vec<ModuleMap> = (0..100_000u64)
-            .map(|i| module("/nonexistent/lib.so", 0x10_0000 + i * 0x1000, 0x10_0000 + i * 0x1000 + 0x800, 0))
+            .map(|i| {
+                module(
+                    "/nonexistent/lib.so",
+                    0x10_0000 + i * 0x1000,
+                    0x10_0000 + i * 0x1000 + 0x800,
+                    0,
+                )
+            })
             .collect();
-        let addrs: Vec<u64> = (0..400_000u64).map(|i| 0x10_0000 + (i % 100_000) * 0x1000 + (i / 100_000) * 0x100).collect();
+        let addrs: Vec<u64> = (0..400_000u64)
+            .map(|i| 0x10_0000 + (i % 100_000) * 0x1000 + (i / 100_000) * 0x100)
+            .collect();
         let t = std::time::Instant::now();
         let got = Symbolizer::new().user(&UserSpace::Modules(&mods), &addrs);
         let took = t.elapsed();
