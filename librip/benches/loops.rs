@@ -40,7 +40,9 @@ unsafe extern "C" {
     pub fn rip_loop_c_inline(n: u64);
     /// The same with `RIP_LINKED_STATICALLY` (local-exec TLS).
     pub fn rip_loop_c_inline_static(n: u64);
-    /// The non-inline `rip_snap()` in the loop.
+    /// `rip_snap()`, the original name of the inline snap, in the loop.
+    pub fn rip_loop_c_rip_snap(n: u64);
+    /// The exported out-of-line `(rip_snap)()` in the loop.
     pub fn rip_loop_c_call(n: u64);
     /// The original header's inline snap in the loop.
     pub fn rip_loop_original(n: u64);
@@ -49,12 +51,13 @@ unsafe extern "C" {
 }
 
 /// Every loop, by name, baselines first.
-pub const LOOPS: [(&str, unsafe extern "C" fn(u64)); 7] = [
+pub const LOOPS: [(&str, unsafe extern "C" fn(u64)); 8] = [
     ("rust_empty", rip_loop_rust_empty),
     ("c_empty", rip_loop_c_empty),
     ("rust_snap", rip_loop_rust_snap),
     ("c_inline", rip_loop_c_inline),
     ("c_inline_static", rip_loop_c_inline_static),
+    ("c_rip_snap", rip_loop_c_rip_snap),
     ("c_call", rip_loop_c_call),
     ("original", rip_loop_original),
 ];

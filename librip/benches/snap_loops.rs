@@ -1,5 +1,5 @@
 //! Runs one snap loop: `snap_loops LOOP N [RING]`, LOOP one of
-//! `rust_empty c_empty rust_snap c_inline c_call original`.
+//! `rust_empty c_empty rust_snap c_inline c_inline_static c_rip_snap c_call original`.
 //!
 //! The instruction-count test runs it under callgrind, collecting only
 //! inside the loop's function. The ring is made at RING and kept, or made

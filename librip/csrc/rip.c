@@ -21,10 +21,12 @@ struct rip_sink rip_sink __attribute__((aligned(64)));
 __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec"))) = &rip_sink.seq;
 
 /*
- * The return address minus one lies inside the caller's call instruction,
- * so it symbolizes to the caller's line rather than the next one.
+ * The out-of-line snap (librip.h makes `rip_snap()` the inline one; the
+ * parentheses keep that macro out of this definition). The return address
+ * minus one lies inside the caller's call instruction, so it symbolizes to
+ * the caller's line rather than the next one.
  */
-__attribute__((noinline)) void rip_snap(void)
+__attribute__((noinline)) uintptr_t(rip_snap)(void)
 {
     uint64_t addr = (uint64_t)__builtin_extract_return_addr(__builtin_return_address(0)) - 1;
     uint64_t *cur = rip_cursor;
@@ -33,4 +35,5 @@ __attribute__((noinline)) void rip_snap(void)
     __atomic_store_n(&cur[1 + (seq & mask)], (seq << 48) | addr, __ATOMIC_RELAXED);
     /* Release keeps the entry store first (a plain mov on x86-64). */
     __atomic_store_n(cur, seq + 1, __ATOMIC_RELEASE);
+    return (uintptr_t)addr;
 }

@@ -14,10 +14,33 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * The original header-only librip defined thread_local for C before C23
+ * (its users write `thread_local pid_t rip_tid;`). Spelled as glibc's
+ * <threads.h> spells it, so including both is not a redefinition.
+ */
+#if !defined(__cplusplus) && !defined(thread_local) && \
+    (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 202311L)
+#define thread_local _Thread_local
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The globals the original librip asked its users to define. Programs
+ * written for it still define them (and compile and link unchanged); this
+ * librip keeps its state elsewhere and never reads them, and a new program
+ * need not define them.
+ */
+struct rip_ring;
+extern thread_local pid_t rip_tid;
+extern thread_local uint8_t rip_idx;
+extern thread_local uint8_t rip_ctr;
+extern struct rip_ring *rip_ring;
 
 /* Ring depth (snaps kept per slot) when none is given. */
 #define RIP_DEFAULT_DEPTH 32u
@@ -74,8 +97,14 @@ void rip_init(uint32_t id, const char *name, size_t namelen, uint8_t idx, uint8_
  * slot is kept for post-mortem reading and the thread's snaps go to the sink.
  */
 void rip_exit(void);
-/* Records the caller's address (the return address minus one). */
-void rip_snap(void);
+/*
+ * The out-of-line snap, for function pointers and programs built against
+ * an older librip.h: records (and returns) its caller's address, the
+ * return address minus one. `rip_snap()` written in a program is the
+ * inline snap below (a function-like macro); the parentheses here keep
+ * the macro from expanding in this declaration.
+ */
+uintptr_t(rip_snap)(void);
 
 /* The calling thread's current snap target. */
 rip_cursor_t rip_cursor_save(void);
@@ -104,10 +133,13 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
 
 /*
  * The inline snap: stores (seq << 48 | address of this point) into the
- * target slot's entry seq & rip_mask, then increments seq. Ten
+ * target slot's entry seq & rip_mask, then increments seq, and yields
+ * that address (as the original rip_snap() returned it). Ten
  * instructions; no call, branch, lock, fence or syscall; the asm pins the
  * sequence. A macro rather than an inline function, so that the recorded
- * address's line is the caller's line, not a line of this header.
+ * address is inside the code of the line that wrote it, whatever the
+ * optimizer does around it: no call to turn into a tail jump, nothing to
+ * inline or outline differently under LTO.
  *
  * By default the cursor is read with the initial-exec TLS model, which
  * works whether librip is linked statically or as a shared library. A
@@ -118,8 +150,8 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
  * library fails at link time (R_X86_64_TPOFF32 against rip_cursor).
  */
 #ifdef RIP_LINKED_STATICALLY
-#define RIP_SNAP()                                                                               \
-    do {                                                                                         \
+#define RIP_SNAP_ADDR()                                                                          \
+    (__extension__({                                                                             \
         uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
         uint64_t rip__cur, rip__seq, rip__next, rip__addr;                                       \
         __asm__ volatile("movq %%fs:rip_cursor@tpoff, %[cur]\n\t"                                \
@@ -128,17 +160,18 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
                          "andq %[seq], %[mask]\n\t"                                               \
                          "shlq $48, %[seq]\n\t"                                                   \
                          "leaq 0(%%rip), %[addr]\n\t"                                             \
-                         "orq %[seq], %[addr]\n\t"                                                \
-                         "movq %[addr], 8(%[cur],%[mask],8)\n\t"                                  \
+                         "orq %[addr], %[seq]\n\t"                                                \
+                         "movq %[seq], 8(%[cur],%[mask],8)\n\t"                                   \
                          "movq %[next], (%[cur])"                                                \
                          : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [next] "=&r"(rip__next), \
                            [addr] "=&r"(rip__addr), [mask] "+r"(rip__mask)                       \
                          :                                                                       \
                          : "memory", "cc");                                                      \
-    } while (0)
+        (uintptr_t) rip__addr;                                                                   \
+    }))
 #else
-#define RIP_SNAP()                                                                               \
-    do {                                                                                         \
+#define RIP_SNAP_ADDR()                                                                          \
+    (__extension__({                                                                             \
         uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
         uint64_t rip__cur, rip__seq, rip__addr;                                                  \
         __asm__ volatile("movq rip_cursor@gottpoff(%%rip), %[cur]\n\t"                           \
@@ -147,15 +180,28 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
                          "andq %[seq], %[mask]\n\t"                                               \
                          "shlq $48, %[seq]\n\t"                                                   \
                          "leaq 0(%%rip), %[addr]\n\t"                                             \
-                         "orq %[seq], %[addr]\n\t"                                                \
-                         "movq %[addr], 8(%[cur],%[mask],8)\n\t"                                  \
+                         "orq %[addr], %[seq]\n\t"                                                \
+                         "movq %[seq], 8(%[cur],%[mask],8)\n\t"                                   \
                          "incq (%[cur])"                                                         \
                          : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [addr] "=&r"(rip__addr), \
                            [mask] "+r"(rip__mask)                                                \
                          :                                                                       \
                          : "memory", "cc");                                                      \
-    } while (0)
+        (uintptr_t) rip__addr;                                                                   \
+    }))
 #endif
+
+/* The inline snap as a statement. */
+#define RIP_SNAP()                                                                               \
+    do {                                                                                         \
+        (void)RIP_SNAP_ADDR();                                                                   \
+    } while (0)
+
+/*
+ * The original name: the inline snap, usable as a statement or for the
+ * address it recorded, as the original header-only rip_snap() was.
+ */
+#define rip_snap() RIP_SNAP_ADDR()
 
 /* The same inline snap under the name of a function call. */
 #define rip_snap_inline() RIP_SNAP()

@@ -90,22 +90,6 @@ impl Shm {
             self.store_u64(off + i, 0, Ordering::Relaxed);
         }
     }
-
-    /// Copies `out.len()` words from `off` into private memory.
-    pub(crate) fn copy_words(&self, off: u64, out: &mut [u64]) {
-        if out.is_empty() {
-            return;
-        }
-        // Checks the whole range once; each word below is inside it.
-        let last = off + 8 * (out.len() as u64 - 1);
-        self.at::<u64>(last);
-        let first: *mut u64 = self.at(off);
-        for (i, w) in out.iter_mut().enumerate() {
-            // SAFETY: inside the checked range, aligned, mapped for the
-            // lifetime of `self`; accessed atomically.
-            *w = unsafe { AtomicU64::from_ptr(first.add(i)) }.load(Ordering::Relaxed);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -113,17 +97,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stores_and_copies_words_within_bounds() {
+    fn stores_words_within_bounds() {
         let mut buf = vec![0u64; 8];
         // SAFETY: the vector outlives the Shm and is only used through it.
         let shm = unsafe { Shm::new(buf.as_mut_ptr().cast(), 64) };
         shm.store_bytes(8, b"hello, world");
         shm.store_u32(4, 7, Ordering::Relaxed);
-        let mut out = [0u64; 3];
-        shm.copy_words(0, &mut out);
-        assert_eq!(out[0] >> 32, 7);
-        assert_eq!(&out[1].to_le_bytes(), b"hello, w");
-        assert_eq!(&out[2].to_le_bytes(), b"orld\0\0\0\0");
+        assert_eq!(shm.load_u32(4, Ordering::Relaxed), 7);
+        assert_eq!(buf[0] >> 32, 7);
+        assert_eq!(&buf[1].to_le_bytes(), b"hello, w");
+        assert_eq!(&buf[2].to_le_bytes(), b"orld\0\0\0\0");
     }
 
     #[test]

@@ -97,6 +97,11 @@ struct DumpArgs {
     /// Print JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
+    /// For a ring of the original header-only librip: the program that
+    /// wrote it, to symbolize its addresses (like `read_rip -e`; non-PIE
+    /// programs only, as the original ring records no load address).
+    #[arg(long, short, value_name = "BINARY")]
+    exe: Option<PathBuf>,
 }
 
 /// Parses `750ms`, `2s`, `1.5s`, `3m`, `1h`, `250us`, `10ns`; a bare number
@@ -208,17 +213,36 @@ fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
 }
 
 fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
-    let path = match (&a.file, a.pid) {
-        (Some(f), _) => f.clone(),
-        (None, Some(pid)) => ring_of(pid)?,
+    // A path found in a process's maps is not followed through a symlink.
+    let (path, found) = match (&a.file, a.pid) {
+        (Some(f), _) => (f.clone(), false),
+        (None, Some(pid)) => (ring_of(pid)?, true),
         (None, None) => {
             return Err(Error::Usage(
                 "say which ring: rip-probe dump FILE, or rip-probe dump --pid PID".into(),
             ));
         }
     };
-    let ring = crate::timing::phase("read ring", || RingView::open(&path))?;
+    let open = if found {
+        RingView::open_found
+    } else {
+        RingView::open
+    };
+    let ring = match crate::timing::phase("read ring", || open(&path)) {
+        Err(Error::Ring(librip::reader::ReadError::OriginalFormat)) => {
+            return crate::original::dump(&path, a.exe.as_deref(), a.json, out);
+        }
+        r => r?,
+    };
+    if a.exe.is_some() {
+        return Err(Error::Usage(
+            "--exe is for rings of the original librip; this ring names its own binaries".into(),
+        ));
+    }
     let alive = same_process_alive(&ring);
+    // The ring's modules are joined with the live process's maps only if
+    // whoever wrote the file could read those maps anyway.
+    let trusted = alive && procfs::may_ptrace(ring.owner, ring.pid);
     let process = ProcessInfo {
         pid: ring.pid,
         exe: ring.exe.clone(),
@@ -226,9 +250,12 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
         alive,
         lost: None,
     };
+    // A ring whose every slot exited (a finished program, like the
+    // original librip's test.c) would show nothing: show what it left.
+    let all_exited = ring.slots.iter().all(|s| s.exited);
     let opts = DumpOptions {
         history: a.threads,
-        exited: a.exited,
+        exited: a.exited || all_exited,
         clock: if alive {
             TaskClock::Now(monotonic_ns())
         } else {
@@ -245,16 +272,22 @@ fn dump(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     let keep = |id: u64, n: &str| {
         (a.tid.is_empty() || a.tid.contains(&id)) && name.as_ref().is_none_or(|g| g.matches(n))
     };
-    report.threads.retain(|t| keep(u64::from(t.tid), &t.name));
+    report.threads.retain(|t| keep(t.tid, &t.name));
     report.tasks.retain(|t| keep(t.id, &t.name));
 
     // Live: blazesym reads the process's own maps; post-mortem: the ring's
     // module table (file offsets and build-ids).
-    let space = if alive {
+    let space = if trusted {
         UserSpace::LiveWithModules(ring.pid, &ring.modules)
     } else {
         UserSpace::Modules(&ring.modules)
     };
+    if alive && !trusted {
+        report.warnings.push(format!(
+            "the ring's owner (uid {}) may not trace pid {}: its addresses are symbolized from the ring's module table only",
+            ring.owner, ring.pid
+        ));
+    }
     crate::timing::phase("symbolize", || {
         symbolize::fill(&mut report, &space, &mut Symbolizer::new())
     });

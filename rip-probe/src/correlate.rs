@@ -152,10 +152,11 @@ pub(crate) fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
 pub fn live(inp: &LiveInputs<'_>) -> Report {
     // Live thread slots by tid; if a tid has several (an exited slot and a
     // reused tid), the live one wins.
-    let mut ring_by_tid: HashMap<u32, &RingSlot> = HashMap::new();
+    // Keyed by the full 64-bit id: a slot claiming id 2^32 + 5 is not tid 5.
+    let mut ring_by_tid: HashMap<u64, &RingSlot> = HashMap::new();
     if let Some(ring) = inp.ring {
         for s in ring.slots.iter().filter(|s| !s.coroutine) {
-            let tid = s.id as u32;
+            let tid = s.id;
             match ring_by_tid.get(&tid) {
                 Some(old) if !old.exited => {}
                 _ => {
@@ -171,7 +172,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
         .map(|t| {
             let state = thread_state(t.state, t.on_cpu);
             let sw = inp.switches.get(&t.tid);
-            let slot = ring_by_tid.get(&t.tid).filter(|s| !s.exited);
+            let slot = ring_by_tid.get(&u64::from(t.tid)).filter(|s| !s.exited);
             let blocked = state.is_blocked();
             let syscall = if blocked {
                 decode::decode(t.regs.syscall_nr, &t.regs.args, inp.lookup)
@@ -210,7 +211,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
                 _ => (comm(&t.comm), "comm"),
             };
             Thread {
-                tid: t.tid,
+                tid: u64::from(t.tid),
                 name,
                 name_source,
                 state,
@@ -259,7 +260,7 @@ fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Task]) {
         let Some(tid) = task.polling_tid else {
             continue;
         };
-        if let Some(t) = threads.iter_mut().find(|t| t.tid == tid) {
+        if let Some(t) = threads.iter_mut().find(|t| t.tid == u64::from(tid)) {
             t.polling_task = Some(task.id);
             if task.location.is_some() {
                 t.location = task.location.clone();
@@ -318,7 +319,7 @@ pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report 
         .map(|s| {
             let n = s.entries.len();
             Thread {
-                tid: s.id as u32,
+                tid: s.id,
                 name: s.name.clone(),
                 name_source: "ring",
                 state: if s.exited {
@@ -412,7 +413,7 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
             source: t.location.as_ref().map(|l| l.source),
         });
         g.count += 1;
-        g.ids.push(u64::from(t.tid));
+        g.ids.push(t.tid);
         if let Some(b) = t.blocked {
             g.min_ns = Some(g.min_ns.map_or(b.ns, |m| m.min(b.ns)));
             g.lower_bound |= !b.exact;
@@ -438,6 +439,43 @@ pub(crate) fn sorted(mut v: Vec<Group>) -> Vec<Group> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_id_above_two_to_the_32_is_kept_whole() {
+        use crate::collect::ring::{RingSlot, RingView};
+        let slot = |id: u64| RingSlot {
+            coroutine: false,
+            exited: false,
+            id,
+            generation: 1,
+            name: format!("t{id}"),
+            snaps: 1,
+            entries: vec![(0, 0x1000)],
+            task: None,
+        };
+        let ring = RingView {
+            path: "r".into(),
+            owner: 0,
+            version: 1,
+            pid: 1,
+            process_start_time: 0,
+            exe: None,
+            created_unix_ns: 0,
+            created_monotonic_ns: 0,
+            depth: 32,
+            dropped: 0,
+            modules: Vec::new(),
+            slots: vec![slot((1 << 32) + 5), slot(5)],
+        };
+        let opts = DumpOptions {
+            history: false,
+            exited: false,
+            clock: crate::tasks::TaskClock::PostMortem,
+        };
+        let r = dump(&ring, ProcessInfo::default(), opts);
+        let tids: Vec<u64> = r.threads.iter().map(|t| t.tid).collect();
+        assert_eq!(tids, [5, (1 << 32) + 5]);
+    }
 
     fn task(tid: u32, state: u32, exec_start: u64, cur: u64) -> TaskRecord {
         TaskRecord {
@@ -497,7 +535,7 @@ mod tests {
         assert!(blocked_for(&task(1, 0, 0, 0), None, &clock).is_none());
     }
 
-    fn thread(tid: u32, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
+    fn thread(tid: u64, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
         Thread {
             tid,
             name: "w".into(),

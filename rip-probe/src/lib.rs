@@ -17,6 +17,7 @@ pub mod decode;
 pub mod discover;
 pub mod error;
 pub mod model;
+pub mod original;
 pub mod render;
 pub mod session;
 pub mod symbolize;

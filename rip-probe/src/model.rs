@@ -143,7 +143,7 @@ impl ThreadState {
 #[derive(Clone, Debug, Serialize)]
 pub struct Thread {
     /// Thread id (for a ring slot: the id it registered with).
-    pub tid: u32,
+    pub tid: u64,
     /// Name: the ring slot's name when it has one, else the kernel's comm.
     pub name: String,
     /// Where `name` came from: `"ring"` or `"comm"`.

@@ -208,7 +208,7 @@ impl Session {
             Err(e) => return Err(e),
         };
         for p in found {
-            if let Ok(r) = RingView::open(&p)
+            if let Ok(r) = RingView::open_found(&p)
                 && r.pid == self.target.pid()
             {
                 return Ok(Some(r));
@@ -304,7 +304,7 @@ impl Session {
                         .find(|s| !s.coroutine && s.id == u64::from(tid))
                 });
                 Thread {
-                    tid,
+                    tid: u64::from(tid),
                     name: slot.map(|s| s.name.clone()).unwrap_or_default(),
                     name_source: "ring",
                     state: state_from_switch(r.state),

@@ -165,6 +165,7 @@ mod tests {
 
     fn ring(slots: Vec<RingSlot>) -> RingView {
         RingView {
+            owner: 0,
             path: "/dev/shm/t.ring".into(),
             version: 1,
             pid: 1,

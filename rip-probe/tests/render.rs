@@ -11,7 +11,7 @@ fn render(f: fn(&Report, &mut dyn std::io::Write) -> std::io::Result<()>, r: &Re
     String::from_utf8(out).unwrap()
 }
 
-fn thread(tid: u32, name: &str, state: ThreadState, blocked: Option<(u64, bool)>) -> Thread {
+fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>) -> Thread {
     let mut t = full_report().threads[0].clone();
     t.tid = tid;
     t.name = name.into();

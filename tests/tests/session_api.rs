@@ -64,7 +64,11 @@ fn observe_and_snapshot() {
     assert!(report.process.alive);
     assert_eq!(report.threads.len(), workers.len() + 1);
     for tid in &workers {
-        let t = report.threads.iter().find(|t| t.tid == *tid).unwrap();
+        let t = report
+            .threads
+            .iter()
+            .find(|t| t.tid == u64::from(*tid))
+            .unwrap();
         assert_eq!(t.state, ThreadState::Sleeping);
         assert_eq!(t.syscall.as_ref().unwrap().name, "poll");
         let b = t.blocked.unwrap();

@@ -26,10 +26,20 @@ void rip_loop_c_inline(uint64_t n)
     }
 }
 
-void rip_loop_c_call(uint64_t n)
+/* The original name, `rip_snap()`: the inline snap too. */
+void rip_loop_c_rip_snap(uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++) {
         rip_snap();
+        KEEP(i);
+    }
+}
+
+/* The exported out-of-line snap, called (the parentheses skip the macro). */
+void rip_loop_c_call(uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        (rip_snap)();
         KEEP(i);
     }
 }

@@ -7,10 +7,16 @@ use std::{fmt, io, path::PathBuf};
 pub enum ReadError {
     /// No such file.
     NotFound(PathBuf),
+    /// A FIFO, device, directory or socket (or a symlink where none is
+    /// followed): never opened for reading.
+    NotRegular(PathBuf, &'static str),
     /// Not allowed to read it.
     PermissionDenied(PathBuf),
     /// The file does not start with the ring magic.
     NotARing,
+    /// Written by the original header-only librip (no header, fixed
+    /// 320-byte slots): read it with [`super::OriginalRing`].
+    OriginalFormat,
     /// The magic is not there yet: the ring is being created, or its
     /// creation was interrupted.
     Incomplete,
@@ -46,6 +52,11 @@ impl fmt::Display for ReadError {
                 "{}: no such file: check the path (rings live in /dev/shm/rip-<uid>/ by default)",
                 p.display()
             ),
+            ReadError::NotRegular(p, what) => write!(
+                f,
+                "{}: {what}, not a ring file: pass the path of a regular file",
+                p.display()
+            ),
             ReadError::PermissionDenied(p) => write!(
                 f,
                 "{}: permission denied: run as the ring's owner or as root",
@@ -54,6 +65,10 @@ impl fmt::Display for ReadError {
             ReadError::NotARing => write!(
                 f,
                 "not a librip ring file (bad magic): pass a .ring file written by librip"
+            ),
+            ReadError::OriginalFormat => write!(
+                f,
+                "a ring of the original header-only librip (no header, 320-byte slots): read it with rip-probe dump FILE [--exe BINARY]"
             ),
             ReadError::Incomplete => write!(
                 f,
@@ -65,7 +80,7 @@ impl fmt::Display for ReadError {
             ),
             ReadError::Truncated { needed, len } => write!(
                 f,
-                "ring file truncated: {len} bytes, its header needs {needed}: it was cut short (copy it whole)"
+                "ring file truncated: {len} bytes where {needed} are needed: it was cut short, perhaps while being read (copy it whole, or retry)"
             ),
             ReadError::Inconsistent(why) => write!(
                 f,
@@ -105,6 +120,14 @@ impl ReadError {
             io::ErrorKind::NotFound => ReadError::NotFound(path),
             io::ErrorKind::PermissionDenied => ReadError::PermissionDenied(path),
             _ => ReadError::Io(path, e),
+        }
+    }
+
+    /// Names `path` in an I/O error raised without one (by a source).
+    pub(crate) fn at(self, path: &std::path::Path) -> ReadError {
+        match self {
+            ReadError::Io(p, e) if p.as_os_str().is_empty() => ReadError::io(path, e),
+            e => e,
         }
     }
 

@@ -1,16 +1,106 @@
-//! Finding the rings a live process maps.
+//! Finding the rings a live process maps, and the one /proc/PID/maps
+//! parser rip uses.
 
 use std::{
-    fs::File,
-    io::{self, Read},
+    io,
     path::{Path, PathBuf},
 };
 
-use super::ReadError;
+use super::{Follow, ReadError, RegularFile};
 use crate::format::MAGIC;
 
+/// One line of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapsLine {
+    /// First address.
+    pub start: u64,
+    /// First address past the mapping.
+    pub end: u64,
+    /// `rwxp` / `rwxs` flags, as printed.
+    pub perms: String,
+    /// File offset mapped at `start`.
+    pub offset: u64,
+    /// Device (major, minor) of the mapped file.
+    pub dev: (u32, u32),
+    /// Inode of the mapped file (0: anonymous).
+    pub inode: u64,
+    /// What the kernel printed after the inode: a path (which may hold
+    /// spaces), `[heap]`, `[anon:NAME]`, or nothing; with its ` (deleted)`
+    /// suffix removed (see `deleted`).
+    pub name: String,
+    /// The file was unlinked (` (deleted)`, as memfd files always are).
+    pub deleted: bool,
+}
+
+impl MapsLine {
+    /// The path of a mapped file still linked in the file system: `None`
+    /// for anonymous and pseudo mappings, deleted files and memfds.
+    pub fn file(&self) -> Option<&Path> {
+        (self.inode != 0 && !self.deleted && self.name.starts_with('/'))
+            .then(|| Path::new(&self.name))
+    }
+
+    /// Executable.
+    pub fn is_exec(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
+    /// `/proc/PID/map_files/START-END`: opens exactly the mapped file,
+    /// whatever its path is now (root only).
+    pub fn map_files(&self, pid: u32) -> PathBuf {
+        PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            self.start, self.end
+        ))
+    }
+}
+
+/// Parses a /proc/PID/maps text; malformed lines are left out. Columns
+/// are split one space at a time for the five fixed fields, so a path is
+/// everything after them, spaces included.
+pub fn parse_maps(text: &str) -> Vec<MapsLine> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<MapsLine> {
+    let mut rest = line;
+    let mut field = || -> Option<&str> {
+        let (f, r) = rest
+            .trim_start_matches(' ')
+            .split_once(' ')
+            .unwrap_or((rest, ""));
+        rest = r;
+        (!f.is_empty()).then_some(f)
+    };
+    let (range, perms, offset, dev, inode) = (field()?, field()?, field()?, field()?, field()?);
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let name = rest.trim_start_matches(' ');
+    let (name, deleted) = match name.strip_suffix(" (deleted)") {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    Some(MapsLine {
+        start: hex(start)?,
+        end: hex(end)?,
+        perms: perms.to_owned(),
+        offset: hex(offset)?,
+        dev: (
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+        ),
+        inode: inode.parse().ok()?,
+        name: name.to_owned(),
+        deleted,
+    })
+}
+
 /// The ring files process `pid` maps: every file mapping in
-/// /proc/PID/maps whose first bytes carry the ring magic.
+/// /proc/PID/maps whose first bytes carry the ring magic. Each is opened
+/// through /proc/PID/map_files (the mapped inode itself) or, without the
+/// rights for that, by path without following a symlink and only if it is
+/// still the mapped inode.
 pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
     let maps = PathBuf::from(format!("/proc/{pid}/maps"));
     let text = match std::fs::read_to_string(&maps) {
@@ -19,9 +109,10 @@ pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
         Err(e) => return Err(ReadError::io(maps, e)),
     };
     let mut rings: Vec<PathBuf> = Vec::new();
-    for path in mapped_files(&text) {
-        if !rings.contains(&path) && has_magic(&path) {
-            rings.push(path);
+    for m in parse_maps(&text) {
+        let Some(path) = m.file() else { continue };
+        if !rings.iter().any(|r| r == path) && has_magic(pid, &m) {
+            rings.push(path.to_path_buf());
         }
     }
     if rings.is_empty() {
@@ -30,25 +121,24 @@ pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
     Ok(rings)
 }
 
-/// The paths of the file mappings in a /proc/PID/maps text (deleted files
-/// and pseudo-files like `[heap]` left out).
-fn mapped_files(maps: &str) -> impl Iterator<Item = PathBuf> + '_ {
-    maps.lines().filter_map(|line| {
-        // address perms offset dev inode pathname (which may hold spaces)
-        let mut rest = line;
-        for _ in 0..5 {
-            rest = rest.trim_start().split_once(' ')?.1;
-        }
-        let path = rest.trim_start();
-        (path.starts_with('/') && !path.ends_with(" (deleted)")).then(|| PathBuf::from(path))
-    })
+/// Opens the file a maps line names: through map_files, or by path if it
+/// is still the same inode.
+pub fn open_mapped(pid: u32, m: &MapsLine) -> Option<RegularFile> {
+    if let Ok(f) = RegularFile::open(&m.map_files(pid), Follow::Yes) {
+        return Some(f);
+    }
+    let f = RegularFile::open(m.file()?, Follow::No).ok()?;
+    let dev = f.dev_ino.0;
+    let same = f.dev_ino.1 == m.inode
+        && (rustix::fs::major(dev), rustix::fs::minor(dev)) == (m.dev.0, m.dev.1);
+    same.then_some(f)
 }
 
-fn has_magic(path: &Path) -> bool {
+fn has_magic(pid: u32, m: &MapsLine) -> bool {
     let mut buf = [0u8; 8];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok_and(|()| buf == MAGIC)
+    open_mapped(pid, m)
+        .and_then(|f| f.read_at(0, &mut buf).ok())
+        .is_some_and(|n| n == 8 && buf == MAGIC)
 }
 
 #[cfg(test)]
@@ -56,22 +146,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lists_file_mappings_with_spaces_and_skips_the_rest() {
+    fn columns_paths_with_spaces_deleted_memfd_and_anon_names() {
         let maps = "\
-55d0c0a00000-55d0c0a02000 r--p 00000000 fe:00 1234   /usr/bin/cat
+55d0c0a00000-55d0c0a02000 r-xp 00001000 fe:00 1234   /usr/bin/cat
 7f0000000000-7f0000100000 rw-s 00000000 00:19 99     /dev/shm/rip-0/my prog.7.ring
 7f0000200000-7f0000300000 rw-s 00000000 00:19 98     /dev/shm/old.ring (deleted)
+7f0000300000-7f0000301000 r-xp 00000000 00:01 77     /memfd:jit (deleted)
+7f0000400000-7f0000401000 rw-p 00000000 00:00 0      [anon:my heap]
+7f0000500000-7f0000501000 r-xp 00000000 fe:00 55     /tmp/a b
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0      [stack]
 7ffd00100000-7ffd00101000 rw-p 00000000 00:00 0
+garbage
 ";
-        let got: Vec<_> = mapped_files(maps).collect();
+        let got = parse_maps(maps);
+        assert_eq!(got.len(), 8);
+        let files: Vec<_> = got.iter().filter_map(MapsLine::file).collect();
         assert_eq!(
-            got,
+            files,
             [
-                PathBuf::from("/usr/bin/cat"),
-                PathBuf::from("/dev/shm/rip-0/my prog.7.ring")
+                Path::new("/usr/bin/cat"),
+                Path::new("/dev/shm/rip-0/my prog.7.ring"),
+                Path::new("/tmp/a b")
             ]
         );
+        assert_eq!(
+            (got[0].offset, got[0].dev, got[0].inode),
+            (0x1000, (0xfe, 0), 1234)
+        );
+        assert!(got[0].is_exec() && !got[1].is_exec());
+        assert!(got[2].deleted && got[3].deleted);
+        assert_eq!(got[3].name, "/memfd:jit");
+        assert_eq!(got[4].name, "[anon:my heap]");
+        assert_eq!(got[7].name, "");
     }
 
     #[test]

@@ -1,21 +1,28 @@
 //! Reading ring files: live (while the writer runs) or post-mortem.
 //!
-//! Shared memory is hostile: the file is mapped read-only and copied with
-//! atomic word loads into private buffers, and only those are parsed.
-//! Every offset and count is bounds-checked; a corrupt file is a
-//! [`ReadError`], never a panic.
+//! Shared memory is hostile: the file is never mapped. It is read with
+//! `pread` into private buffers, and only those are parsed, so a file
+//! truncated during the read is a short read, not SIGBUS, and holes are
+//! never populated. Sizes in the header are held to the writer's own
+//! limits and to what the file really stores; every offset and count is
+//! bounds-checked; a corrupt file is a [`ReadError`], never a panic.
 
 mod error;
 mod find;
+mod open;
+pub mod original;
 mod parse;
+mod ranges;
 
-use std::{fs::File, path::Path, path::PathBuf};
+use std::{path::Path, path::PathBuf};
 
 pub use error::ReadError;
-pub use find::find_rings;
+pub use find::{MapsLine, find_rings, open_mapped, parse_maps};
+pub use open::{Follow, OpenError, RegularFile};
+pub use original::OriginalRing;
+pub use ranges::RangeIndex;
 
 pub use crate::format::{Entry, SlotKind};
-use crate::shm::Shm;
 
 /// The header of a ring: who wrote it, when, and how it is laid out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,34 +136,38 @@ pub struct Slot {
 /// A private snapshot of a ring file.
 #[derive(Debug)]
 pub struct RingFile {
+    /// The file's owner (0 for [`RingFile::from_bytes`]).
+    owner: u32,
     header: Header,
     modules: Vec<Module>,
     snapshot: parse::Snapshot,
 }
 
 impl RingFile {
-    /// Maps `path` read-only and copies the header and the used slots.
+    /// Reads the header and the used slots of the ring at `path` (a
+    /// regular file; a symlink is followed, a FIFO or device refused).
     pub fn open(path: &Path) -> Result<RingFile, ReadError> {
-        let file = File::open(path).map_err(|e| ReadError::io(path, e))?;
-        let len = file.metadata().map_err(|e| ReadError::io(path, e))?.len();
-        if len == 0 {
-            return Err(ReadError::Incomplete);
-        }
-        let len = usize::try_from(len)
-            .map_err(|_| ReadError::inconsistent("file larger than the address space"))?;
-        let map = memmap2::MmapOptions::new()
-            .len(len)
-            .map_raw_read_only(&file)
-            .map_err(|e| ReadError::io(path, e))?;
-        // SAFETY: the mapping is page-aligned, `len` bytes, lives as long
-        // as `shm` (both are in `Mapped`), and is only read through atomic loads.
-        let shm = unsafe { Shm::new(map.as_mut_ptr(), map.len()) };
-        parse::parse(&parse::Mapped { map, shm })
+        Self::open_with(path, Follow::Yes)
+    }
+
+    /// [`RingFile::open`], refusing a symlink in the last component when
+    /// `follow` is [`Follow::No`] (a path someone else chose).
+    pub fn open_with(path: &Path, follow: Follow) -> Result<RingFile, ReadError> {
+        let (src, owner) = source(path, follow)?;
+        let mut ring = parse::parse(&src).map_err(|e| e.at(path))?;
+        ring.owner = owner;
+        Ok(ring)
     }
 
     /// Parses a ring from bytes (a copy of a file; for tests and fuzzing).
     pub fn from_bytes(bytes: &[u8]) -> Result<RingFile, ReadError> {
         parse::parse(&parse::Bytes(bytes))
+    }
+
+    /// The uid owning the file it was read from: who wrote it, as far as
+    /// the file system can tell.
+    pub fn owner(&self) -> u32 {
+        self.owner
     }
 
     /// The header.
@@ -170,6 +181,7 @@ impl RingFile {
     }
 
     /// The module holding `addr`, if any (the latest loaded, if ranges overlap).
+    /// The table holds at most a few hundred entries: a scan is enough.
     pub fn module_of(&self, addr: u64) -> Option<&Module> {
         self.modules
             .iter()
@@ -182,4 +194,38 @@ impl RingFile {
     pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
         self.snapshot.slots()
     }
+}
+
+impl OriginalRing {
+    /// Reads a ring written by the original header-only librip: only the
+    /// file's data extents, never its holes.
+    pub fn open(path: &Path) -> Result<OriginalRing, ReadError> {
+        original::parse(&source(path, Follow::Yes)?.0).map_err(|e| e.at(path))
+    }
+
+    /// Parses one from bytes (for tests and fuzzing).
+    pub fn from_bytes(bytes: &[u8]) -> Result<OriginalRing, ReadError> {
+        original::parse(&parse::Bytes(bytes))
+    }
+}
+
+fn open_error(path: &Path, e: OpenError) -> ReadError {
+    match e {
+        OpenError::Io(e) => ReadError::io(path, e),
+        OpenError::NotRegular(what) => ReadError::NotRegular(path.to_path_buf(), what),
+    }
+}
+
+/// The file at `path` as a pread source, and its owner.
+fn source(path: &Path, follow: Follow) -> Result<(parse::FileSource, u32), ReadError> {
+    let f = RegularFile::open(path, follow).map_err(|e| open_error(path, e))?;
+    let owner = f.uid;
+    Ok((
+        parse::FileSource {
+            len: f.size,
+            allocated: f.allocated,
+            fd: f.into_fd(),
+        },
+        owner,
+    ))
 }

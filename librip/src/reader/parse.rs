@@ -4,58 +4,134 @@
 use std::{ffi::OsStr, os::unix::ffi::OsStrExt, path::PathBuf};
 
 use super::{Header, Module, ReadError, RingFile, Slot, SlotState, TaskStats};
-use crate::{
-    format::{
-        self, BUILD_ID_MAX, ENDIAN_MARK, FIXED_HEADER_SIZE, LAYOUT_VERSION, MAGIC, NAME_LEN,
-        SlotKind, decode_entries, hdr, module, slot, state,
-    },
-    shm::Shm,
+use crate::format::{
+    self, BUILD_ID_MAX, ENDIAN_MARK, FIXED_HEADER_SIZE, LAYOUT_VERSION, MAGIC, NAME_LEN, SlotKind,
+    decode_entries, hdr, module, slot, state,
 };
 
 /// The largest header a reader accepts.
 const MAX_HEADER: u64 = 1 << 24;
-/// The largest depth a reader accepts (sequence tags are 16 bits).
-const MAX_DEPTH: u32 = 1 << 16;
+/// The largest depth a reader accepts: the writer's own limit.
+const MAX_DEPTH: u32 = format::MAX_DEPTH;
+/// The most slots of one kind a reader accepts: the writer's own limit.
+const MAX_SLOTS: u32 = format::MAX_SLOTS;
 /// The largest slot metadata a reader accepts.
 const MAX_META: u32 = 4096;
 /// Attempts at a consistent copy of a slot the writer keeps changing.
 const SETTLE_TRIES: usize = 4;
+/// Bytes a ring may need beyond what its file has allocated: the header
+/// area may be partly holes (an unused module table copied with `cp`),
+/// and the last slot page may be partly past the end of the allocation.
+const ALLOCATION_SLACK: u64 = 2 * format::PAGE;
 
 /// Where ring bytes come from.
 pub(crate) trait Source {
     /// Bytes available.
     fn len(&self) -> u64;
-    /// Copies `out.len()` words at the 8-aligned `off` (in bounds).
-    fn words(&self, off: u64, out: &mut [u64]);
-    /// Says `len` bytes at `off` will be copied soon (in bounds).
-    fn prefetch(&self, _off: u64, _len: u64) {}
+    /// Bytes the file really stores (its allocated blocks): a sparse file
+    /// may claim a size far beyond the data it holds, and no more than
+    /// this (plus the header) is ever copied.
+    fn allocated(&self) -> u64 {
+        self.len()
+    }
+    /// Copies `out.len()` words at the 8-aligned `off`. A range past the
+    /// end (a file truncated while being read) is an error, never a signal.
+    fn words(&self, off: u64, out: &mut [u64]) -> Result<(), ReadError>;
+    /// The byte ranges that hold data, in order (all of it, unless the
+    /// source knows its holes).
+    fn data_extents(&self) -> Result<Vec<(u64, u64)>, ReadError> {
+        Ok(vec![(0, self.len())])
+    }
 }
 
-/// A read-only mapping of a ring file.
-pub(crate) struct Mapped {
-    pub(crate) map: memmap2::MmapRaw,
-    pub(crate) shm: Shm,
+/// A ring file read with `pread` into private buffers: no mapping, so a
+/// file truncated by its writer (or anyone) during the read gives a short
+/// read and a typed error instead of SIGBUS, and holes are read as zeros
+/// without the kernel allocating pages for them.
+pub(crate) struct FileSource {
+    pub(crate) fd: std::os::fd::OwnedFd,
+    pub(crate) len: u64,
+    pub(crate) allocated: u64,
 }
 
-impl Source for Mapped {
+impl Source for FileSource {
     fn len(&self) -> u64 {
-        self.shm.len() as u64
+        self.len
     }
 
-    fn words(&self, off: u64, out: &mut [u64]) {
-        self.shm.copy_words(off, out)
+    fn allocated(&self) -> u64 {
+        self.allocated
     }
 
-    fn prefetch(&self, off: u64, len: u64) {
-        // Maps the range's pages in one call instead of a fault per few
-        // pages; an old kernel without MADV_POPULATE_READ just faults.
-        let start = off - off % format::PAGE;
-        let _ = self.map.advise_range(
-            memmap2::Advice::PopulateRead,
-            start as usize,
-            (off + len - start) as usize,
-        );
+    fn words(&self, off: u64, out: &mut [u64]) -> Result<(), ReadError> {
+        let want = (out.len() as u64)
+            .checked_mul(8)
+            .and_then(|b| b.checked_add(off))
+            .ok_or_else(|| bad("a read past 2^64"))?;
+        let mut buf = vec![0u8; 8 * out.len()];
+        let mut done = 0usize;
+        while done < buf.len() {
+            match rustix::io::pread(&self.fd, &mut buf[done..], off + done as u64) {
+                Ok(0) => {
+                    return Err(ReadError::Truncated {
+                        needed: want,
+                        len: off + done as u64,
+                    });
+                }
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(ReadError::Io(PathBuf::new(), e.into())),
+            }
+        }
+        for (w, c) in out.iter_mut().zip(buf.chunks_exact(8)) {
+            *w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
+        Ok(())
     }
+
+    fn data_extents(&self) -> Result<Vec<(u64, u64)>, ReadError> {
+        use rustix::fs::{SeekFrom, seek};
+        let mut v = Vec::new();
+        let mut at = 0u64;
+        while at < self.len {
+            let start = match seek(&self.fd, SeekFrom::Data(at)) {
+                Ok(s) => s,
+                // ENXIO: no data past `at`.
+                Err(rustix::io::Errno::NXIO) => break,
+                Err(e) => return Err(ReadError::Io(PathBuf::new(), e.into())),
+            };
+            let end = seek(&self.fd, SeekFrom::Hole(start))
+                .map_err(|e| ReadError::Io(PathBuf::new(), e.into()))?
+                .min(self.len);
+            if end <= start {
+                break;
+            }
+            v.push((start, end));
+            at = end;
+        }
+        Ok(v)
+    }
+}
+
+/// Why a file without librip's magic cannot be read as a ring: a ring
+/// being created (the O_CREAT fallback writes the magic last, after the
+/// rest of the header), a ring of the original header-only librip (whole
+/// 320-byte slots, and slot 0, thread id 0, never used), or neither.
+fn not_ours(src: &impl Source, magic: [u8; 8]) -> Result<ReadError, ReadError> {
+    let len = src.len();
+    if super::original::looks_original(len) {
+        let mut slot0 = vec![0u64; (super::original::SLOT_SIZE / 8) as usize];
+        src.words(0, &mut slot0)?;
+        let header_started = slot0[1] != 0;
+        if magic != [0; 8] || !header_started {
+            return Ok(ReadError::OriginalFormat);
+        }
+    }
+    Ok(if magic == [0; 8] {
+        ReadError::Incomplete
+    } else {
+        ReadError::NotARing
+    })
 }
 
 /// A private byte buffer.
@@ -66,11 +142,21 @@ impl Source for Bytes<'_> {
         self.0.len() as u64
     }
 
-    fn words(&self, off: u64, out: &mut [u64]) {
-        let bytes = &self.0[off as usize..off as usize + 8 * out.len()];
-        for (w, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+    fn words(&self, off: u64, out: &mut [u64]) -> Result<(), ReadError> {
+        let end = usize::try_from(off)
+            .ok()
+            .and_then(|o| o.checked_add(8 * out.len()).map(|e| (o, e)))
+            .filter(|&(_, e)| e <= self.0.len());
+        let Some((start, end)) = end else {
+            return Err(ReadError::Truncated {
+                needed: off.saturating_add(8 * out.len() as u64),
+                len: self.0.len() as u64,
+            });
+        };
+        for (w, c) in out.iter_mut().zip(self.0[start..end].chunks_exact(8)) {
             *w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
+        Ok(())
     }
 }
 
@@ -97,10 +183,10 @@ fn words_for(bytes: u64) -> usize {
     bytes.div_ceil(8) as usize
 }
 
-fn copy(src: &impl Source, off: u64, bytes: u64) -> Vec<u64> {
+fn copy(src: &impl Source, off: u64, bytes: u64) -> Result<Vec<u64>, ReadError> {
     let mut v = vec![0u64; words_for(bytes)];
-    src.words(off, &mut v);
-    v
+    src.words(off, &mut v)?;
+    Ok(v)
 }
 
 fn bad(why: impl Into<String>) -> ReadError {
@@ -134,18 +220,15 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
             ReadError::NotARing
         });
     }
-    let magic = copy(src, 0, 8)[0].to_le_bytes();
-    if magic == [0; 8] {
-        return Err(ReadError::Incomplete);
-    }
+    let magic = copy(src, 0, 8)?[0].to_le_bytes();
     if magic != MAGIC {
-        return Err(ReadError::NotARing);
+        return Err(not_ours(src, magic)?);
     }
     let fixed = u64::from(FIXED_HEADER_SIZE);
     if len < fixed {
         return Err(ReadError::Truncated { needed: fixed, len });
     }
-    let f = copy(src, 0, fixed);
+    let f = copy(src, 0, fixed)?;
     let f = View(&f);
     let version = f.u32(hdr::VERSION);
     if version > LAYOUT_VERSION {
@@ -213,8 +296,27 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
         return Err(bad("the thread and coroutine regions overlap"));
     }
 
-    src.prefetch(0, header_size);
-    let h = copy(src, 0, header_size);
+    // Total work is bounded by what the file really holds: a sparse file
+    // claiming gigabytes of used slots is refused before anything is
+    // allocated for them.
+    let claimed = regions
+        .iter()
+        .try_fold(header_size, |acc, r| {
+            r.slot_size
+                .checked_mul(u64::from(r.used))
+                .and_then(|b| b.checked_add(acc))
+        })
+        .ok_or_else(|| bad("used slots past 2^64 bytes"))?;
+    let held = src
+        .allocated()
+        .saturating_add(header_size + ALLOCATION_SLACK);
+    if claimed > held {
+        return Err(bad(format!(
+            "its header claims {claimed} bytes of header and used slots, but the file holds only {} bytes",
+            src.allocated()
+        )));
+    }
+    let h = copy(src, 0, header_size)?;
     let h = View(&h);
     let header = header_fields(&h, header_size as usize, depth, &t, &c)?;
     let modules = module_table(&h, header_size as usize)?;
@@ -226,6 +328,7 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
             .collect::<Result<_, _>>()?,
     };
     Ok(RingFile {
+        owner: 0,
         header,
         modules,
         snapshot,
@@ -279,6 +382,12 @@ fn region(
         slots: f.u32(slots),
         used: f.u32(used),
     };
+    if r.slots > MAX_SLOTS {
+        return Err(bad(format!(
+            "{} {name} slots, more than librip's limit of {MAX_SLOTS}",
+            r.slots
+        )));
+    }
     if r.used > r.slots {
         return Err(bad(format!("{} {name} slots used of {}", r.used, r.slots)));
     }
@@ -421,10 +530,7 @@ fn module_table(h: &View<'_>, size: usize) -> Result<Vec<Module>, ReadError> {
 fn copy_region(src: &impl Source, r: Region) -> Result<Vec<u64>, ReadError> {
     let slot_words = words_for(r.slot_size);
     let bytes = r.slot_size * u64::from(r.used);
-    if bytes > 0 {
-        src.prefetch(r.offset, bytes);
-    }
-    let mut w = copy(src, r.offset, bytes);
+    let mut w = copy(src, r.offset, bytes)?;
     let seq_word = (r.meta_size / 8 - 1) as usize;
     let mut probe = [0u64; 1];
     for i in 0..r.used as usize {
@@ -432,21 +538,21 @@ fn copy_region(src: &impl Source, r: Region) -> Result<Vec<u64>, ReadError> {
         let s = &mut w[i * slot_words..(i + 1) * slot_words];
         let mut settled = false;
         for _ in 0..SETTLE_TRIES {
-            src.words(off, &mut probe);
+            src.words(off, &mut probe)?;
             let head = probe[0];
-            src.words(off + 8 * seq_word as u64, &mut probe);
+            src.words(off + 8 * seq_word as u64, &mut probe)?;
             if head == s[0] && probe[0] == s[seq_word] {
                 settled = true;
                 break;
             }
-            src.words(off, s);
+            src.words(off, s)?;
         }
         if !settled {
             // Still changing after the last copy. A moving sequence word is
             // a busy snapper, whose entries their tags check; a moving head
             // (state, generation) is a slot changing owners, whose copy may
             // mix two owners: leave it out as if free.
-            src.words(off, &mut probe);
+            src.words(off, &mut probe)?;
             if probe[0] != s[0] {
                 s[0] = 0;
             }
@@ -543,13 +649,14 @@ mod tests {
             self.bytes.len() as u64
         }
 
-        fn words(&self, off: u64, out: &mut [u64]) {
-            Bytes(&self.bytes).words(off, out);
+        fn words(&self, off: u64, out: &mut [u64]) -> Result<(), ReadError> {
+            Bytes(&self.bytes).words(off, out)?;
             let at = self.word;
             if (off..off + 8 * out.len() as u64).contains(&at) {
                 self.reads.set(self.reads.get() + 1);
                 out[((at - off) / 8) as usize] += self.step * self.reads.get();
             }
+            Ok(())
         }
     }
 

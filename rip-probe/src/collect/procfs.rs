@@ -63,21 +63,47 @@ pub fn exe(pid: u32) -> Option<PathBuf> {
 }
 
 /// The distinct files a process has mapped executable (its binary and
-/// shared libraries), from /proc/PID/maps.
+/// shared libraries), from /proc/PID/maps (paths may hold spaces), as
+/// paths that reach the mapped inodes: `/proc/PID/map_files/…` where this
+/// process may use it, else the path itself if it is still that inode.
+/// Only regular files: a FIFO or device put in a mapped file's place is
+/// left out.
 pub fn code_files(pid: u32) -> Vec<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    let mut v: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let perms = f.nth(1)?;
-            let path = f.nth(3)?;
-            (perms.contains('x') && path.starts_with('/')).then(|| PathBuf::from(path))
-        })
-        .collect();
-    v.sort();
-    v.dedup();
+    let mut seen = std::collections::HashSet::new();
+    let mut v = Vec::new();
+    for m in librip::reader::parse_maps(&text) {
+        let Some(path) = m.file() else { continue };
+        if !m.is_exec() || !seen.insert(path.to_path_buf()) {
+            continue;
+        }
+        let via = m.map_files(pid);
+        if librip::reader::RegularFile::open(&via, librip::reader::Follow::Yes).is_ok() {
+            v.push(via);
+        } else if librip::reader::open_mapped(pid, &m).is_some() {
+            v.push(path.to_path_buf());
+        }
+    }
     v
+}
+
+/// Whether a file owned by `uid` may speak for process `pid`: the owner
+/// is root or the process's real or effective user, who may ptrace it
+/// anyway. A ring from anyone else must not get the process's memory
+/// layout (its maps) used on its addresses.
+pub fn may_ptrace(uid: u32, pid: u32) -> bool {
+    if uid == 0 {
+        return true;
+    }
+    let status = read(pid, 0, "status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .is_some_and(|ids| {
+            ids.split_whitespace()
+                .take(2)
+                .any(|id| id.parse::<u32>().is_ok_and(|id| id == uid))
+        })
 }
 
 /// A thread's syscall state from `/proc/<pid>/task/<tid>/syscall`.
@@ -364,6 +390,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_root_or_the_process_user_may_speak_for_it() {
+        let me = std::process::id();
+        let uid = rustix::process::getuid().as_raw();
+        assert!(may_ptrace(0, me));
+        assert!(may_ptrace(uid, me));
+        assert!(!may_ptrace(uid.wrapping_add(4242), me));
+    }
+
+    #[test]
     fn stat_with_odd_comm() {
         let s = parse_stat(
             "4711 (a) b (c)) S 1 4711 4711 0 -1 4194560 107 0 0 0 0 0 0 0 20 0 1 0 123456 0 0",
@@ -416,7 +451,11 @@ mod tests {
 
     #[test]
     fn own_code_files() {
-        let files = code_files(std::process::id());
+        // map_files entries (as root) read back as the mapped paths.
+        let files: Vec<PathBuf> = code_files(std::process::id())
+            .into_iter()
+            .map(|f| std::fs::read_link(&f).unwrap_or(f))
+            .collect();
         let me = std::env::current_exe().unwrap();
         assert!(files.contains(&me), "{files:?}");
         assert!(

@@ -7,4 +7,4 @@ mod tasks;
 mod text;
 
 pub use json::json;
-pub use text::{grouped, history, live};
+pub use text::{escape, grouped, history, live};

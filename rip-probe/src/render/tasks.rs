@@ -95,7 +95,7 @@ pub(super) fn state(t: &Task, threads: &[Thread]) -> String {
             let mut s = format!("polling on thread {tid}");
             if let Some(th) = threads
                 .iter()
-                .find(|th| th.tid == tid && th.state.is_blocked())
+                .find(|th| th.tid == u64::from(tid) && th.state.is_blocked())
             {
                 match &th.syscall {
                     Some(sys) => s.push_str(&format!(" (in {})", sys.name)),

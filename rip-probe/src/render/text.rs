@@ -7,8 +7,100 @@ use std::io::{self, Write};
 use super::tasks;
 use crate::{
     decode::duration,
-    model::{Group, Location, LocationSource, Mode, Report, Thread, ThreadState},
+    model::{Frame, Group, Location, LocationSource, Mode, Report, Thread, ThreadState},
 };
+
+/// `s` with every control character (C0, DEL, C1) escaped: `\n`, `\t`,
+/// `\r`, `\xNN`, `\u{NN}`. Names, paths and symbols come from the target
+/// process, its ring and its binaries; written raw, an ESC or a C1 CSI
+/// would let them drive the reader's terminal.
+pub fn escape(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn escape_in_place(s: &mut String) {
+    if s.chars().any(char::is_control) {
+        *s = escape(s);
+    }
+}
+
+fn escape_frame(f: &mut Frame) {
+    for s in [&mut f.function, &mut f.file, &mut f.module]
+        .into_iter()
+        .flatten()
+    {
+        escape_in_place(s);
+    }
+    for i in &mut f.inlined {
+        escape_in_place(&mut i.function);
+        if let Some(file) = &mut i.file {
+            escape_in_place(file);
+        }
+    }
+}
+
+fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
+    for l in last.iter_mut().chain(hist.iter_mut()) {
+        escape_frame(&mut l.frame);
+    }
+}
+
+fn escape_group(g: &mut Group) {
+    escape_in_place(&mut g.state);
+    for s in [&mut g.wait, &mut g.location].into_iter().flatten() {
+        escape_in_place(s);
+    }
+}
+
+/// The text views' one boundary with the outside: a copy of the report
+/// with every string that came from the target, its ring, its binaries or
+/// /proc escaped (see [`escape`]). JSON renders the report as it is.
+fn terminal_safe(r: &Report) -> Report {
+    let mut r = r.clone();
+    let p = &mut r.process;
+    for s in [&mut p.exe, &mut p.comm, &mut p.lost].into_iter().flatten() {
+        escape_in_place(s);
+    }
+    for ring in &mut r.rings {
+        escape_in_place(&mut ring.path);
+    }
+    r.warnings.iter_mut().for_each(escape_in_place);
+    for t in &mut r.threads {
+        escape_in_place(&mut t.name);
+        if let Some(sys) = &mut t.syscall {
+            escape_in_place(&mut sys.name);
+            escape_in_place(&mut sys.text);
+            for a in &mut sys.args {
+                escape_in_place(&mut a.text);
+            }
+        }
+        t.kernel_stack.iter_mut().for_each(escape_frame);
+        escape_locations(&mut t.location, &mut t.history);
+    }
+    for t in &mut r.tasks {
+        escape_in_place(&mut t.name);
+        escape_locations(&mut t.location, &mut t.history);
+    }
+    r.groups.iter_mut().for_each(escape_group);
+    r.task_groups.iter_mut().for_each(escape_group);
+    r
+}
 
 /// Tids listed in a group line before eliding; JSON has them all.
 const MAX_IDS: usize = 12;
@@ -141,6 +233,7 @@ pub(super) fn truncate(s: &str, n: usize) -> String {
 /// The live report: header, grouped summary, tasks, then one row per
 /// thread with its kernel stack.
 pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
+    let r = &terminal_safe(r);
     header(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "SUMMARY")?;
@@ -207,6 +300,7 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
 /// with how many threads were last seen there and their tids, most
 /// populated first; then tasks the same way.
 pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
+    let r = &terminal_safe(r);
     header(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "{:>7}  LOCATION (threads last seen there)", "THREADS")?;
@@ -221,6 +315,7 @@ pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
 
 /// Per-thread (and per-task) history, oldest to newest, with counters.
 pub fn history(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
+    let r = &terminal_safe(r);
     header(r, &mut w)?;
     for t in &r.threads {
         writeln!(w)?;
@@ -258,4 +353,19 @@ fn entries(hist: &[Location], last: &Option<Location>, w: &mut impl Write) -> io
         writeln!(w, "  {seq:>8}  {}", l.frame.describe())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(escape("worker-1 ✓"), "worker-1 ✓");
+        assert_eq!(escape("\x1b]0;pwned\x07"), "\\x1b]0;pwned\\x07");
+        assert_eq!(
+            escape("a\nb\tc\r\x7f\u{9b}2J"),
+            "a\\nb\\tc\\r\\x7f\\u{9b}2J"
+        );
+    }
 }

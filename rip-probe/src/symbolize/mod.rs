@@ -10,6 +10,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use librip::reader::{Follow, OpenError, RangeIndex, RegularFile};
+
 use blazesym::{
     Pid,
     symbolize::{
@@ -57,6 +59,10 @@ pub struct Symbolizer {
     /// Problems worth telling the user (missing binary, build-id mismatch),
     /// each reported once.
     warnings: BTreeSet<String>,
+    /// Binaries named by rings, opened once each (only if regular files)
+    /// and kept open: blazesym reads them through `/proc/self/fd/N`, so it
+    /// never opens a path a ring chose, and the numbers are never reused.
+    opened: HashMap<PathBuf, Result<RegularFile, String>>,
 }
 
 impl Default for Symbolizer {
@@ -75,6 +81,7 @@ impl Symbolizer {
                 .enable_demangling(true)
                 .build(),
             warnings: BTreeSet::new(),
+            opened: HashMap::new(),
         }
     }
 
@@ -114,9 +121,9 @@ impl Symbolizer {
             UserSpace::Live(pid) => self.live(*pid, &addrs),
             UserSpace::Modules(mods) => self.post_mortem(mods, &addrs),
             UserSpace::LiveWithModules(pid, mods) => {
-                let (known, rest): (Vec<u64>, Vec<u64>) = addrs
-                    .iter()
-                    .partition(|&&a| mods.iter().any(|m| (m.start..m.end).contains(&a)));
+                let index = ModuleIndex::new(mods);
+                let (known, rest): (Vec<u64>, Vec<u64>) =
+                    addrs.iter().partition(|&&a| index.find(a).is_some());
                 let mut out = self.post_mortem(mods, &known);
                 if !rest.is_empty() {
                     out.extend(self.live(*pid, &rest));
@@ -127,7 +134,13 @@ impl Symbolizer {
     }
 
     fn live(&mut self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
-        let src = Source::Process(Process::new(Pid::from(pid)));
+        let mut p = Process::new(Pid::from(pid));
+        // Binaries through /proc/PID/map_files (the mapped inodes, not
+        // paths the process may have swapped), and no /tmp/perf-PID.map:
+        // a file the target writes, which root would otherwise open.
+        p.map_files = true;
+        p.perf_map = false;
+        let src = Source::Process(p);
         self.absolute(&src, addrs, &format!("pid {pid}'s addresses"))
     }
 
@@ -152,12 +165,20 @@ impl Symbolizer {
         let mut out = HashMap::with_capacity(addrs.len());
         // Group addresses by module so each binary is opened once.
         let mut by_module: HashMap<usize, Vec<(u64, u64)>> = HashMap::new();
+        let index = ModuleIndex::new(mods);
         for &a in addrs {
-            match mods.iter().position(|m| (m.start..m.end).contains(&a)) {
-                Some(i) => by_module
-                    .entry(i)
-                    .or_default()
-                    .push((a, a - mods[i].start + mods[i].file_offset)),
+            let found = index
+                .find(a)
+                .map(|i| (i, mods[i].file_offset.checked_add(a - mods[i].start)));
+            match found {
+                Some((i, Some(off))) => by_module.entry(i).or_default().push((a, off)),
+                Some((i, None)) => {
+                    self.warnings.insert(format!(
+                        "{}: its file offset in the ring's module table overflows; its addresses are shown bare",
+                        mods[i].path.display()
+                    ));
+                    out.insert(a, bare(a));
+                }
                 None => {
                     out.insert(a, bare(a));
                 }
@@ -172,14 +193,25 @@ impl Symbolizer {
                     out.insert(a, module_only(a, &name, off));
                 }
             };
-            if let Some(problem) = check_binary(&m.path, m.build_id.as_deref()) {
+            let file = self
+                .opened
+                .entry(m.path.clone())
+                .or_insert_with(|| open_binary(&m.path))
+                .as_ref()
+                .map(RegularFile::proc_path);
+            let problem = match &file {
+                Ok(p) => check_binary(p, m.build_id.as_deref()),
+                Err(e) => Some(String::clone(e)),
+            };
+            if let Some(problem) = problem {
                 self.warnings.insert(format!(
                     "{name}: {problem}; its addresses are shown as module+offset"
                 ));
                 unresolved(&mut out);
                 continue;
             }
-            let src = Source::Elf(Elf::new(&m.path));
+            let Ok(file) = file else { continue };
+            let src = Source::Elf(Elf::new(&file));
             match self.blaze.symbolize(&src, Input::FileOffset(&offsets)) {
                 Ok(syms) => {
                     for (&(a, off), s) in pairs.iter().zip(syms) {
@@ -189,14 +221,42 @@ impl Symbolizer {
                         out.insert(a, f);
                     }
                 }
-                Err(e) => {
+                Err(_) => {
+                    // The parser's message may quote the file's bytes.
                     self.warnings
-                        .insert(format!("{name}: cannot symbolize: {e}"));
+                        .insert(format!("{name}: cannot symbolize: not a readable ELF file"));
                     unresolved(&mut out);
                 }
             }
         }
         out
+    }
+
+    /// Symbolizes addresses of a non-PIE executable (its virtual addresses
+    /// are the addresses it ran at), opened only if it is a regular file.
+    pub fn executable(&mut self, path: &Path, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let addrs = distinct(addrs);
+        let name = path.display().to_string();
+        let file = match open_binary(path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.warnings.insert(format!("{name}: {e}"));
+                return addrs.iter().map(|&a| (a, bare(a))).collect();
+            }
+        };
+        let src = Source::Elf(Elf::new(file.proc_path()));
+        match self.blaze.symbolize(&src, Input::VirtOffset(&addrs)) {
+            Ok(syms) => addrs
+                .iter()
+                .zip(syms)
+                .map(|(&a, s)| (a, to_frame(a, &s, None)))
+                .collect(),
+            Err(_) => {
+                self.warnings
+                    .insert(format!("{name}: cannot symbolize: not a readable ELF file"));
+                addrs.iter().map(|&a| (a, bare(a))).collect()
+            }
+        }
     }
 
     /// Symbolizes kernel addresses through /proc/kallsyms.
@@ -213,11 +273,37 @@ impl Symbolizer {
     }
 }
 
+/// Module lookup by sorted ranges (librip's [`RangeIndex`]).
+pub struct ModuleIndex(RangeIndex);
+
+impl ModuleIndex {
+    /// Indexes `mods` (O(n log n)); the later of overlapping entries wins.
+    pub fn new(mods: &[ModuleMap]) -> ModuleIndex {
+        ModuleIndex(RangeIndex::new(mods.iter().map(|m| (m.start, m.end))))
+    }
+
+    /// The index in the table of the module holding `addr`.
+    pub fn find(&self, addr: u64) -> Option<usize> {
+        self.0.find(addr)
+    }
+}
+
+/// Opens a binary a ring names, if it is a regular file (a symlink is
+/// followed: libraries are loaded through soname links). The error says
+/// why in words, never with the file's contents.
+fn open_binary(path: &Path) -> Result<RegularFile, String> {
+    RegularFile::open(path, Follow::Yes).map_err(|e| match e {
+        OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => "binary not found".into(),
+        OpenError::Io(e) => format!("cannot open: {}", e.kind()),
+        OpenError::NotRegular(what) => format!("not a regular file ({what})"),
+    })
+}
+
 /// The entry point (`e_entry`) of a 64-bit little-endian ELF file.
 fn elf_entry(path: &Path) -> Option<u64> {
-    use std::io::Read;
     let mut head = [0u8; 32];
-    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let f = RegularFile::open(path, Follow::Yes).ok()?;
+    (f.read_at(0, &mut head).ok()? == head.len()).then_some(())?;
     (head[..4] == *b"\x7fELF" && head[4] == 2 && head[5] == 1)
         .then(|| u64::from_le_bytes(head[24..32].try_into().expect("8 bytes")))
         .filter(|&e| e != 0)
@@ -232,9 +318,6 @@ fn distinct(addrs: &[u64]) -> Vec<u64> {
 
 /// Why a module's binary cannot be trusted for symbolization, if it can't.
 fn check_binary(path: &Path, want: Option<&[u8]>) -> Option<String> {
-    if !path.exists() {
-        return Some("binary not found".into());
-    }
     let want = want?;
     match blazesym::helper::read_elf_build_id(&path) {
         Ok(Some(have)) if have.as_ref() == want => None,
@@ -244,7 +327,8 @@ fn check_binary(path: &Path, want: Option<&[u8]>) -> Option<String> {
             hex(&have)
         )),
         Ok(None) => Some("the file on disk has no build-id".into()),
-        Err(e) => Some(format!("cannot read: {e}")),
+        // Not the parser's message: it may quote the file's first bytes.
+        Err(_) => Some("not a readable ELF file".into()),
     }
 }
 
@@ -389,4 +473,113 @@ pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut 
         }
     }
     report.warnings.extend(sym.take_warnings());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(path: &str, start: u64, end: u64, file_offset: u64) -> ModuleMap {
+        ModuleMap {
+            path: PathBuf::from(path),
+            start,
+            end,
+            file_offset,
+            build_id: None,
+        }
+    }
+
+    #[test]
+    fn overlapping_modules_the_later_wins() {
+        let mods = [
+            module("/a", 0x1000, 0x5000, 0),
+            module("/b", 0x2000, 0x3000, 0),
+            module("/c", 0x4800, 0x6000, 0),
+        ];
+        let ix = ModuleIndex::new(&mods);
+        let got: Vec<_> = [
+            0xfff, 0x1000, 0x2000, 0x2fff, 0x3000, 0x47ff, 0x4800, 0x5fff, 0x6000,
+        ]
+        .map(|a| ix.find(a))
+        .to_vec();
+        assert_eq!(
+            got,
+            [
+                None,
+                Some(0),
+                Some(1),
+                Some(1),
+                Some(0),
+                Some(0),
+                Some(2),
+                Some(2),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn an_overflowing_file_offset_is_a_bare_frame_and_a_warning() {
+        let mods = [module("/nonexistent/lib.so", 0x1000, 0x2000, u64::MAX - 4)];
+        let mut s = Symbolizer::new();
+        let got = s.user(&UserSpace::Modules(&mods), &[0x1010]);
+        assert_eq!(got[&0x1010].module_offset, None);
+        let w = s.take_warnings();
+        assert!(w.iter().any(|w| w.contains("overflows")), "{w:?}");
+    }
+
+    #[test]
+    fn a_fifo_or_a_secret_behind_a_symlink_neither_hangs_nor_leaks() {
+        let dir = std::env::temp_dir().join(format!("rip-sym-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = dir.join("fifo.so");
+        let secret = dir.join("secret");
+        std::fs::write(&secret, b"root:$y$SECRET").unwrap();
+        let link = dir.join("link.so");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mods = [
+            ModuleMap {
+                build_id: Some(vec![1, 2, 3, 4]),
+                ..module(fifo.to_str().unwrap(), 0x1000, 0x2000, 0)
+            },
+            ModuleMap {
+                build_id: Some(vec![1, 2, 3, 4]),
+                ..module(link.to_str().unwrap(), 0x3000, 0x4000, 0)
+            },
+        ];
+        let mut s = Symbolizer::new();
+        let got = s.user(&UserSpace::Modules(&mods), &[0x1010, 0x3010]);
+        assert_eq!(got.len(), 2);
+        let w = s.take_warnings().join("\n");
+        assert!(w.contains("FIFO"), "{w}");
+        assert!(!w.contains("root") && !w.contains("SECRET"), "{w}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hundred_thousand_modules_and_four_hundred_thousand_addresses() {
+        // The debug profile is opt-level 1: the work is the release test's.
+        let mods: Vec<ModuleMap> = (0..100_000u64)
+            .map(|i| {
+                module(
+                    "/nonexistent/lib.so",
+                    0x10_0000 + i * 0x1000,
+                    0x10_0000 + i * 0x1000 + 0x800,
+                    0,
+                )
+            })
+            .collect();
+        let addrs: Vec<u64> = (0..400_000u64)
+            .map(|i| 0x10_0000 + (i % 100_000) * 0x1000 + (i / 100_000) * 0x100)
+            .collect();
+        let t = std::time::Instant::now();
+        let got = Symbolizer::new().user(&UserSpace::Modules(&mods), &addrs);
+        let took = t.elapsed();
+        assert_eq!(got.len(), 400_000);
+        assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    }
 }

@@ -7,6 +7,7 @@
 //!   source line of every snap site it used (`site LINE ADDR-HINT`).
 //! - `default -`: a ring at the default path; prints it.
 //! - `untraced PATH`: the C ABI with a ring that cannot be created.
+//! - `named PATH NAME`: one thread registered under NAME snaps once.
 //! - `fill PATH`: registers threads until tmpfs is full, then snaps in all.
 //! - `overflow PATH SLOTS THREADS`: more threads than thread slots.
 //! - `churn PATH`: threads and coroutines come and go until killed.
@@ -31,6 +32,7 @@ fn main() {
         "basic" => basic(path),
         "default" => default(),
         "untraced" => untraced(path),
+        "named" => named(path, arg(2)),
         "fill" => fill(path),
         "overflow" => overflow(path, num(2), num(3)),
         "churn" => churn(path),
@@ -171,6 +173,15 @@ unsafe extern "C" {
 fn c_init(name: &str) {
     // SAFETY: a valid name buffer of the given length.
     unsafe { rip_init(0, name.as_ptr().cast(), name.len(), 0, 0) };
+}
+
+/// `named PATH NAME`: one thread registered as NAME (any bytes, escapes
+/// included) snaps and exits.
+fn named(path: &Path, name: &str) {
+    Ring::create(path, RingOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    librip::register_thread(name).unwrap_or_else(|e| panic!("{e}"));
+    snap!();
+    say(format_args!("done"));
 }
 
 fn untraced(path: &Path) {

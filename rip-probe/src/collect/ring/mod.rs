@@ -38,6 +38,8 @@ pub use librip::reader::TaskStats;
 pub struct RingView {
     /// Path of the file.
     pub path: PathBuf,
+    /// The file's owner: whose word the ring is.
+    pub owner: u32,
     /// Layout version.
     pub version: u32,
     /// Pid that created it.

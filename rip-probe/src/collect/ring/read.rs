@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use librip::reader::{RingFile, SlotKind, SlotState};
+use librip::reader::{Follow, RingFile, SlotKind, SlotState};
 
 use super::{RingSlot, RingView};
 use crate::{error::Error, symbolize::ModuleMap};
@@ -11,6 +11,13 @@ impl RingView {
     /// Reads a ring file. Errors are librip's, mapped to one-line messages.
     pub fn open(path: &Path) -> Result<Self, Error> {
         let ring = RingFile::open(path).map_err(Error::Ring)?;
+        Ok(Self::from_ring(path, &ring))
+    }
+
+    /// Reads a ring whose path came from a process's maps: a symlink put
+    /// in its place is not followed.
+    pub fn open_found(path: &Path) -> Result<Self, Error> {
+        let ring = RingFile::open_with(path, Follow::No).map_err(Error::Ring)?;
         Ok(Self::from_ring(path, &ring))
     }
 
@@ -23,6 +30,7 @@ impl RingView {
         let h = ring.header();
         RingView {
             path: path.to_path_buf(),
+            owner: ring.owner(),
             version: h.version,
             pid: h.pid,
             process_start_time: h.process_start_ticks,
