@@ -141,7 +141,31 @@ impl Symbolizer {
         p.map_files = true;
         p.perf_map = false;
         let src = Source::Process(p);
-        self.absolute(&src, addrs, &format!("pid {pid}'s addresses"))
+        let mut out = self.absolute(&src, addrs, &format!("pid {pid}'s addresses"));
+        // An address in a binary without symbols (stripped, as shipped)
+        // still names its module and offset, so that distinct places stay
+        // distinct and can be looked up later (`addr2line -e`).
+        if out
+            .values()
+            .any(|f| f.function.is_none() && f.module.is_none())
+        {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            let maps = librip::reader::parse_maps(&maps);
+            for f in out.values_mut() {
+                if f.function.is_some() || f.module.is_some() {
+                    continue;
+                }
+                let Some(m) = maps.iter().find(|m| (m.start..m.end).contains(&f.addr)) else {
+                    continue;
+                };
+                if let (Some(path), Some(off)) =
+                    (m.file(), (f.addr - m.start).checked_add(m.offset))
+                {
+                    *f = module_only(f.addr, &path.to_string_lossy(), off);
+                }
+            }
+        }
+        out
     }
 
     /// Symbolizes absolute addresses through `src`; on failure, warns once
