@@ -134,6 +134,25 @@ mod tests {
         assert_eq!(new.regs_source(), RegsSource::Helper);
     }
 
+    #[test]
+    fn refusal_names_what_is_missing_the_kernel_and_the_minimum() {
+        let e = Error::KernelTooOld {
+            release: "5.4.0-150-generic".into(),
+            missing: "the BPF task iterator (bpf_iter__task)".into(),
+            minimum: MINIMUM_KERNEL,
+        }
+        .to_string();
+        assert!(!e.contains('\n'), "one line: {e}");
+        for want in [
+            "5.4.0-150-generic",
+            "bpf_iter__task",
+            "Linux 5.9",
+            "CONFIG_DEBUG_INFO_BTF",
+        ] {
+            assert!(e.contains(want), "{want:?} in {e:?}");
+        }
+    }
+
     /// On the machine the tests run on, probing succeeds and agrees with
     /// what the kernel's BTF says about the helper.
     #[test]
