@@ -604,6 +604,10 @@ mod tests {
         let got = Symbolizer::new().user(&UserSpace::Modules(&mods), &addrs);
         let took = t.elapsed();
         assert_eq!(got.len(), 400_000);
-        assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+        eprintln!("100,000 modules × 400,000 addresses: {took:?}");
+        // Under a second here (0.35–0.74 s in a debug build on a busy
+        // 2-CPU machine); a linear scan per address (4·10¹⁰ comparisons)
+        // took minutes. The bound catches that, not a busy machine.
+        assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
     }
 }
