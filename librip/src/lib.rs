@@ -35,6 +35,7 @@ pub mod coroutine;
 mod error;
 pub mod format;
 pub mod reader;
+pub mod sites;
 mod shm;
 mod snap;
 #[cfg(feature = "tokio")]
@@ -48,5 +49,6 @@ pub use writer::{DEFAULT_COROUTINE_SLOTS, Ring, RingOptions};
 /// What the `snap!` expansion names; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::sites::cstr;
     pub use crate::snap::MASK;
 }
