@@ -35,8 +35,8 @@ pub mod coroutine;
 mod error;
 pub mod format;
 pub mod reader;
-pub mod sites;
 mod shm;
+pub mod sites;
 mod snap;
 #[cfg(feature = "tokio")]
 pub mod tokio;

@@ -97,7 +97,10 @@ impl std::fmt::Display for SitesError {
                 write!(f, "site table: record at byte {offset} points nowhere")
             }
             SitesError::BadString { offset } => {
-                write!(f, "site table: record at byte {offset} has an unreadable string")
+                write!(
+                    f,
+                    "site table: record at byte {offset} has an unreadable string"
+                )
             }
             SitesError::TooMany => write!(f, "site table: more than {MAX_RECORDS} records"),
         }
@@ -305,10 +308,7 @@ mod tests {
         let t = SiteTable::parse(&sec, 0x1000, &image).unwrap();
         assert_eq!(t.len(), 2);
         let s = t.find(0x500).unwrap();
-        assert_eq!(
-            (s.file.as_str(), s.line, s.column),
-            ("src/a.rs", 88, 7)
-        );
+        assert_eq!((s.file.as_str(), s.line, s.column), ("src/a.rs", 88, 7));
         assert_eq!(s.function.as_deref(), Some("crate::m"));
         assert_eq!(s.label.as_deref(), Some("waiting"));
         // An empty label is no label.

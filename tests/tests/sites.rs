@@ -44,7 +44,10 @@ fn build_sites_app(lto: bool) -> PathBuf {
         // default release one (plus LTO when asked).
         .env_remove("CARGO_PROFILE_RELEASE_DEBUG")
         .env_remove("CARGO_PROFILE_RELEASE_STRIP")
-        .env("CARGO_PROFILE_RELEASE_LTO", if lto { "true" } else { "false" });
+        .env(
+            "CARGO_PROFILE_RELEASE_LTO",
+            if lto { "true" } else { "false" },
+        );
     let out = run(&mut cmd);
     assert!(
         out.status.success(),

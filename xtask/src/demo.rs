@@ -20,7 +20,14 @@ pub fn run_demo() -> Result<()> {
     crate::setup::run_setup()?;
     step("build rip-probe (release)");
     exec(
-        cargo().args(["build", "--release", "-p", "rip-probe", "--bin", "rip-probe"]),
+        cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "rip-probe",
+            "--bin",
+            "rip-probe",
+        ]),
         "cargo build --release",
     )?;
     // The server is built as most programs ship: Cargo's default release
