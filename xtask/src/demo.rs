@@ -48,6 +48,11 @@ pub fn run_demo() -> Result<()> {
                 "rip-demo-server",
                 "--config",
                 "profile.release.debug=false",
+                // What Cargo does by itself without debug information
+                // (here the rip-ebpf override stops it): std's debug
+                // information is stripped too.
+                "--config",
+                "profile.release.strip=\"debuginfo\"",
                 "--target-dir",
             ])
             .arg(&demo_target),
