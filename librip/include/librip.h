@@ -132,6 +132,43 @@ extern uint64_t rip_mask;
 extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
 
 /*
+ * The site table (docs/FORMAT.md, "The site table"): each snap also emits,
+ * as data beside its code, a record of its address (label 1 in the asm below), file,
+ * line, function and label into the section rip_sites, so that rip-probe
+ * names it exactly in a build without -g, stripped or not, with LTO or
+ * not. No instruction is added. Fields are relative (no dynamic
+ * relocation: PIE and shared libraries keep the section read-only).
+ * The section is not referenced by code: links with --gc-sections (Rust
+ * programs always; C with -Wl,--gc-sections) keep it through the "R" flag
+ * (SHF_GNU_RETAIN), used when the compiler knows its assembler has it
+ * (__attribute__((retain)) is then supported: GCC 11 with binutils 2.36,
+ * clang 13, or later). Older toolchains get "a": the table is kept by
+ * links without --gc-sections.
+ */
+#if defined(__has_attribute)
+#if __has_attribute(retain)
+#define RIP__SITES_FLAGS "aR"
+#endif
+#endif
+#ifndef RIP__SITES_FLAGS
+#define RIP__SITES_FLAGS "a"
+#endif
+#define RIP__SITE_RECORD                                                                         \
+    ".pushsection rip_sites,\"" RIP__SITES_FLAGS "\",@progbits\n\t"                             \
+    ".balign 4\n\t"                                                                             \
+    ".long 0x53504952\n\t"                                                                      \
+    ".long 1b - .\n\t"                                                                          \
+    ".long %c[rip__file] - .\n\t"                                                               \
+    ".long %c[rip__func] - .\n\t"                                                               \
+    ".long %c[rip__lbl] - .\n\t"                                                                \
+    ".long %c[rip__line]\n\t"                                                                   \
+    ".long 0\n\t"                                                                               \
+    ".popsection"
+#define RIP__SITE_OPERANDS(rip__label)                                                           \
+    [rip__file] "i"(__FILE__), [rip__func] "i"(__func__), [rip__lbl] "i"(rip__label),             \
+        [rip__line] "i"(__LINE__)
+
+/*
  * The inline snap: stores (seq << 48 | address of this point) into the
  * target slot's entry seq & rip_mask, then increments seq, and yields
  * that address (as the original rip_snap() returned it). Ten
@@ -150,7 +187,7 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
  * library fails at link time (R_X86_64_TPOFF32 against rip_cursor).
  */
 #ifdef RIP_LINKED_STATICALLY
-#define RIP_SNAP_ADDR()                                                                          \
+#define RIP__SNAP_AT(rip__label)                                                                 \
     (__extension__({                                                                             \
         uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
         uint64_t rip__cur, rip__seq, rip__next, rip__addr;                                       \
@@ -159,18 +196,19 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
                          "leaq 1(%[seq]), %[next]\n\t"                                            \
                          "andq %[seq], %[mask]\n\t"                                               \
                          "shlq $48, %[seq]\n\t"                                                   \
-                         "leaq 0(%%rip), %[addr]\n\t"                                             \
+                         "leaq 0(%%rip), %[addr]\n"                                               \
+                         "1:\n\t"                                                                \
                          "orq %[addr], %[seq]\n\t"                                                \
                          "movq %[seq], 8(%[cur],%[mask],8)\n\t"                                   \
-                         "movq %[next], (%[cur])"                                                \
+                         "movq %[next], (%[cur])\n\t" RIP__SITE_RECORD                              \
                          : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [next] "=&r"(rip__next), \
                            [addr] "=&r"(rip__addr), [mask] "+r"(rip__mask)                       \
-                         :                                                                       \
+                         : RIP__SITE_OPERANDS(rip__label)                                        \
                          : "memory", "cc");                                                      \
         (uintptr_t) rip__addr;                                                                   \
     }))
 #else
-#define RIP_SNAP_ADDR()                                                                          \
+#define RIP__SNAP_AT(rip__label)                                                                 \
     (__extension__({                                                                             \
         uint64_t rip__mask = __atomic_load_n(&rip_mask, __ATOMIC_RELAXED);                       \
         uint64_t rip__cur, rip__seq, rip__addr;                                                  \
@@ -179,22 +217,36 @@ extern __thread uint64_t *rip_cursor __attribute__((tls_model("initial-exec")));
                          "movq (%[cur]), %[seq]\n\t"                                              \
                          "andq %[seq], %[mask]\n\t"                                               \
                          "shlq $48, %[seq]\n\t"                                                   \
-                         "leaq 0(%%rip), %[addr]\n\t"                                             \
+                         "leaq 0(%%rip), %[addr]\n"                                               \
+                         "1:\n\t"                                                                \
                          "orq %[addr], %[seq]\n\t"                                                \
                          "movq %[seq], 8(%[cur],%[mask],8)\n\t"                                   \
-                         "incq (%[cur])"                                                         \
+                         "incq (%[cur])\n\t" RIP__SITE_RECORD                                      \
                          : [cur] "=&r"(rip__cur), [seq] "=&r"(rip__seq), [addr] "=&r"(rip__addr), \
                            [mask] "+r"(rip__mask)                                                \
-                         :                                                                       \
+                         : RIP__SITE_OPERANDS(rip__label)                                        \
                          : "memory", "cc");                                                      \
         (uintptr_t) rip__addr;                                                                   \
     }))
 #endif
 
+/* The inline snap: the address it stored, with its site recorded. */
+#define RIP_SNAP_ADDR() RIP__SNAP_AT("")
+
 /* The inline snap as a statement. */
 #define RIP_SNAP()                                                                               \
     do {                                                                                         \
         (void)RIP_SNAP_ADDR();                                                                   \
+    } while (0)
+
+/*
+ * The inline snap with a label, a string literal recorded in the site
+ * table (not in the ring: no runtime cost) and shown by rip-probe beside
+ * the location: RIP_SNAP_LABEL("waiting for the order book").
+ */
+#define RIP_SNAP_LABEL(label)                                                                    \
+    do {                                                                                         \
+        (void)RIP__SNAP_AT("" label);                                                            \
     } while (0)
 
 /*

@@ -36,6 +36,7 @@ mod error;
 pub mod format;
 pub mod reader;
 mod shm;
+pub mod sites;
 mod snap;
 #[cfg(feature = "tokio")]
 pub mod tokio;
@@ -48,5 +49,6 @@ pub use writer::{DEFAULT_COROUTINE_SLOTS, Ring, RingOptions};
 /// What the `snap!` expansion names; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::sites::cstr;
     pub use crate::snap::MASK;
 }

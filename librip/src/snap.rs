@@ -109,6 +109,13 @@ pub(crate) unsafe fn set_cursor(seq: *mut u64) {
 /// a thread without a slot snaps into the sink. The address symbolizes to
 /// the line of the `snap!()` invocation.
 ///
+/// Each invocation also records its site (address, file, line, column,
+/// module path and optional label) in the binary's site table
+/// ([`librip::sites`](crate::sites)): no instruction, only data beside the
+/// code, so readers name the site exactly even without debug information
+/// or in a stripped binary. `snap!("waiting for the order book")` adds a
+/// label, shown beside the location.
+///
 /// The cursor is read with the local-exec TLS model (one instruction),
 /// which only links into executables. Code linked into a shared object
 /// (a cdylib, a plugin) needs librip's `shared-object` feature: the
@@ -117,16 +124,21 @@ pub(crate) unsafe fn set_cursor(seq: *mut u64) {
 ///
 /// ```
 /// librip::snap!();
+/// librip::snap!("waiting for the order book");
 /// ```
 #[cfg(not(feature = "shared-object"))]
 #[macro_export]
 #[collapse_debuginfo(yes)]
 macro_rules! snap {
     () => {
+        $crate::snap!("")
+    };
+    ($label:literal) => {
         // SAFETY: the cursor is always a sequence word followed by at least
         // mask + 1 entries: a slot of the ring, the sink, or (after fork) a
         // private anonymous copy of the ring's range (see librip::snap).
         unsafe {
+            $crate::__rip_site_strings!($label);
             ::core::arch::asm!(
                 "mov {cur}, qword ptr fs:[rip_cursor@TPOFF]",
                 "mov {mask}, qword ptr [rip + {mask_sym}]",
@@ -135,10 +147,18 @@ macro_rules! snap {
                 "and {mask}, {seq}",
                 "shl {seq}, 48",
                 "lea {addr}, [rip]",
+                // The address `lea` took: the site table's key.
+                "7:",
                 "or {addr}, {seq}",
                 "mov qword ptr [{cur} + 8*{mask} + 8], {addr}",
                 "mov qword ptr [{cur}], {next}",
+                $crate::__rip_site_record!(),
                 mask_sym = sym $crate::__private::MASK,
+                site_file = sym __RIP_SITE_FILE,
+                site_module = sym __RIP_SITE_MODULE,
+                site_label = sym __RIP_SITE_LABEL,
+                site_line = const ::core::line!(),
+                site_column = const ::core::column!(),
                 cur = out(reg) _,
                 seq = out(reg) _,
                 next = out(reg) _,
@@ -157,8 +177,12 @@ macro_rules! snap {
 #[collapse_debuginfo(yes)]
 macro_rules! snap {
     () => {
+        $crate::snap!("")
+    };
+    ($label:literal) => {
         // SAFETY: as for the default snap!.
         unsafe {
+            $crate::__rip_site_strings!($label);
             ::core::arch::asm!(
                 "mov {cur}, qword ptr [rip + rip_cursor@GOTTPOFF]",
                 "mov {cur}, qword ptr fs:[{cur}]",
@@ -167,10 +191,18 @@ macro_rules! snap {
                 "and {mask}, {seq}",
                 "shl {seq}, 48",
                 "lea {addr}, [rip]",
+                // The address `lea` took: the site table's key.
+                "7:",
                 "or {addr}, {seq}",
                 "mov qword ptr [{cur} + 8*{mask} + 8], {addr}",
                 "inc qword ptr [{cur}]",
+                $crate::__rip_site_record!(),
                 mask_sym = sym $crate::__private::MASK,
+                site_file = sym __RIP_SITE_FILE,
+                site_module = sym __RIP_SITE_MODULE,
+                site_label = sym __RIP_SITE_LABEL,
+                site_line = const ::core::line!(),
+                site_column = const ::core::column!(),
                 cur = out(reg) _,
                 seq = out(reg) _,
                 addr = out(reg) _,
@@ -178,5 +210,46 @@ macro_rules! snap {
                 options(nostack),
             )
         }
+    };
+}
+
+/// The strings of a snap's site record, as statics its asm names: one set
+/// per invocation (an item, so generic and inlined copies of the code
+/// share it).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rip_site_strings {
+    ($label:literal) => {
+        static __RIP_SITE_FILE: [u8; ::core::concat!(::core::file!(), "\0").len()] =
+            $crate::__private::cstr(::core::concat!(::core::file!(), "\0"));
+        static __RIP_SITE_MODULE: [u8; ::core::concat!(::core::module_path!(), "\0").len()] =
+            $crate::__private::cstr(::core::concat!(::core::module_path!(), "\0"));
+        static __RIP_SITE_LABEL: [u8; ::core::concat!($label, "\0").len()] =
+            $crate::__private::cstr(::core::concat!($label, "\0"));
+    };
+}
+
+/// A snap's site record (`docs/FORMAT.md`, "The site table"), pushed into
+/// the `rip_sites` section beside the code: data only, so the snap's
+/// instructions are unchanged. Relative fields need no dynamic relocation
+/// (PIE, shared objects); the `R` flag (SHF_GNU_RETAIN) keeps the section
+/// through `--gc-sections`, which rustc always passes, although nothing
+/// references it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rip_site_record {
+    () => {
+        ::core::concat!(
+            ".pushsection rip_sites,\"aR\",@progbits\n",
+            ".balign 4\n",
+            ".long 0x53504952\n",
+            ".long 7b - .\n",
+            ".long {site_file} - .\n",
+            ".long {site_module} - .\n",
+            ".long {site_label} - .\n",
+            ".long {site_line}\n",
+            ".long {site_column}\n",
+            ".popsection",
+        )
     };
 }

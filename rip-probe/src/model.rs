@@ -219,6 +219,24 @@ pub struct Frame {
     pub module: Option<String>,
     /// Offset of `addr` in `module` (file offset), when known.
     pub module_offset: Option<u64>,
+    /// Offset of `addr` from the start of `function`, when the address
+    /// has no line (shown as `function+0x1f`, so distinct places stay
+    /// distinct). Absent from JSON when unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function_offset: Option<u64>,
+    /// Source column (1-based), from the binary's site table. Absent from
+    /// JSON when unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+    /// The snap's label (`snap!("…")`, `RIP_SNAP_LABEL("…")`), from the
+    /// binary's site table. Absent from JSON when the site has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// `file`/`line` (and `label`) come from the binary's site table
+    /// (exact for a snap, even without debug information). Absent from
+    /// JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub site: bool,
     /// Functions inlined at this address, outermost first; the last one is
     /// where the address really is.
     pub inlined: Vec<InlinedFrame>,

@@ -18,7 +18,7 @@ use crate::util::{cargo, exec, root, step};
 /// Runs the demo.
 pub fn run_demo() -> Result<()> {
     crate::setup::run_setup()?;
-    step("build rip-probe and the demo server (release)");
+    step("build rip-probe (release)");
     exec(
         cargo().args([
             "build",
@@ -27,18 +27,43 @@ pub fn run_demo() -> Result<()> {
             "rip-probe",
             "--bin",
             "rip-probe",
-            "-p",
-            "rip-tests",
-            "--bin",
-            "rip-demo-server",
         ]),
         "cargo build --release",
     )?;
+    // The server is built as most programs ship: Cargo's default release
+    // profile, without debug information (the workspace's release profile
+    // has line tables). Its snaps are still named exactly, from the site
+    // table librip writes into the binary. A target directory of its own
+    // keeps the two profiles from rebuilding each other's artifacts.
+    step("build the demo server (release, no debug information)");
+    let demo_target = root().join("target/demo");
+    exec(
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "rip-tests",
+                "--bin",
+                "rip-demo-server",
+                "--config",
+                "profile.release.debug=false",
+                // What Cargo does by itself without debug information
+                // (here the rip-ebpf override stops it): std's debug
+                // information is stripped too.
+                "--config",
+                "profile.release.strip=\"debuginfo\"",
+                "--target-dir",
+            ])
+            .arg(&demo_target),
+        "cargo build --release (demo server)",
+    )?;
     let bin = root().join("target/release");
+    let server_bin = demo_target.join("release/rip-demo-server");
     let ring = PathBuf::from(format!("/dev/shm/rip-demo-{}.ring", std::process::id()));
 
     step("start the demo server");
-    let mut server = Command::new(bin.join("rip-demo-server"))
+    let mut server = Command::new(&server_bin)
         .args(["--ring"])
         .arg(&ring)
         .stdout(Stdio::piped())

@@ -11,7 +11,7 @@ use crate::{
 
 /// Fuzz targets and how long each runs in every test run: about 25 s in
 /// all, most of it on the reader's bytes.
-const FUZZ_TARGETS: [(&str, u32); 3] = [("reader", 11), ("ring_file", 8), ("maps", 6)];
+const FUZZ_TARGETS: [(&str, u32); 4] = [("reader", 9), ("ring_file", 6), ("maps", 5), ("sites", 5)];
 
 /// Fuzzes each target for a bounded time, from its committed corpus. New
 /// inputs go to a scratch corpus under target/, so the committed one only
@@ -105,7 +105,7 @@ pub fn run_tests() -> Result<()> {
     })?;
 
     step(
-        "cargo fuzz run reader, ring_file, maps (25 s in all, the committed corpora plus scratch ones)",
+        "cargo fuzz run reader, ring_file, maps, sites (25 s in all, the committed corpora plus scratch ones)",
     );
     fuzz_reader()?;
 

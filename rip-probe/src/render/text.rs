@@ -41,7 +41,7 @@ fn escape_in_place(s: &mut String) {
 }
 
 fn escape_frame(f: &mut Frame) {
-    for s in [&mut f.function, &mut f.file, &mut f.module]
+    for s in [&mut f.function, &mut f.file, &mut f.module, &mut f.label]
         .into_iter()
         .flatten()
     {

@@ -20,6 +20,7 @@ use blazesym::{
     },
 };
 
+mod sites;
 mod thread;
 
 pub use thread::{Resolve, SymbolizerThread};
@@ -63,6 +64,8 @@ pub struct Symbolizer {
     /// and kept open: blazesym reads them through `/proc/self/fd/N`, so it
     /// never opens a path a ring chose, and the numbers are never reused.
     opened: HashMap<PathBuf, Result<RegularFile, String>>,
+    /// Site tables of the binaries seen, parsed once each.
+    sites: sites::SiteCache,
 }
 
 impl Default for Symbolizer {
@@ -82,6 +85,7 @@ impl Symbolizer {
                 .build(),
             warnings: BTreeSet::new(),
             opened: HashMap::new(),
+            sites: sites::SiteCache::default(),
         }
     }
 
@@ -142,26 +146,49 @@ impl Symbolizer {
         p.perf_map = false;
         let src = Source::Process(p);
         let mut out = self.absolute(&src, addrs, &format!("pid {pid}'s addresses"));
-        // An address in a binary without symbols (stripped, as shipped)
-        // still names its module and offset, so that distinct places stay
-        // distinct and can be looked up later (`addr2line -e`).
-        if out
-            .values()
-            .any(|f| f.function.is_none() && f.module.is_none())
-        {
-            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-            let maps = librip::reader::parse_maps(&maps);
-            for f in out.values_mut() {
-                if f.function.is_some() || f.module.is_some() {
-                    continue;
+        if addrs.is_empty() {
+            return out;
+        }
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let maps = librip::reader::parse_maps(&maps);
+        let index = RangeIndex::new(maps.iter().map(|m| (m.start, m.end)));
+        // Each mapped binary opened once, through map_files.
+        let mut mapped: HashMap<(u64, u64), Option<RegularFile>> = HashMap::new();
+        for f in out.values_mut() {
+            let Some(m) = index.find(f.addr).map(|i| &maps[i]) else {
+                continue;
+            };
+            let Some(off) = (f.addr - m.start).checked_add(m.offset) else {
+                continue;
+            };
+            // An address in a binary without symbols (stripped, as
+            // shipped) still names its module and offset, so that distinct
+            // places stay distinct and can be looked up later
+            // (`addr2line -e`).
+            if f.function.is_none()
+                && f.module.is_none()
+                && let Some(path) = m.file()
+            {
+                *f = module_only(f.addr, &path.to_string_lossy(), off);
+            }
+            // A snap's site, from the site table of the very file mapped.
+            if !m.is_exec() || m.inode == 0 {
+                continue;
+            }
+            let file = mapped
+                .entry((m.start, m.end))
+                .or_insert_with(|| librip::reader::open_mapped(pid, m));
+            let Some(file) = file else { continue };
+            let name = m.name.clone();
+            match self.sites.get(file) {
+                Ok(Some(t)) => {
+                    if let Some(site) = t.table.find(off) {
+                        sites::apply(f, site);
+                    }
                 }
-                let Some(m) = maps.iter().find(|m| (m.start..m.end).contains(&f.addr)) else {
-                    continue;
-                };
-                if let (Some(path), Some(off)) =
-                    (m.file(), (f.addr - m.start).checked_add(m.offset))
-                {
-                    *f = module_only(f.addr, &path.to_string_lossy(), off);
+                Ok(None) => {}
+                Err(e) => {
+                    self.warnings.insert(format!("{name}: {e}; it is ignored"));
                 }
             }
         }
@@ -252,6 +279,34 @@ impl Symbolizer {
                     unresolved(&mut out);
                 }
             }
+            // Snap sites from the binary's own table, if it matches the
+            // build-id the ring recorded.
+            let Some(Ok(opened)) = self.opened.get(&m.path) else {
+                continue;
+            };
+            let table = match self.sites.get(opened) {
+                Ok(Some(t)) => t,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.warnings.insert(format!("{name}: {e}; it is ignored"));
+                    continue;
+                }
+            };
+            if let (Some(want), Some(have)) = (m.build_id.as_deref(), table.build_id.as_deref())
+                && want != have
+            {
+                self.warnings.insert(format!(
+                    "{name}: its site table is ignored: build-id mismatch (ring {}, file {})",
+                    hex(want),
+                    hex(have)
+                ));
+                continue;
+            }
+            for &(a, off) in &pairs {
+                if let (Some(site), Some(f)) = (table.table.find(off), out.get_mut(&a)) {
+                    sites::apply(f, site);
+                }
+            }
         }
         out
     }
@@ -293,7 +348,11 @@ impl Symbolizer {
             vmlinux: blazesym::MaybeDefault::None,
             ..Kernel::default()
         });
-        self.absolute(&src, &addrs, "kernel stacks")
+        let mut out = self.absolute(&src, &addrs, "kernel stacks");
+        for f in out.values_mut() {
+            f.function_offset = None;
+        }
+        out
     }
 }
 
@@ -398,6 +457,8 @@ fn to_frame(addr: u64, s: &Symbolized<'_>, module: Option<(&str, u64)>) -> Frame
             .as_ref()
             .map(|m| m.to_string_lossy().into_owned()),
         module_offset: None,
+        // Without a line, the offset in the function tells places apart.
+        function_offset: sym.code_info.is_none().then_some(sym.offset as u64),
         inlined: sym
             .inlined
             .iter()
@@ -410,6 +471,7 @@ fn to_frame(addr: u64, s: &Symbolized<'_>, module: Option<(&str, u64)>) -> Frame
                 line: i.code_info.as_ref().and_then(|c| c.line),
             })
             .collect(),
+        ..Frame::default()
     }
 }
 
@@ -430,17 +492,26 @@ impl Frame {
     }
 
     /// `file:line function`, `function+0x12`, `module+0x1234` or the bare
-    /// address, whichever is the best we know.
+    /// address, whichever is the best we know; then the snap's label, if
+    /// its site has one: `src/book.rs:88 Book::wait — "waiting"`.
     pub fn describe(&self) -> String {
         let (func, file, line) = self.best();
-        match (func, file, line) {
+        let mut s = match (func, file, line) {
             (Some(f), Some(file), Some(line)) => format!("{}:{line} {f}", short_path(file)),
-            (Some(f), _, _) => f.to_string(),
+            (None, Some(file), Some(line)) => format!("{}:{line}", short_path(file)),
+            (Some(f), _, _) => match self.function_offset {
+                Some(off) => format!("{f}+{off:#x}"),
+                None => f.to_string(),
+            },
             _ => match (&self.module, self.module_offset) {
                 (Some(m), Some(off)) => format!("{}+{off:#x}", short_path(m)),
                 _ => format!("{:#x}", self.addr),
             },
+        };
+        if let Some(label) = &self.label {
+            s.push_str(&format!(" — \"{label}\""));
         }
+        s
     }
 }
 

@@ -16,6 +16,7 @@ pub fn frame() -> Frame {
             file: Some("src/inner.rs".into()),
             line: Some(3),
         }],
+        ..Frame::default()
     }
 }
 
