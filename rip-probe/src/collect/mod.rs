@@ -2,5 +2,7 @@
 //! (eBPF and /proc) and from the process's own ring file.
 
 pub mod kernel;
+pub mod locks;
+pub mod memory;
 pub mod procfs;
 pub mod ring;

@@ -1,0 +1,690 @@
+//! The lock a thread blocked in a futex wait is waiting for, and who holds
+//! it, read from the target's memory while it runs.
+//!
+//! The futex operation and the words around the futex address say what the
+//! lock is; glibc's lock layouts (x86-64, stable since glibc 2.25) say
+//! where its owner is recorded:
+//!
+//! | lock | futex the waiter sleeps on | owner |
+//! | --- | --- | --- |
+//! | `pthread_mutex_t` normal, recursive, error-check, adaptive, PP | `__lock` (+0), FUTEX_WAIT, value 2 (PP: ceiling bits \| 2) | `__owner` (+8) |
+//! | robust `pthread_mutex_t` | `__lock`, FUTEX_WAIT, value `tid \| FUTEX_WAITERS` | `__lock & FUTEX_TID_MASK`, `__owner` |
+//! | PI `pthread_mutex_t`, any PI futex | the futex word, FUTEX_LOCK_PI(2) | `word & FUTEX_TID_MASK` |
+//! | `pthread_rwlock_t` | `__wrphase_futex` (+8, readers) or `__writers_futex` (+12, writers), FUTEX_WAIT_BITSET | `__cur_writer` (+24) |
+//! | `pthread_cond_t` | `__g_signals[g]` (+40 / +44), FUTEX_WAIT_BITSET | none: a condition variable has no owner |
+//!
+//! Nothing is claimed without validation: a field must hold a value its
+//! lock type can hold, and an owner must be a thread. Anything else is
+//! "owner unknown" with the reason. Locks that record no owner (Rust's std
+//! and parking_lot locks, condition variables, a read-locked rwlock) say so
+//! instead of guessing.
+
+use std::io;
+
+use serde::Serialize;
+
+use super::memory::Memory;
+
+/// `futex(2)`.
+pub const SYS_FUTEX: i64 = 202;
+/// `futex_waitv(2)` (5.16).
+pub const SYS_FUTEX_WAITV: i64 = 449;
+
+const FUTEX_WAIT: u32 = 0;
+const FUTEX_LOCK_PI: u32 = 6;
+const FUTEX_TRYLOCK_PI: u32 = 8;
+const FUTEX_WAIT_BITSET: u32 = 9;
+const FUTEX_WAIT_REQUEUE_PI: u32 = 11;
+const FUTEX_LOCK_PI2: u32 = 13;
+/// The operation without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
+const FUTEX_CMD_MASK: u32 = !(128 | 256);
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// glibc's `__kind` bits.
+const KIND_TYPE_MASK: u32 = 3;
+const KIND_ROBUST: u32 = 16;
+const KIND_PI: u32 = 32;
+const KIND_PP: u32 = 64;
+const KIND_PSHARED: u32 = 128;
+/// Lock elision bits (`PTHREAD_MUTEX_ELISION_NP`, `…_NO_ELISION_NP`).
+const KIND_ELISION: u32 = 256 | 512;
+const KIND_KNOWN: u32 =
+    KIND_TYPE_MASK | KIND_ROBUST | KIND_PI | KIND_PP | KIND_PSHARED | KIND_ELISION;
+/// `__owner` of a robust mutex whose owner died and that was unlocked
+/// without `pthread_mutex_consistent`.
+const OWNER_NOTRECOVERABLE: u32 = 0x7fff_fffe;
+
+/// glibc rwlock `__readers` bits.
+const RWLOCK_WRPHASE: u32 = 1;
+const RWLOCK_WRLOCKED: u32 = 2;
+const RWLOCK_READER_SHIFT: u32 = 3;
+
+/// Largest value Linux gives a thread id (`PID_MAX_LIMIT`, 2²²).
+const PID_MAX_LIMIT: u32 = 1 << 22;
+
+/// What kind of lock a thread waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockKind {
+    /// A glibc `pthread_mutex_t`.
+    Mutex,
+    /// A priority-inheritance futex that is not recognisably a glibc mutex.
+    PiFutex,
+    /// A glibc `pthread_rwlock_t`.
+    Rwlock,
+    /// A glibc `pthread_cond_t`.
+    Condvar,
+    /// A futex no known lock layout fits.
+    Futex,
+}
+
+impl LockKind {
+    /// A word for sentences ("mutex", "rwlock", …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::PiFutex => "PI futex",
+            LockKind::Rwlock => "rwlock",
+            LockKind::Condvar => "condition variable",
+            LockKind::Futex => "futex",
+        }
+    }
+}
+
+/// The flavour of a glibc mutex (`__kind`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MutexFlavor {
+    /// `normal`, `recursive`, `errorcheck` or `adaptive`.
+    pub kind: &'static str,
+    /// `PTHREAD_MUTEX_ROBUST`.
+    pub robust: bool,
+    /// `PTHREAD_PRIO_INHERIT`.
+    pub pi: bool,
+    /// `PTHREAD_PRIO_PROTECT`.
+    pub pp: bool,
+    /// `PTHREAD_PROCESS_SHARED`.
+    pub pshared: bool,
+}
+
+impl MutexFlavor {
+    fn from_kind(k: u32) -> Option<Self> {
+        if k & !KIND_KNOWN != 0 || (k & KIND_PI != 0 && k & KIND_PP != 0) {
+            return None;
+        }
+        Some(MutexFlavor {
+            kind: ["normal", "recursive", "errorcheck", "adaptive"][(k & KIND_TYPE_MASK) as usize],
+            robust: k & KIND_ROBUST != 0,
+            pi: k & KIND_PI != 0,
+            pp: k & KIND_PP != 0,
+            pshared: k & KIND_PSHARED != 0,
+        })
+    }
+}
+
+/// Who holds the lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Owner {
+    /// A live thread of the target process.
+    Thread {
+        /// Its id.
+        tid: u32,
+    },
+    /// A thread of another process (a lock in shared memory).
+    OtherProcess {
+        /// The thread.
+        tid: u32,
+        /// Its process.
+        pid: u32,
+    },
+    /// The recorded owner is no longer a thread.
+    Exited {
+        /// The recorded thread id.
+        tid: u32,
+        /// A robust mutex: its next locker gets `EOWNERDEAD`.
+        robust: bool,
+    },
+    /// Held, but the lock records no owner (rwlock read-locked).
+    Readers {
+        /// How many readers hold it.
+        count: u32,
+    },
+    /// The lock type records no owner (condition variables), so none is
+    /// named.
+    NotRecorded {
+        /// Why.
+        reason: String,
+    },
+    /// The owner could not be established.
+    Unknown {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Owner {
+    /// The owning thread, when there is one.
+    pub fn tid(&self) -> Option<u32> {
+        match self {
+            Owner::Thread { tid } => Some(*tid),
+            _ => None,
+        }
+    }
+}
+
+/// What a thread id recorded in a lock is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TidStatus {
+    /// A live thread of the target.
+    Ours,
+    /// A live thread of process `.0`.
+    Other(u32),
+    /// No such thread.
+    Gone,
+}
+
+/// The lock a blocked thread waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AwaitedLock {
+    /// Address of the lock (the mutex, rwlock or condition variable; the
+    /// futex word otherwise).
+    pub addr: u64,
+    /// Address of the futex word the thread sleeps on.
+    pub futex: u64,
+    /// What it is.
+    pub kind: LockKind,
+    /// For a mutex, its flavour.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mutex: Option<MutexFlavor>,
+    /// Who holds it.
+    pub owner: Owner,
+}
+
+/// The lock a thread blocked in syscall `nr` with arguments `args` waits
+/// for, or `None` when the syscall is no futex wait. `tid_status` says
+/// what a thread id found in memory is now.
+pub fn awaited_lock(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    nr: i64,
+    args: &[u64; 6],
+) -> Option<AwaitedLock> {
+    match nr {
+        SYS_FUTEX => futex_wait(mem, tid_status, args),
+        SYS_FUTEX_WAITV => Some(waitv(mem, tid_status, args)),
+        _ => None,
+    }
+}
+
+fn futex_wait(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    args: &[u64; 6],
+) -> Option<AwaitedLock> {
+    let uaddr = args[0];
+    let cmd = (args[1] as u32) & FUTEX_CMD_MASK;
+    let val = args[2] as u32;
+    let lock = match cmd {
+        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 | FUTEX_TRYLOCK_PI => pi_lock(mem, tid_status, uaddr),
+        FUTEX_WAIT | FUTEX_WAIT_BITSET => plain_wait(mem, tid_status, uaddr, val),
+        FUTEX_WAIT_REQUEUE_PI => AwaitedLock {
+            addr: uaddr,
+            futex: uaddr,
+            kind: LockKind::Condvar,
+            mutex: None,
+            owner: Owner::NotRecorded {
+                reason:
+                    "a condition variable has no owner (it waits to be requeued to the PI mutex at \
+                         its second address)"
+                        .into(),
+            },
+        },
+        _ => return None,
+    };
+    Some(lock)
+}
+
+/// futex_waitv: the first futex of the vector (`struct futex_waitv {u64
+/// val; u64 uaddr; u32 flags; u32 reserved}`), read from the target.
+fn waitv(mem: &dyn Memory, tid_status: &dyn Fn(u32) -> TidStatus, args: &[u64; 6]) -> AwaitedLock {
+    let vec = args[0];
+    let n = args[1];
+    let first = mem
+        .read_u64(vec)
+        .and_then(|val| Ok((val, mem.read_u64(vec.wrapping_add(8))?)));
+    match first {
+        Ok((val, uaddr)) if n >= 1 => {
+            let mut lock = plain_wait(mem, tid_status, uaddr, val as u32);
+            if n > 1
+                && let Owner::Unknown { reason } = &mut lock.owner
+            {
+                reason.push_str(&format!(" (first of {n} futexes)"));
+            }
+            lock
+        }
+        Ok(_) => unknown(vec, vec, "futex_waitv with no futex".into()),
+        Err(e) => unknown(vec, vec, format!("cannot read the futex_waitv vector: {e}")),
+    }
+}
+
+fn unknown(addr: u64, futex: u64, reason: String) -> AwaitedLock {
+    AwaitedLock {
+        addr,
+        futex,
+        kind: LockKind::Futex,
+        mutex: None,
+        owner: Owner::Unknown { reason },
+    }
+}
+
+/// A thread id read from memory, judged: garbage, a thread of ours, of
+/// another process, or gone.
+fn owner_of(tid: u32, robust: bool, tid_status: &dyn Fn(u32) -> TidStatus) -> Owner {
+    if tid == 0 || tid >= PID_MAX_LIMIT {
+        return Owner::Unknown {
+            reason: format!("the owner field holds {tid:#x}, which is no thread id"),
+        };
+    }
+    match tid_status(tid) {
+        TidStatus::Ours => Owner::Thread { tid },
+        TidStatus::Other(pid) => Owner::OtherProcess { tid, pid },
+        TidStatus::Gone => Owner::Exited { tid, robust },
+    }
+}
+
+fn read_err(addr: u64, e: io::Error) -> String {
+    format!("cannot read the lock at {addr:#x}: {e}")
+}
+
+/// FUTEX_LOCK_PI: the futex word holds the owner's tid. A glibc PI mutex
+/// around it gives its flavour.
+fn pi_lock(mem: &dyn Memory, tid_status: &dyn Fn(u32) -> TidStatus, uaddr: u64) -> AwaitedLock {
+    let word = match mem.read_u32(uaddr) {
+        Ok(w) => w,
+        Err(e) => return unknown(uaddr, uaddr, read_err(uaddr, e)),
+    };
+    let flavor = mem
+        .read_u32(uaddr.wrapping_add(16))
+        .ok()
+        .and_then(MutexFlavor::from_kind)
+        .filter(|f| f.pi);
+    let robust = flavor.as_ref().is_some_and(|f| f.robust);
+    let tid = word & FUTEX_TID_MASK;
+    let owner = if tid == 0 {
+        Owner::Unknown {
+            reason: "the PI futex is free now (its owner just released it)".into(),
+        }
+    } else if word & FUTEX_OWNER_DIED != 0 {
+        Owner::Exited { tid, robust: true }
+    } else {
+        owner_of(tid, robust, tid_status)
+    };
+    AwaitedLock {
+        addr: uaddr,
+        futex: uaddr,
+        kind: if flavor.is_some() {
+            LockKind::Mutex
+        } else {
+            LockKind::PiFutex
+        },
+        mutex: flavor,
+        owner,
+    }
+}
+
+/// FUTEX_WAIT / FUTEX_WAIT_BITSET on a word that held `val`: a glibc
+/// mutex, condition variable or rwlock, in that order of evidence.
+fn plain_wait(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    uaddr: u64,
+    val: u32,
+) -> AwaitedLock {
+    // The futex word itself must be readable; the neighbourhood is read
+    // as far as it is mapped.
+    if let Err(e) = mem.read_u32(uaddr) {
+        return unknown(uaddr, uaddr, read_err(uaddr, e));
+    }
+    if let Some(m) = as_mutex(mem, tid_status, uaddr, val) {
+        return m;
+    }
+    if let Some(c) = as_condvar(mem, uaddr) {
+        return c;
+    }
+    if let Some(r) = as_rwlock(mem, tid_status, uaddr) {
+        return r;
+    }
+    unknown(
+        uaddr,
+        uaddr,
+        format!(
+            "the futex at {uaddr:#x} (value {val:#x}) fits no glibc mutex, rwlock or condition \
+             variable: another lock type, which may record no owner"
+        ),
+    )
+}
+
+/// A glibc mutex whose `__lock` is the futex: the waiter passed 2
+/// (contended), `tid | FUTEX_WAITERS` (robust) or PP ceiling bits | 2; the
+/// `__kind` is valid; the owner field names a thread.
+fn as_mutex(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    uaddr: u64,
+    val: u32,
+) -> Option<AwaitedLock> {
+    let lock = mem.read_u32(uaddr).ok()?;
+    let owner_field = mem.read_u32(uaddr.wrapping_add(8)).ok()?;
+    let flavor = MutexFlavor::from_kind(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
+    if flavor.pi {
+        return None;
+    }
+    let (fits, owner) = if flavor.robust {
+        // The lock word is the owner's tid (with FUTEX_WAITERS, and
+        // FUTEX_OWNER_DIED once the kernel saw it exit).
+        let tid = lock & FUTEX_TID_MASK;
+        let fits = val & FUTEX_TID_MASK == tid && tid != 0;
+        let owner = if lock & FUTEX_OWNER_DIED != 0 || owner_field == OWNER_NOTRECOVERABLE {
+            Owner::Exited { tid, robust: true }
+        } else {
+            owner_of(tid, true, tid_status)
+        };
+        (fits, owner)
+    } else if flavor.pp {
+        (val & 3 == 2, owner_of(owner_field, false, tid_status))
+    } else {
+        (
+            val == 2 && lock != 0,
+            owner_of(owner_field, false, tid_status),
+        )
+    };
+    if !fits {
+        return None;
+    }
+    // A non-mutex word that happens to hold 2 with a valid-looking kind
+    // would name a nonsense owner: only a thread id makes it a mutex.
+    if let Owner::Unknown { .. } = owner {
+        return None;
+    }
+    Some(AwaitedLock {
+        addr: uaddr,
+        futex: uaddr,
+        kind: LockKind::Mutex,
+        mutex: Some(flavor),
+        owner,
+    })
+}
+
+/// A glibc condition variable: waiters sleep on `__g_signals[g]` (+40 or
+/// +44), and `__wrefs` (+36) counts them (in units of 8), as does
+/// `__g_refs[g]` (+16 + 4g, in units of 2).
+fn as_condvar(mem: &dyn Memory, uaddr: u64) -> Option<AwaitedLock> {
+    for g in 0..2u64 {
+        let base = uaddr.checked_sub(40 + 4 * g)?;
+        let wrefs = mem.read_u32(base + 36).ok()?;
+        let grefs = mem.read_u32(base + 16 + 4 * g).ok()?;
+        let waiters = wrefs >> 3;
+        if (1..PID_MAX_LIMIT).contains(&waiters) && grefs >= 2 && grefs >> 1 <= waiters {
+            return Some(AwaitedLock {
+                addr: base,
+                futex: uaddr,
+                kind: LockKind::Condvar,
+                mutex: None,
+                owner: Owner::NotRecorded {
+                    reason: "a condition variable has no owner: it waits for a signal".into(),
+                },
+            });
+        }
+    }
+    None
+}
+
+/// A glibc rwlock: readers wait on `__wrphase_futex` (+8) while a writer
+/// holds it, and so does a writer waiting for readers to leave; writers
+/// wait on `__writers_futex` (+12) for another writer; `__cur_writer` (+24) is
+/// the writer's tid; `__flags` (+48) is a preference (0–2), `__shared`
+/// (+28) 0 or 1, and the futex words hold 0–3.
+fn as_rwlock(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    uaddr: u64,
+) -> Option<AwaitedLock> {
+    for off in [8u64, 12] {
+        let Some(base) = uaddr.checked_sub(off) else {
+            continue;
+        };
+        let (Ok(readers), Ok(futex), Ok(writer), Ok(shared), Ok(flags)) = (
+            mem.read_u32(base),
+            mem.read_u32(uaddr),
+            mem.read_u32(base + 24),
+            mem.read_u32(base + 28),
+            mem.read_u32(base + 48),
+        ) else {
+            continue;
+        };
+        if futex > 3 || shared > 1 || flags > 2 {
+            continue;
+        }
+        // Write phase with the write lock taken: a writer holds it and
+        // recorded itself. Read phase with readers registered: they hold it
+        // (a writer waiting for them to leave has set WRLOCKED already).
+        let write_phase = readers & RWLOCK_WRPHASE != 0;
+        let owner = if write_phase && readers & RWLOCK_WRLOCKED != 0 {
+            owner_of(writer, false, tid_status)
+        } else if !write_phase && readers >> RWLOCK_READER_SHIFT > 0 {
+            Owner::Readers {
+                count: readers >> RWLOCK_READER_SHIFT,
+            }
+        } else {
+            continue;
+        };
+        if let Owner::Unknown { .. } = owner {
+            continue;
+        }
+        return Some(AwaitedLock {
+            addr: base,
+            futex: uaddr,
+            kind: LockKind::Rwlock,
+            mutex: None,
+            owner,
+        });
+    }
+    None
+}
+
+/// What thread `tid` is now, seen from process `pid`: one of its threads,
+/// a thread of another process, or gone.
+pub fn tid_status(pid: u32, tid: u32) -> TidStatus {
+    if std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+        return TidStatus::Ours;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok());
+    // /proc/TID resolves thread ids of other processes too.
+    match tgid {
+        Some(tgid) if tgid != pid => TidStatus::Other(tgid),
+        _ => TidStatus::Gone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Memory made of 32-bit words at addresses; anything else unmapped.
+    #[derive(Default)]
+    struct Words(BTreeMap<u64, u32>);
+
+    impl Words {
+        fn at(mut self, addr: u64, words: &[u32]) -> Self {
+            for (i, w) in words.iter().enumerate() {
+                self.0.insert(addr + 4 * i as u64, *w);
+            }
+            self
+        }
+    }
+
+    impl Memory for Words {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            for (i, chunk) in buf.chunks_mut(4).enumerate() {
+                let w = self
+                    .0
+                    .get(&(addr + 4 * i as u64))
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+                chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+            }
+            Ok(())
+        }
+    }
+
+    const FUTEX_WAITERS: u32 = 0x8000_0000;
+    const LIVE: u32 = 101;
+    const OTHER: u32 = 202;
+    fn status(tid: u32) -> TidStatus {
+        match tid {
+            LIVE => TidStatus::Ours,
+            OTHER => TidStatus::Other(200),
+            _ => TidStatus::Gone,
+        }
+    }
+    fn wait(mem: &Words, op: u64, uaddr: u64, val: u64) -> AwaitedLock {
+        awaited_lock(mem, &status, SYS_FUTEX, &[uaddr, op, val, 0, 0, 0]).unwrap()
+    }
+    /// A pthread_mutex_t at 0x1000: lock, count, owner, nusers, kind, spins.
+    fn mutex(lock: u32, owner: u32, kind: u32) -> Words {
+        Words::default().at(0x1000, &[lock, 0, owner, 1, kind, 0, 0, 0, 0, 0])
+    }
+
+    #[test]
+    fn every_mutex_kind_names_its_owner() {
+        for (kind, name) in [
+            (0, "normal"),
+            (1, "recursive"),
+            (2, "errorcheck"),
+            (3, "adaptive"),
+        ] {
+            let l = wait(&mutex(2, LIVE, kind), 128, 0x1000, 2);
+            assert_eq!(l.kind, LockKind::Mutex);
+            assert_eq!(l.mutex.as_ref().unwrap().kind, name);
+            assert_eq!(l.owner, Owner::Thread { tid: LIVE });
+        }
+        // Robust (process-shared, as glibc makes them): the lock word is the tid.
+        let l = wait(
+            &mutex(LIVE | FUTEX_WAITERS, LIVE, 144),
+            0,
+            0x1000,
+            (LIVE | FUTEX_WAITERS).into(),
+        );
+        assert!(l.mutex.as_ref().unwrap().robust);
+        assert_eq!(l.owner, Owner::Thread { tid: LIVE });
+        // PI and robust PI: FUTEX_LOCK_PI(_PRIVATE).
+        for (op, kind) in [(134, 32), (6, 176)] {
+            let l = wait(&mutex(LIVE | FUTEX_WAITERS, LIVE, kind), op, 0x1000, 0);
+            assert_eq!(
+                (l.kind, l.owner.clone()),
+                (LockKind::Mutex, Owner::Thread { tid: LIVE })
+            );
+            assert!(l.mutex.unwrap().pi);
+        }
+        // PP: ceiling bits above the state.
+        let l = wait(
+            &mutex((5 << 19) | 2, LIVE, 64),
+            128,
+            0x1000,
+            (5u64 << 19) | 2,
+        );
+        assert!(l.mutex.unwrap().pp);
+        assert_eq!(l.owner, Owner::Thread { tid: LIVE });
+    }
+
+    #[test]
+    fn owners_that_exited_or_live_elsewhere_are_said_so() {
+        let l = wait(&mutex(2, 999, 0), 128, 0x1000, 2);
+        assert_eq!(
+            l.owner,
+            Owner::Exited {
+                tid: 999,
+                robust: false
+            }
+        );
+        let l = wait(&mutex(2, OTHER, 128), 0, 0x1000, 2);
+        assert_eq!(
+            l.owner,
+            Owner::OtherProcess {
+                tid: OTHER,
+                pid: 200
+            }
+        );
+        // Robust, after the kernel marked the owner dead.
+        let w = 999 | FUTEX_WAITERS | FUTEX_OWNER_DIED;
+        let l = wait(&mutex(w, 999, 144), 0, 0x1000, (999 | FUTEX_WAITERS).into());
+        assert_eq!(
+            l.owner,
+            Owner::Exited {
+                tid: 999,
+                robust: true
+            }
+        );
+        // A bare PI futex, not a mutex.
+        let mem = Words::default().at(0x2000, &[LIVE | FUTEX_WAITERS]);
+        let l = wait(&mem, 6, 0x2000, 0);
+        assert_eq!(
+            (l.kind, l.owner),
+            (LockKind::PiFutex, Owner::Thread { tid: LIVE })
+        );
+    }
+
+    #[test]
+    fn garbage_is_never_an_owner() {
+        // An owner field that is no tid, a kind with unknown bits.
+        for m in [mutex(2, 0xdead_beef, 0), mutex(2, LIVE, 0x4000)] {
+            let l = wait(&m, 128, 0x1000, 2);
+            assert_eq!(l.kind, LockKind::Futex, "{l:?}");
+            assert!(matches!(l.owner, Owner::Unknown { .. }), "{l:?}");
+        }
+        // Unreadable.
+        let l = wait(&Words::default(), 128, 0x1000, 2);
+        assert!(matches!(&l.owner, Owner::Unknown { reason } if reason.contains("cannot read")));
+    }
+
+    #[test]
+    fn condvars_have_no_owner_and_rwlocks_name_their_writer() {
+        // pthread_cond_t at 0x3000, one waiter on __g_signals[0] (+40).
+        let cv = Words::default().at(0x3000, &[2, 0, 0, 0, 2, 0, 0, 0, 0, 8, 0, 0]);
+        let l = wait(&cv, 0x189, 0x3028, 0);
+        assert_eq!((l.kind, l.addr), (LockKind::Condvar, 0x3000));
+        assert!(matches!(l.owner, Owner::NotRecorded { .. }));
+        // pthread_rwlock_t at 0x4000 write-locked by LIVE; a reader waits on +8,
+        // a writer on +12.
+        let rw = Words::default().at(0x4000, &[11, 0, 3, 1, 0, 0, LIVE, 0, 0, 0, 0, 0, 0, 0]);
+        for futex in [0x4008, 0x400c] {
+            let l = wait(&rw, 0x189, futex, 3);
+            assert_eq!((l.kind, l.addr), (LockKind::Rwlock, 0x4000));
+            assert_eq!(l.owner, Owner::Thread { tid: LIVE });
+        }
+        // Read-locked by two readers, a writer waiting for them to leave
+        // (it has set WRLOCKED): no tid is recorded.
+        let rw = Words::default().at(
+            0x4000,
+            &[(2 << 3) | 2, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        );
+        let l = wait(&rw, 0x189, 0x4008, 2);
+        assert_eq!(
+            (l.kind, l.owner),
+            (LockKind::Rwlock, Owner::Readers { count: 2 })
+        );
+    }
+
+    #[test]
+    fn other_syscalls_and_ops_are_no_lock() {
+        let m = mutex(2, LIVE, 0);
+        assert!(awaited_lock(&m, &status, 0, &[0x1000, 128, 2, 0, 0, 0]).is_none());
+        assert!(awaited_lock(&m, &status, SYS_FUTEX, &[0x1000, 1, 2, 0, 0, 0]).is_none());
+    }
+}
