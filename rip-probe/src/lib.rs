@@ -9,6 +9,7 @@
 //! flow for a live process and is the API other tools use; [`decode`]
 //! turns raw syscall registers into names and arguments.
 
+pub mod analyze;
 pub mod background;
 pub mod cli;
 pub mod collect;

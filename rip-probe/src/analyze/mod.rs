@@ -1,0 +1,3 @@
+//! Analyses over correlated threads: who waits for whom.
+
+pub mod waits;
