@@ -222,6 +222,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
                 history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
                 polling_task: None,
+                waits_for: None,
                 exited: false,
             }
         })
@@ -250,6 +251,7 @@ pub fn live(inp: &LiveInputs<'_>) -> Report {
         groups: Vec::new(),
         task_groups: Vec::new(),
         warnings,
+        deadlocks: Vec::new(),
     }
 }
 
@@ -338,6 +340,7 @@ pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report 
                 },
                 snaps: Some(s.snaps),
                 polling_task: None,
+                waits_for: None,
                 exited: s.exited,
             }
         })
@@ -365,6 +368,7 @@ pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report 
         groups: Vec::new(),
         task_groups: Vec::new(),
         warnings,
+        deadlocks: Vec::new(),
     }
 }
 
@@ -561,6 +565,7 @@ mod tests {
             history: vec![],
             snaps: None,
             polling_task: None,
+            waits_for: None,
             exited: false,
         }
     }

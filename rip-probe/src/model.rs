@@ -35,6 +35,9 @@ pub struct Report {
     /// Things the user should know (build-id mismatches, the target
     /// exiting during the window, dropped snaps...).
     pub warnings: Vec<String>,
+    /// Threads waiting for each other's locks in a cycle, each cycle once,
+    /// smallest tid first, in wait order (`--pid` only).
+    pub deadlocks: Vec<Vec<u32>>,
 }
 
 /// How the report was made.
@@ -167,6 +170,32 @@ pub struct Thread {
     /// The task (coroutine) this thread is polling right now, if any: its
     /// last snap is then the thread's location.
     pub polling_task: Option<u64>,
+    /// For a thread blocked in a futex wait: the lock it waits for and who
+    /// holds it (`--pid` only).
+    pub waits_for: Option<WaitsFor>,
+}
+
+/// The lock a blocked thread waits for, read from the target's memory.
+#[derive(Clone, Debug, Serialize)]
+pub struct WaitsFor {
+    /// Address of the lock (the mutex, rwlock or condition variable; the
+    /// futex word for other futexes).
+    pub lock: u64,
+    /// Address of the futex word the thread sleeps on.
+    pub futex: u64,
+    /// What names the lock: its data symbol (`g_table_lock`,
+    /// `table+0x40`), or the memory it lives in (`heap 0x…`).
+    pub symbol: Option<String>,
+    /// `mutex`, `pi_futex`, `rwlock`, `condvar` or `futex`.
+    pub kind: crate::collect::locks::LockKind,
+    /// A glibc mutex's flavour.
+    pub mutex: Option<crate::collect::locks::MutexFlavor>,
+    /// Who holds it, or why that is not known.
+    pub owner: crate::collect::locks::Owner,
+    /// The owning thread, when it is a live thread of the process.
+    pub owner_tid: Option<u32>,
+    /// What the owner is doing, e.g. `blocked in read(…) for ≥41s`.
+    pub owner_state: Option<String>,
 }
 
 /// A decoded system call.

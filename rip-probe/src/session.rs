@@ -271,6 +271,11 @@ impl Session {
         timing::phase("symbolize", || {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
+        if !lost_now {
+            timing::phase("locks", || {
+                crate::analyze::waits::fill(&mut report, self.target.pid())
+            });
+        }
         report.groups = correlate::group_threads(&report.threads);
         report.task_groups = tasks::group_tasks(&report.tasks);
         Ok(report)
@@ -334,6 +339,7 @@ impl Session {
                     history: Vec::new(),
                     snaps: slot.map(|s| s.snaps),
                     polling_task: None,
+                    waits_for: None,
                     exited: true,
                 }
             })
@@ -358,6 +364,7 @@ impl Session {
             groups: Vec::new(),
             task_groups: Vec::new(),
             warnings,
+            deadlocks: Vec::new(),
         }
     }
 }

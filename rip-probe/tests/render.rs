@@ -19,6 +19,7 @@ fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
     t.blocked = blocked.map(|(ns, exact)| Blocked { ns, exact });
     t.history.clear();
     t.polling_task = None;
+    t.waits_for = None;
     if !state.is_blocked() {
         t.syscall = None;
         t.kernel_stack.clear();
@@ -30,6 +31,7 @@ fn live_report() -> Report {
     let mut r = full_report();
     r.process.lost = None;
     r.warnings.clear();
+    r.deadlocks.clear();
     r.window_ns = 1_000_000_000;
     r.threads = vec![
         thread(

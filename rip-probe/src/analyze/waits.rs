@@ -3,7 +3,138 @@
 //! waits for no lock (the one to look at), or comes back to a thread
 //! already on it: a deadlock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::{
+    collect::{
+        locks::{self, Owner},
+        memory::ProcessMemory,
+    },
+    model::{Report, Thread, WaitsFor},
+    symbolize::data::DataNames,
+};
+
+/// Fills each futex waiter's [`WaitsFor`] from process `pid`'s memory,
+/// names the locks, says what each owner is doing, and lists the
+/// deadlocks. Runs after symbolization, so owners' locations are named.
+pub fn fill(report: &mut Report, pid: u32) {
+    let mem = ProcessMemory::new(pid);
+    let status = |tid| locks::tid_status(pid, tid);
+    let mut names = DataNames::new(pid);
+    let mut edges = BTreeMap::new();
+    for t in &mut report.threads {
+        let Some(s) = &t.syscall else { continue };
+        let mut args = [0u64; 6];
+        for (a, v) in args.iter_mut().zip(&s.args) {
+            *a = v.raw;
+        }
+        let Some(l) = locks::awaited_lock(&mem, &status, s.nr, &args) else {
+            continue;
+        };
+        let (Ok(tid), owner) = (u32::try_from(t.tid), l.owner.tid()) else {
+            continue;
+        };
+        edges.insert(
+            tid,
+            WaitEdge {
+                lock: l.addr,
+                owner,
+            },
+        );
+        t.waits_for = Some(WaitsFor {
+            lock: l.addr,
+            futex: l.futex,
+            symbol: names.name(l.addr),
+            kind: l.kind,
+            mutex: l.mutex,
+            owner: l.owner,
+            owner_tid: owner,
+            owner_state: None,
+        });
+    }
+    let doing: HashMap<u64, String> = report.threads.iter().map(|t| (t.tid, doing(t))).collect();
+    for t in &mut report.threads {
+        if let Some(w) = &mut t.waits_for
+            && let Some(o) = w.owner_tid
+        {
+            w.owner_state = doing.get(&u64::from(o)).cloned();
+        }
+    }
+    report.deadlocks = wait_graph(&edges).deadlocks;
+}
+
+/// What a thread is doing, in a few words: `blocked in read(…) for ≥41s`,
+/// `running`, `sleeping`.
+pub fn doing(t: &Thread) -> String {
+    let state = t.state.as_str();
+    match (&t.syscall, &t.blocked) {
+        (Some(s), Some(b)) => format!(
+            "{state} in {} for {}{}",
+            s.text,
+            if b.exact { "" } else { "≥" },
+            crate::decode::duration(b.ns)
+        ),
+        (Some(s), None) => format!("{state} in {}", s.text),
+        _ => state.to_string(),
+    }
+}
+
+/// One sentence for a lock's chain of waits, from the waiter's lock on:
+/// `mutex g_a held by 12 (worker-2), which waits for mutex g_b held by 13
+/// (worker-3), sleeping in read(…) for ≥4.1s`. A chain that comes back to
+/// a thread already in it ends with `… held by 12 (worker-2): deadlock`.
+pub fn chain_sentence(report: &Report, start: &Thread) -> Option<String> {
+    let by_tid: HashMap<u64, &Thread> = report.threads.iter().map(|t| (t.tid, t)).collect();
+    let mut out = String::new();
+    let mut seen = BTreeSet::from([start.tid]);
+    let mut at = start;
+    loop {
+        let w = at.waits_for.as_ref()?;
+        if at.tid != start.tid {
+            out.push_str(", which waits for ");
+        }
+        out.push_str(&lock_words(w));
+        let Some(owner) = w.owner_tid.and_then(|o| by_tid.get(&u64::from(o)).copied()) else {
+            out.push_str(&format!(": {}", owner_words(&w.owner)));
+            return Some(out);
+        };
+        out.push_str(&format!(" held by {} ({})", owner.tid, owner.name));
+        if !seen.insert(owner.tid) {
+            out.push_str(": deadlock");
+            return Some(out);
+        }
+        if owner.waits_for.is_none() {
+            out.push_str(&format!(", {}", doing(owner)));
+            return Some(out);
+        }
+        at = owner;
+    }
+}
+
+/// `mutex g_table_lock`, `rwlock heap 0x…`.
+fn lock_words(w: &WaitsFor) -> String {
+    let name = w.symbol.clone().unwrap_or_else(|| format!("{:#x}", w.lock));
+    format!("{} {name}", w.kind.as_str())
+}
+
+/// Why no owner is named.
+fn owner_words(o: &Owner) -> String {
+    match o {
+        Owner::Thread { tid } => format!("held by {tid}"),
+        Owner::OtherProcess { tid, pid } => format!("held by thread {tid} of process {pid}"),
+        Owner::Exited { tid, robust: true } => {
+            format!("its owner {tid} exited (robust mutex: the next locker gets EOWNERDEAD)")
+        }
+        Owner::Exited { tid, robust: false } => {
+            format!("its owner {tid} exited without unlocking it")
+        }
+        Owner::Readers { count } => {
+            format!("held by {count} reader(s), which an rwlock does not record")
+        }
+        Owner::NotRecorded { reason } => reason.clone(),
+        Owner::Unknown { reason } => format!("owner unknown: {reason}"),
+    }
+}
 
 /// One thread's wait: the lock it awaits and the lock's owner, if known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

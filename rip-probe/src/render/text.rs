@@ -92,6 +92,16 @@ fn terminal_safe(r: &Report) -> Report {
         }
         t.kernel_stack.iter_mut().for_each(escape_frame);
         escape_locations(&mut t.location, &mut t.history);
+        if let Some(w) = &mut t.waits_for {
+            for s in [&mut w.symbol, &mut w.owner_state].into_iter().flatten() {
+                escape_in_place(s);
+            }
+            if let crate::collect::locks::Owner::Unknown { reason }
+            | crate::collect::locks::Owner::NotRecorded { reason } = &mut w.owner
+            {
+                escape_in_place(reason);
+            }
+        }
     }
     for t in &mut r.tasks {
         escape_in_place(&mut t.name);
@@ -235,12 +245,14 @@ pub(super) fn truncate(s: &str, n: usize) -> String {
 pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     let r = &terminal_safe(r);
     header(r, &mut w)?;
+    deadlocks(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "SUMMARY")?;
     for g in &r.groups {
         writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      tids: {}", ids(&g.ids))?;
     }
+    locks(r, &mut w)?;
     tasks::section(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "THREADS")?;
@@ -251,6 +263,80 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     )?;
     for t in &r.threads {
         thread_row(t, &mut w)?;
+    }
+    Ok(())
+}
+
+/// Each deadlock, first thing after the header: every thread and lock in
+/// the cycle.
+fn deadlocks(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    for cycle in &r.deadlocks {
+        let Some(first) = r.threads.iter().find(|t| t.tid == u64::from(cycle[0])) else {
+            continue;
+        };
+        let who: Vec<String> = cycle
+            .iter()
+            .filter_map(|&tid| r.threads.iter().find(|t| t.tid == u64::from(tid)))
+            .map(|t| format!("{} ({})", t.tid, t.name))
+            .collect();
+        writeln!(w)?;
+        writeln!(
+            w,
+            "DEADLOCK: {} threads wait for each other: {}",
+            cycle.len(),
+            who.join(", ")
+        )?;
+        if let Some(s) = crate::analyze::waits::chain_sentence(r, first) {
+            writeln!(w, "  {} ({}) waits for {s}", first.tid, first.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Who holds the locks the threads wait for: one sentence per lock,
+/// following its owner's own waits, with the waiters' tids.
+fn locks(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    // Threads in a deadlock were shown at the top.
+    let in_cycle: std::collections::HashSet<u64> = r
+        .deadlocks
+        .iter()
+        .flatten()
+        .map(|&t| u64::from(t))
+        .collect();
+    let mut by_lock: std::collections::BTreeMap<u64, Vec<&Thread>> = Default::default();
+    for t in &r.threads {
+        if let Some(l) = &t.waits_for
+            && !in_cycle.contains(&t.tid)
+        {
+            by_lock.entry(l.lock).or_default().push(t);
+        }
+    }
+    if by_lock.is_empty() {
+        return Ok(());
+    }
+    // Most waiters first, then by lock address.
+    let mut locks: Vec<Vec<&Thread>> = by_lock.into_values().collect();
+    locks.sort_by_key(|w| std::cmp::Reverse(w.len()));
+    writeln!(w)?;
+    writeln!(w, "LOCKS")?;
+    for waiters in &locks {
+        let Some(s) = crate::analyze::waits::chain_sentence(r, waiters[0]) else {
+            continue;
+        };
+        let tids: Vec<u64> = waiters.iter().map(|t| t.tid).collect();
+        let who = if waiters.len() == 1 {
+            format!("{} ({})", waiters[0].tid, waiters[0].name)
+        } else {
+            format!("{} threads", waiters.len())
+        };
+        writeln!(
+            w,
+            "  {who} wait{} for {s}",
+            if waiters.len() == 1 { "s" } else { "" }
+        )?;
+        if waiters.len() > 1 {
+            writeln!(w, "      tids: {}", ids(&tids))?;
+        }
     }
     Ok(())
 }

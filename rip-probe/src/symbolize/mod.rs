@@ -20,6 +20,7 @@ use blazesym::{
     },
 };
 
+pub mod data;
 mod sites;
 mod thread;
 

@@ -1,7 +1,10 @@
 //! Sample reports shared by the render and JSON tests.
 #![allow(dead_code)]
 
-use rip_probe::model::*;
+use rip_probe::{
+    collect::locks::{LockKind, MutexFlavor, Owner},
+    model::*,
+};
 
 pub fn frame() -> Frame {
     Frame {
@@ -84,6 +87,19 @@ pub fn full_report() -> Report {
             history: vec![location()],
             snaps: Some(3),
             polling_task: Some(9),
+            waits_for: Some(WaitsFor {
+                lock: 0x1000,
+                futex: 0x1000,
+                symbol: Some("g_lock".into()),
+                kind: LockKind::Mutex,
+                mutex: Some(MutexFlavor {
+                    kind: "normal",
+                    ..MutexFlavor::default()
+                }),
+                owner: Owner::OtherProcess { tid: 7, pid: 6 },
+                owner_tid: None,
+                owner_state: None,
+            }),
             exited: false,
         }],
         tasks: vec![Task {
@@ -104,5 +120,6 @@ pub fn full_report() -> Report {
         groups: vec![group.clone()],
         task_groups: vec![group],
         warnings: vec!["w".into()],
+        deadlocks: vec![vec![2]],
     }
 }
