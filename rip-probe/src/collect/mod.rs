@@ -4,3 +4,4 @@
 pub mod kernel;
 pub mod procfs;
 pub mod ring;
+pub mod stacks;

@@ -1,0 +1,169 @@
+//! User stacks of blocked threads, unwound with framehop from the saved
+//! user registers the task iterator reports, the binaries' CFI, and the
+//! target's stack memory read with `process_vm_readv`.
+
+use std::{collections::HashSet, sync::Arc};
+
+use framehop::{
+    ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+use rip_ebpf::UserRegs;
+
+use super::{
+    memory::Memory,
+    modules::{CodeMapping, Modules},
+};
+
+/// Frames kept per stack: deeper stacks (runaway recursion) are cut here.
+pub const MAX_FRAMES: usize = 128;
+
+/// The unwinder of one process for one run: its code mappings, the unwind
+/// information of its binaries (each parsed once, on first use, and shared
+/// by all threads) and a cache of unwind rules by address, which makes
+/// the thousandth thread blocked in the same place cheap.
+///
+/// It is a snapshot of the process's mappings when it was made: code
+/// loaded later (`dlopen`) is unwound with frame pointers at best. Make a
+/// new one per report.
+pub struct Stacks {
+    pid: u32,
+    modules: Modules,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    cache: CacheX86_64,
+    memory: Memory,
+    /// Start addresses of the code mappings already given to the unwinder
+    /// (or found unusable).
+    added: HashSet<u64>,
+}
+
+/// Why a process's stacks cannot be unwound at all.
+#[derive(Debug, thiserror::Error)]
+pub enum StacksError {
+    /// /proc/PID/maps could not be read: the process is gone, or we may not
+    /// read it.
+    #[error(
+        "cannot read /proc/{pid}/maps ({source}): is the process still running, and is rip-probe root?"
+    )]
+    Maps {
+        /// The process.
+        pid: u32,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl Stacks {
+    /// Reads the process's mappings; binaries are parsed later, when a
+    /// stack first reaches them.
+    pub fn new(pid: u32) -> Result<Stacks, StacksError> {
+        let modules = Modules::new(pid).map_err(|source| StacksError::Maps { pid, source })?;
+        Ok(Stacks::with_modules(pid, modules))
+    }
+
+    /// As [`Stacks::new`], with the modules given (tests).
+    pub fn with_modules(pid: u32, modules: Modules) -> Stacks {
+        Stacks {
+            pid,
+            modules,
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            memory: Memory::new(pid),
+            added: HashSet::new(),
+        }
+    }
+
+    /// The process's code mappings and binaries.
+    pub fn modules(&self) -> &Modules {
+        &self.modules
+    }
+
+    /// `process_vm_readv` calls made so far.
+    pub fn memory_reads(&self) -> u64 {
+        self.memory.syscalls()
+    }
+
+    /// The user stack of thread `tid`, from its saved user registers:
+    /// `regs.ip` first, then return addresses, innermost first, at most
+    /// [`MAX_FRAMES`]. A return address is the instruction after a call:
+    /// symbolize `addr - 1` for the call's line (as
+    /// [`super::symbols::StackSymbolizer`] does).
+    ///
+    /// Unwinding stops, keeping the frames found so far, at the end of the
+    /// stack, at memory it cannot read, and at a return address outside
+    /// every code mapping (garbage from a frame-pointer guess). Empty when
+    /// `regs` holds no user context (a kernel thread, or registers the
+    /// probe could not read).
+    ///
+    /// The thread is not stopped: its stack is read while it runs, so a
+    /// thread that is not blocked in the kernel may yield a torn stack.
+    pub fn unwind(&mut self, tid: u32, regs: &UserRegs) -> Vec<u64> {
+        let mut out = Vec::new();
+        if regs.ip == 0 || regs.sp == 0 {
+            return out;
+        }
+        // Each thread's stack is read fresh: the cache only saves repeated
+        // reads within one walk.
+        self.memory.clear();
+        let mut r = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut addr = FrameAddress::from_instruction_pointer(regs.ip);
+        out.push(regs.ip);
+        while out.len() < MAX_FRAMES {
+            self.add_module_of(addr.address_for_lookup());
+            let memory = &mut self.memory;
+            let mut read = |a: u64| memory.read_u64(a).map_err(|_| ());
+            let next = match self
+                .unwinder
+                .unwind_frame(addr, &mut r, &mut self.cache, &mut read)
+            {
+                Ok(Some(ra)) => ra,
+                Ok(None) => break,
+                Err(e) => {
+                    log::trace!("pid {} tid {tid}: unwinding stopped: {e}", self.pid);
+                    break;
+                }
+            };
+            if self.modules.mapping_of(next.wrapping_sub(1)).is_none() {
+                break;
+            }
+            let Some(ra) = FrameAddress::from_return_address(next) else {
+                break;
+            };
+            out.push(next);
+            addr = ra;
+        }
+        out
+    }
+
+    /// Gives the unwinder the code mapping holding `addr`, the first time
+    /// a stack reaches it. Mappings without usable CFI are still added,
+    /// with no unwind data: framehop then walks frame pointers there.
+    fn add_module_of(&mut self, addr: u64) {
+        let Some(m) = self.modules.mapping_of(addr).cloned() else {
+            return;
+        };
+        if !self.added.insert(m.start) {
+            return;
+        }
+        if let Some(module) = self.module(&m) {
+            self.unwinder.add_module(module);
+        }
+    }
+
+    fn module(&mut self, m: &CodeMapping) -> Option<Module<Arc<[u8]>>> {
+        let data = self.modules.binary(m)?;
+        let bias = data.bias(m)?;
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: data.text.clone(),
+            got_svma: data.got.clone(),
+            eh_frame_svma: data.eh_frame.as_ref().map(|e| e.0.clone()),
+            eh_frame: data.eh_frame.as_ref().map(|e| e.1.clone()),
+            eh_frame_hdr_svma: data.eh_frame_hdr.as_ref().map(|e| e.0.clone()),
+            eh_frame_hdr: data.eh_frame_hdr.as_ref().map(|e| e.1.clone()),
+            debug_frame: data.debug_frame.clone(),
+            ..ExplicitModuleSectionInfo::default()
+        };
+        Some(Module::new(m.name.clone(), m.start..m.end, bias, info))
+    }
+}
