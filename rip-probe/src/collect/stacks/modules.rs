@@ -117,6 +117,9 @@ impl ModuleData {
     }
 }
 
+/// A mapped file's identity: device (major, minor) and inode.
+type FileId = ((u32, u32), u64);
+
 /// The code mappings of a process and the unwind information of the
 /// binaries behind them, loaded on first use.
 pub struct Modules {
@@ -125,7 +128,7 @@ pub struct Modules {
     code: Vec<CodeMapping>,
     /// (device, inode) → parsed binary, or `None` if it could not be used
     /// (not a regular file, not ELF, gone): tried once per run.
-    binaries: HashMap<((u32, u32), u64), Option<Arc<ModuleData>>>,
+    binaries: HashMap<FileId, Option<Arc<ModuleData>>>,
 }
 
 impl Modules {

@@ -2,7 +2,10 @@
 //! user registers the task iterator reports, the binaries' CFI, and the
 //! target's stack memory read with `process_vm_readv`.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use framehop::{
     ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
@@ -35,6 +38,9 @@ pub struct Stacks {
     /// Start addresses of the code mappings already given to the unwinder
     /// (or found unusable).
     added: HashSet<u64>,
+    /// Return address → whether it is a signal return trampoline (code
+    /// does not change: each address is checked once per run).
+    trampolines: HashMap<u64, bool>,
 }
 
 /// Why a process's stacks cannot be unwound at all.
@@ -70,6 +76,7 @@ impl Stacks {
             cache: CacheX86_64::new(),
             memory: Memory::new(pid),
             added: HashSet::new(),
+            trampolines: HashMap::new(),
         }
     }
 
@@ -131,8 +138,42 @@ impl Stacks {
             };
             out.push(next);
             addr = ra;
+            if self.is_sigreturn(next) && out.len() < MAX_FRAMES {
+                // A signal handler returns to the trampoline, whose CFI
+                // (glibc's `__restore_rt`) computes the interrupted
+                // frame's CFA with a memory dereference, which framehop
+                // does not evaluate. The kernel's frame is at the stack
+                // pointer there: `struct ucontext`, whose saved registers
+                // (`uc_mcontext`, at 40) hold rbp at 120, rsp at 160 and
+                // rip at 168 (x86-64 ABI).
+                let uc = r.sp();
+                let mut rd = |off: u64| self.memory.read_u64(uc.wrapping_add(off)).ok();
+                let (Some(bp), Some(sp), Some(ip)) = (rd(120), rd(160), rd(168)) else {
+                    break;
+                };
+                // The interrupted instruction, not a return address: it
+                // is looked up as is (symbolizers see `ip - 1`, which is
+                // still in its function unless it was the first one).
+                out.push(ip);
+                r = UnwindRegsX86_64::new(ip, sp, bp);
+                addr = FrameAddress::from_instruction_pointer(ip);
+            }
         }
         out
+    }
+
+    /// Whether `addr` is the x86-64 `rt_sigreturn` trampoline (`mov $15,
+    /// %rax; syscall`: glibc's and musl's `__restore_rt`) that the kernel
+    /// makes a signal handler return to.
+    fn is_sigreturn(&mut self, addr: u64) -> bool {
+        const CODE: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05];
+        if let Some(&known) = self.trampolines.get(&addr) {
+            return known;
+        }
+        let mut code = [0u8; 9];
+        let yes = self.memory.read(addr, &mut code).is_ok() && code == CODE;
+        self.trampolines.insert(addr, yes);
+        yes
     }
 
     /// Gives the unwinder the code mapping holding `addr`, the first time
