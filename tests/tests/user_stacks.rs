@@ -32,23 +32,42 @@ const CHAIN: [&str; 5] = [
     "stk_thread",
 ];
 
-/// Builds user_stacks.c and its library, stripped (`--strip-all`: no
-/// .symtab, no DWARF; .dynsym and .eh_frame stay) or not, once per test
-/// process.
-fn build(stripped: bool) -> PathBuf {
-    static BUILT: Mutex<Vec<(bool, PathBuf)>> = Mutex::new(Vec::new());
+/// How user_stacks.c and its library are built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Build {
+    /// `-O2 -fomit-frame-pointer`, then `strip --strip-all`: no .symtab,
+    /// no DWARF; .dynsym and .eh_frame stay. How programs ship.
+    Stripped,
+    /// The same, not stripped: DWARF lines.
+    Full,
+    /// Frame pointers and no CFI for our code (`-fno-asynchronous-unwind-
+    /// tables -fno-unwind-tables`): only the saved `bp` can start the walk
+    /// through it.
+    FramePointersOnly,
+}
+
+/// Builds user_stacks.c and its library, once per test process and build.
+fn build(how: Build) -> PathBuf {
+    static BUILT: Mutex<Vec<(Build, PathBuf)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(s, _)| *s == stripped) {
+    if let Some((_, p)) = built.iter().find(|(b, _)| *b == how) {
         return p.clone();
     }
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
     let dir = target_dir().join(format!(
-        "c-build/{}/user_stacks-{}",
+        "c-build/{}/user_stacks-{how:?}",
         std::process::id(),
-        if stripped { "stripped" } else { "full" }
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-Wall", "-Werror"];
+    let flags: &[&str] = match how {
+        Build::Stripped | Build::Full => &["-O2", "-g", "-fomit-frame-pointer"],
+        Build::FramePointersOnly => &[
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    };
     let lib = dir.join("libstkchain.so");
     let exe = dir.join("user_stacks");
     let ok = |cmd: &mut Command| {
@@ -57,26 +76,43 @@ fn build(stripped: bool) -> PathBuf {
     };
     ok(Command::new("cc")
         .args(flags)
-        .args(["-fPIC", "-shared", "-o"])
+        .args(["-Wall", "-Werror", "-fPIC", "-shared", "-o"])
         .arg(&lib)
         .arg(c.join("user_stacks_lib.c")));
     ok(Command::new("cc")
         .args(flags)
-        .args(["-pthread", "-rdynamic", "-o"])
+        .args(["-Wall", "-Werror", "-pthread", "-rdynamic", "-o"])
         .arg(&exe)
         .arg(c.join("user_stacks.c"))
         .arg(format!("-L{}", dir.display()))
         .args(["-lstkchain", "-Wl,-rpath,$ORIGIN"]));
-    if stripped {
-        ok(Command::new("strip").arg("--strip-all").arg(&exe).arg(&lib));
-        let out = Command::new("readelf").arg("-S").arg(&exe).output();
-        if let Ok(out) = out {
-            let s = String::from_utf8_lossy(&out.stdout);
+    let sections = |f: &Path| {
+        let out = Command::new("readelf").arg("-S").arg(f).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    match how {
+        Build::Stripped => {
+            ok(Command::new("strip").arg("--strip-all").arg(&exe).arg(&lib));
+            let s = sections(&exe);
             assert!(!s.contains(".symtab") && !s.contains(".debug_info"), "{s}");
             assert!(s.contains(".eh_frame_hdr"), "{s}");
         }
+        Build::Full => {}
+        Build::FramePointersOnly => {
+            // The executable keeps the C runtime's CFI (crt1.o's
+            // `_start`), which covers none of our functions; the library
+            // has an .eh_frame without a single FDE.
+            let frames = Command::new("readelf")
+                .arg("--debug-dump=frames")
+                .arg(&lib)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            assert!(!frames.contains("FDE"), "{frames}");
+        }
     }
-    built.push((stripped, exe.clone()));
+    built.push((how, exe.clone()));
     exe
 }
 
@@ -89,8 +125,8 @@ struct Target {
 }
 
 impl Target {
-    fn start(stripped: bool, workers: usize) -> Target {
-        let mut child = Command::new(build(stripped))
+    fn start(how: Build, workers: usize) -> Target {
+        let mut child = Command::new(build(how))
             .arg(workers.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -221,10 +257,11 @@ fn assert_chain(frames: &[Frame], at: usize, innermost: &str, stacks: &Stacks, w
     }
 }
 
-/// One thread of each kind blocked in the stripped (or full) build: the
-/// exact chain of functions, across the library, named from .dynsym.
-fn known_stacks(stripped: bool) {
-    let target = Target::start(stripped, 0);
+/// One thread of each kind blocked in the program built `how`: the exact
+/// chain of functions, across the library (named from .dynsym when
+/// stripped).
+fn known_stacks(how: Build) {
+    let target = Target::start(how, 0);
     let pid = target.pid();
     let records = tasks(pid, None);
     let mut stacks = Stacks::new(pid).expect("stacks");
@@ -237,7 +274,17 @@ fn known_stacks(stripped: bool) {
         assert_eq!(t.state & 0xff, 1, "{kind}: tid {tid} sleeps");
         let addrs = stacks.unwind(tid, &t.regs);
         let frames = names.frames(&addrs);
-        let what = format!("{kind} (tid {tid}, stripped {stripped})");
+        let what = format!("{kind} (tid {tid}, {how:?})");
+        if how == Build::FramePointersOnly && kind == "read" {
+            // The walk through our code rests on the saved bp alone: libc's
+            // read wrapper leaves rbp alone, so without it the walk stops.
+            // (pthread_cond_wait's internals save rbp on the stack, and
+            // their CFI restores it: there the saved bp is not needed.)
+            let mut no_bp = t.regs;
+            no_bp.bp = 0;
+            let short = stacks.unwind(tid, &no_bp);
+            assert!(short.len() < addrs.len(), "{what}: {short:x?}");
+        }
         eprintln!("{what}:{}", show(&frames, &stacks));
         let innermost = format!("stk_block_{kind}");
         let at = frames
@@ -255,7 +302,7 @@ fn known_stacks(stripped: bool) {
             );
         }
         assert_chain(&frames, at, &innermost, &stacks, &what);
-        if !stripped {
+        if how == Build::Full {
             // DWARF: the call's line in the executable, not the next one.
             let f = &frames[at];
             assert!(
@@ -280,7 +327,7 @@ fn stripped_omit_frame_pointer_binaries_unwind_through_a_library() {
     if !bpf_tests_enabled("stripped_omit_frame_pointer_binaries_unwind_through_a_library") {
         return;
     }
-    known_stacks(true);
+    known_stacks(Build::Stripped);
 }
 
 #[test]
@@ -288,7 +335,17 @@ fn unstripped_binaries_also_give_call_lines() {
     if !bpf_tests_enabled("unstripped_binaries_also_give_call_lines") {
         return;
     }
-    known_stacks(false);
+    known_stacks(Build::Full);
+}
+
+/// Without CFI for the program's own code, framehop walks its frame
+/// pointers, from the `bp` the task iterator saved.
+#[test]
+fn frame_pointers_where_there_is_no_cfi() {
+    if !bpf_tests_enabled("frame_pointers_where_there_is_no_cfi") {
+        return;
+    }
+    known_stacks(Build::FramePointersOnly);
 }
 
 /// `bp` is read by both iterator builds, and they agree on every register.
@@ -297,7 +354,7 @@ fn both_iterator_builds_read_the_same_registers_with_bp() {
     if !bpf_tests_enabled("both_iterator_builds_read_the_same_registers_with_bp") {
         return;
     }
-    let target = Target::start(true, 0);
+    let target = Target::start(Build::Stripped, 0);
     let pid = target.pid();
     let helper = tasks(pid, Some(RegsSource::Helper));
     let kstack = tasks(pid, Some(RegsSource::KernelStack));
@@ -315,7 +372,7 @@ fn a_thread_blocked_in_a_signal_handler() {
     if !bpf_tests_enabled("a_thread_blocked_in_a_signal_handler") {
         return;
     }
-    let target = Target::start(true, 0);
+    let target = Target::start(Build::Stripped, 0);
     let pid = target.pid();
     let tid = target
         .threads("role ")
@@ -353,7 +410,7 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
         return;
     }
     const N: usize = 1000;
-    let mut target = Target::start(true, N);
+    let mut target = Target::start(Build::Stripped, N);
     let pid = target.pid();
     let workers = target.threads("worker ");
     assert_eq!(workers.len(), N);
