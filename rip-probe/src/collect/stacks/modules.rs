@@ -239,8 +239,11 @@ pub fn parse(f: File) -> Option<ModuleData> {
     };
     let with_range = |name: &str| Some((range(name)?, data(name)?));
     let eh_frame = with_range(".eh_frame");
+    let eh_frame_hdr = eh_frame.as_ref().and_then(|(frame, _)| {
+        with_range(".eh_frame_hdr").filter(|(at, hdr)| hdr_is_sound(at.start, hdr, frame))
+    });
     Some(ModuleData {
-        eh_frame_hdr: eh_frame.as_ref().and_then(|_| with_range(".eh_frame_hdr")),
+        eh_frame_hdr,
         // framehop reads .debug_frame only where .eh_frame is missing:
         // don't read (possibly large) debug sections it would not use.
         debug_frame: if eh_frame.is_none() {
@@ -252,6 +255,45 @@ pub fn parse(f: File) -> Option<ModuleData> {
         text: range(".text"),
         got: range(".got"),
         segments,
+    })
+}
+
+/// Whether an `.eh_frame_hdr` at stated address `at` is the standard
+/// layout (version 1, `.eh_frame` pointer pc-relative, count as udata4,
+/// table of data-relative sdata4 pairs) and every FDE it points to is
+/// inside `.eh_frame` (`eh_frame`, stated addresses).
+///
+/// gimli trusts the table's pointers (it subtracts them from the section's
+/// address unchecked), so a hostile table is dropped here; framehop then
+/// indexes `.eh_frame` itself, which costs a pass over it and nothing
+/// else. One pass over the table per binary.
+fn hdr_is_sound(at: u64, hdr: &[u8], eh_frame: &Range<u64>) -> bool {
+    let word = |off: usize| -> Option<i64> {
+        let b = hdr.get(off..off.checked_add(4)?)?;
+        Some(i32::from_le_bytes(b.try_into().ok()?) as i64)
+    };
+    if hdr.get(..4) != Some(&[1, 0x1b, 0x03, 0x3b][..]) {
+        return false;
+    }
+    let (Some(frame_rel), Some(count)) = (word(4), word(8)) else {
+        return false;
+    };
+    let frame_ptr = at.wrapping_add(4).wrapping_add(frame_rel as u64);
+    let count = count as u32 as usize;
+    if frame_ptr != eh_frame.start
+        || count.checked_mul(8).and_then(|n| n.checked_add(12)) > Some(hdr.len())
+    {
+        return false;
+    }
+    let mut last = i64::MIN;
+    (0..count).all(|i| {
+        let (Some(loc), Some(fde)) = (word(12 + i * 8), word(16 + i * 8)) else {
+            return false;
+        };
+        let fde = at.wrapping_add(fde as u64);
+        let sorted = loc >= last;
+        last = loc;
+        sorted && eh_frame.contains(&fde)
     })
 }
 
@@ -375,6 +417,38 @@ mod tests {
         // SAFETY: unmapping what we mapped.
         unsafe { libc::munmap(p, 4096) };
         assert!(data.is_some_and(|d| d.has_cfi()));
+    }
+
+    #[test]
+    fn eh_frame_hdr_checks() {
+        let frame = 0x2000..0x3000;
+        // version, encodings, eh_frame_ptr (pcrel from 0x1004), count 2,
+        // then (initial location, FDE) pairs relative to 0x1000.
+        let mut hdr = vec![1u8, 0x1b, 0x03, 0x3b];
+        hdr.extend((0x2000i32 - 0x1004).to_le_bytes());
+        hdr.extend(2i32.to_le_bytes());
+        for (loc, fde) in [(0x10i32, 0x1000i32), (0x20, 0x1100)] {
+            hdr.extend(loc.to_le_bytes());
+            hdr.extend(fde.to_le_bytes());
+        }
+        assert!(hdr_is_sound(0x1000, &hdr, &frame));
+        // An FDE pointer before .eh_frame (gimli would underflow).
+        let mut bad = hdr.clone();
+        bad[16..20].copy_from_slice(&(-0x10i32).to_le_bytes());
+        assert!(!hdr_is_sound(0x1000, &bad, &frame));
+        // A count past the end, an unsorted table, another encoding, a
+        // truncated header.
+        let mut bad = hdr.clone();
+        bad[8..12].copy_from_slice(&(-1i32).to_le_bytes());
+        assert!(!hdr_is_sound(0x1000, &bad, &frame));
+        let mut bad = hdr.clone();
+        bad[20..24].copy_from_slice(&0x5i32.to_le_bytes());
+        assert!(!hdr_is_sound(0x1000, &bad, &frame));
+        let mut bad = hdr.clone();
+        bad[3] = 0x1b;
+        assert!(!hdr_is_sound(0x1000, &bad, &frame));
+        assert!(!hdr_is_sound(0x1000, &hdr[..10], &frame));
+        assert!(!hdr_is_sound(0x1000, &[], &frame));
     }
 
     #[test]

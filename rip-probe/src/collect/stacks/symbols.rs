@@ -51,7 +51,9 @@ impl StackSymbolizer {
     /// the caller's function rather than the next one. [`Frame::addr`]
     /// keeps the address itself. Functions come from `.symtab`, else
     /// `.dynsym` (stripped binaries); file and line, and inlined frames,
-    /// from DWARF where present; `module+offset` otherwise.
+    /// from DWARF where present; otherwise the module and the file offset
+    /// of the address looked up (`addr - 1` for a return address: what
+    /// `addr2line -e module` wants).
     pub fn frames_of_many(&mut self, stacks: &[&[u64]]) -> Vec<Vec<Frame>> {
         let lookup = |i: usize, a: u64| if i == 0 { a } else { a.saturating_sub(1) };
         let mut distinct: Vec<u64> = stacks

@@ -102,8 +102,12 @@ impl Stacks {
     /// `regs` holds no user context (a kernel thread, or registers the
     /// probe could not read).
     ///
-    /// The thread is not stopped: its stack is read while it runs, so a
-    /// thread that is not blocked in the kernel may yield a torn stack.
+    /// The thread is not stopped: its stack is read while it runs. Only a
+    /// thread off CPU in the kernel (a [`rip_ebpf::TaskRecord`] with
+    /// `on_cpu == 0` and a sleeping `state`) has registers and a stack
+    /// that agree; for a running thread the saved registers are those of
+    /// its last kernel entry and the walk is garbage, cut short by the
+    /// checks above.
     pub fn unwind(&mut self, tid: u32, regs: &UserRegs) -> Vec<u64> {
         let mut out = Vec::new();
         if regs.ip == 0 || regs.sp == 0 {
@@ -112,6 +116,25 @@ impl Stacks {
         // Each thread's stack is read fresh: the cache only saves repeated
         // reads within one walk.
         self.memory.clear();
+        // The CFI parsers see the target's bytes. Known ways to make them
+        // panic are closed off when binaries are loaded (see
+        // `modules::hdr_is_sound`); should another remain, one thread
+        // loses the rest of its stack rather than the report being lost.
+        let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.walk(tid, regs, &mut out)
+        }));
+        if walked.is_err() {
+            log::warn!(
+                "pid {} tid {tid}: the unwinder panicked; stack cut",
+                self.pid
+            );
+            // The rule cache may hold a half-made entry: start afresh.
+            self.cache = CacheX86_64::new();
+        }
+        out
+    }
+
+    fn walk(&mut self, tid: u32, regs: &UserRegs, out: &mut Vec<u64>) {
         let mut r = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = FrameAddress::from_instruction_pointer(regs.ip);
         out.push(regs.ip);
@@ -159,7 +182,6 @@ impl Stacks {
                 addr = FrameAddress::from_instruction_pointer(ip);
             }
         }
-        out
     }
 
     /// Whether `addr` is the x86-64 `rt_sigreturn` trampoline (`mov $15,
@@ -299,5 +321,101 @@ mod tests {
             assert_eq!(got.first(), Some(&ip));
             assert!(got.len() <= MAX_FRAMES);
         }
+    }
+
+    /// Hostile CFI: a copy of libc with bytes of its `.eh_frame` and
+    /// `.eh_frame_hdr` overwritten at random, mapped executable, unwound
+    /// from many addresses over a stack of garbage: walks end, nothing
+    /// panics, nothing reads out of bounds.
+    #[test]
+    fn corrupted_cfi_never_panics() {
+        let Ok(libc) = std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6") else {
+            eprintln!("no /usr/lib/x86_64-linux-gnu/libc.so.6: nothing to corrupt");
+            return;
+        };
+        let mut frames = 0;
+        for seed in 1..=6u64 {
+            frames += corrupt_and_walk(libc.clone(), seed);
+        }
+        // Some walks went past their first frame, through the library.
+        assert!(frames > 6 * 2000, "{frames}");
+        eprintln!("6 x 2000 walks over corrupted CFI: {frames} frames");
+    }
+
+    fn corrupt_and_walk(mut bytes: Vec<u8>, seed: u64) -> usize {
+        use object::{Object, ObjectSection};
+        let mut ranges = Vec::new();
+        let text = {
+            let elf = object::File::parse(&bytes[..]).unwrap();
+            for name in [".eh_frame", ".eh_frame_hdr"] {
+                let s = elf.section_by_name(name).unwrap();
+                let (off, len) = s.file_range().unwrap();
+                ranges.push(off as usize..(off + len) as usize);
+            }
+            let (off, len) = elf.section_by_name(".text").unwrap().file_range().unwrap();
+            off..off + len
+        };
+        let mut x = 0x2545_f491_4f6c_dd1du64.wrapping_mul(seed);
+        let mut rng = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for r in &ranges {
+            for _ in 0..r.len() / 50 {
+                let at = r.start + (rng() as usize) % r.len();
+                bytes[at] = rng() as u8;
+            }
+        }
+        let path =
+            std::env::temp_dir().join(format!("rip-badcfi-{}-{seed}.so", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        // SAFETY: a private read-only executable mapping of the whole
+        // file; never executed nor dereferenced here, unmapped below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes.len(),
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base as u64;
+        // Garbage that looks like a stack: code addresses of the corrupted
+        // library, pointers into itself, and noise, so that walks go on
+        // through the corrupted CFI instead of stopping at once.
+        let mut garbage = vec![0u64; 8192];
+        let g0 = garbage.as_ptr() as u64;
+        for w in garbage.iter_mut() {
+            *w = match rng() % 3 {
+                0 => base + text.start + rng() % (text.end - text.start),
+                1 => g0 + (rng() % 8192) * 8,
+                _ => rng(),
+            };
+        }
+        let mut stacks = Stacks::new(std::process::id()).unwrap();
+        let mut frames = 0;
+        for i in 0..2000u64 {
+            let ip = base + text.start + rng() % (text.end - text.start);
+            let sp = garbage.as_ptr() as u64 + (i % 4096) * 8;
+            let regs = UserRegs {
+                ip,
+                sp,
+                bp: if i % 2 == 0 { rng() } else { sp + 64 },
+                ..UserRegs::default()
+            };
+            let got = stacks.unwind(0, &regs);
+            assert!(!got.is_empty() && got.len() <= MAX_FRAMES);
+            frames += got.len();
+        }
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(base as *mut libc::c_void, bytes.len()) };
+        frames
     }
 }
