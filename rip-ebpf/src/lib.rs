@@ -158,6 +158,12 @@ pub struct UserRegs {
     pub bp: u64,
 }
 
+// Padded by hand: no implicit padding, so both sides agree on every byte.
+const _: () = {
+    assert!(core::mem::size_of::<UserRegs>() == 10 * 8);
+    assert!(core::mem::size_of::<PtRegsOffsets>() == 14 * 4);
+};
+
 /// Per-thread kernel state kept in the `THREADS` map, keyed by thread id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -40,6 +40,9 @@ enum Build {
     Stripped,
     /// The same, not stripped: DWARF lines.
     Full,
+    /// As `Stripped`, the executable not position-independent (`-no-pie`:
+    /// its stated addresses are its addresses, a load bias of 0).
+    NonPie,
     /// Frame pointers and no CFI for our code (`-fno-asynchronous-unwind-
     /// tables -fno-unwind-tables`): only the saved `bp` can start the walk
     /// through it.
@@ -60,7 +63,7 @@ fn build(how: Build) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let flags: &[&str] = match how {
-        Build::Stripped | Build::Full => &["-O2", "-g", "-fomit-frame-pointer"],
+        Build::Stripped | Build::Full | Build::NonPie => &["-O2", "-g", "-fomit-frame-pointer"],
         Build::FramePointersOnly => &[
             "-O2",
             "-fno-omit-frame-pointer",
@@ -83,6 +86,11 @@ fn build(how: Build) -> PathBuf {
         .args(flags)
         .args(["-Wall", "-Werror", "-pthread", "-rdynamic", "-o"])
         .arg(&exe)
+        .args(if how == Build::NonPie {
+            &["-no-pie"][..]
+        } else {
+            &[]
+        })
         .arg(c.join("user_stacks.c"))
         .arg(format!("-L{}", dir.display()))
         .args(["-lstkchain", "-Wl,-rpath,$ORIGIN"]));
@@ -92,7 +100,7 @@ fn build(how: Build) -> PathBuf {
             .unwrap_or_default()
     };
     match how {
-        Build::Stripped => {
+        Build::Stripped | Build::NonPie => {
             ok(Command::new("strip").arg("--strip-all").arg(&exe).arg(&lib));
             let s = sections(&exe);
             assert!(!s.contains(".symtab") && !s.contains(".debug_info"), "{s}");
@@ -336,6 +344,14 @@ fn unstripped_binaries_also_give_call_lines() {
         return;
     }
     known_stacks(Build::Full);
+}
+
+#[test]
+fn a_non_pie_executable() {
+    if !bpf_tests_enabled("a_non_pie_executable") {
+        return;
+    }
+    known_stacks(Build::NonPie);
 }
 
 /// Without CFI for the program's own code, framehop walks its frame
