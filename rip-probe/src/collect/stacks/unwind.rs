@@ -174,6 +174,9 @@ impl Stacks {
                 let (Some(bp), Some(sp), Some(ip)) = (rd(120), rd(160), rd(168)) else {
                     break;
                 };
+                if self.modules.mapping_of(ip).is_none() {
+                    break;
+                }
                 // The interrupted instruction, not a return address: it
                 // is looked up as is (symbolizers see `ip - 1`, which is
                 // still in its function unless it was the first one).
@@ -199,8 +202,10 @@ impl Stacks {
     }
 
     /// Gives the unwinder the code mapping holding `addr`, the first time
-    /// a stack reaches it. Mappings without usable CFI are still added,
-    /// with no unwind data: framehop then walks frame pointers there.
+    /// a stack reaches it. A mapping without a usable binary (anonymous
+    /// code, a file that is not ELF) is left out, and a binary without CFI
+    /// gives a module without unwind data: either way framehop walks frame
+    /// pointers there.
     fn add_module_of(&mut self, addr: u64) {
         let Some(m) = self.modules.mapping_of(addr).cloned() else {
             return;
