@@ -154,6 +154,15 @@ impl Modules {
         }
     }
 
+    /// Reads /proc/PID/maps again (code loaded since, `dlopen`), keeping
+    /// the binaries parsed so far.
+    pub fn refresh(&mut self) -> std::io::Result<()> {
+        let text = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))?;
+        let fresh = Modules::from_maps(self.pid, &parse_maps(&text));
+        self.code = fresh.code;
+        Ok(())
+    }
+
     /// The code mappings, sorted by address.
     pub fn code(&self) -> &[CodeMapping] {
         &self.code

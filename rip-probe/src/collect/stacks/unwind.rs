@@ -5,6 +5,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use framehop::{
@@ -21,14 +22,19 @@ use super::{
 /// Frames kept per stack: deeper stacks (runaway recursion) are cut here.
 pub const MAX_FRAMES: usize = 128;
 
+/// Least time between two reads of /proc/PID/maps prompted by an address
+/// in no known mapping. Garbage addresses (a running thread's stale
+/// registers) prompt them too: this bounds what they cost.
+const REFRESH_EVERY: Duration = Duration::from_millis(250);
+
 /// The unwinder of one process for one run: its code mappings, the unwind
 /// information of its binaries (each parsed once, on first use, and shared
 /// by all threads) and a cache of unwind rules by address, which makes
 /// the thousandth thread blocked in the same place cheap.
 ///
-/// It is a snapshot of the process's mappings when it was made: code
-/// loaded later (`dlopen`) is unwound with frame pointers at best. Make a
-/// new one per report.
+/// Its view of the process's mappings is read when it is made, and again
+/// (at most every 250 ms) when a stack reaches an address outside them:
+/// code loaded since (`dlopen`) is found. Make one per report.
 pub struct Stacks {
     pid: u32,
     modules: Modules,
@@ -41,6 +47,8 @@ pub struct Stacks {
     /// Return address → whether it is a signal return trampoline (code
     /// does not change: each address is checked once per run).
     trampolines: HashMap<u64, bool>,
+    /// When /proc/PID/maps was last read.
+    maps_read: Instant,
 }
 
 /// Why a process's stacks cannot be unwound at all.
@@ -77,6 +85,7 @@ impl Stacks {
             memory: Memory::new(pid),
             added: HashSet::new(),
             trampolines: HashMap::new(),
+            maps_read: Instant::now(),
         }
     }
 
@@ -153,7 +162,7 @@ impl Stacks {
                     break;
                 }
             };
-            if self.modules.mapping_of(next.wrapping_sub(1)).is_none() {
+            if !self.is_code(next.wrapping_sub(1)) {
                 break;
             }
             let Some(ra) = FrameAddress::from_return_address(next) else {
@@ -174,7 +183,7 @@ impl Stacks {
                 let (Some(bp), Some(sp), Some(ip)) = (rd(120), rd(160), rd(168)) else {
                     break;
                 };
-                if self.modules.mapping_of(ip).is_none() {
+                if !self.is_code(ip) {
                     break;
                 }
                 // The interrupted instruction, not a return address: it
@@ -201,12 +210,28 @@ impl Stacks {
         yes
     }
 
+    /// Whether `addr` is in a code mapping, reading the maps again if it is
+    /// in none and they were not read recently.
+    fn is_code(&mut self, addr: u64) -> bool {
+        if self.modules.mapping_of(addr).is_some() {
+            return true;
+        }
+        if self.maps_read.elapsed() < REFRESH_EVERY {
+            return false;
+        }
+        self.maps_read = Instant::now();
+        self.modules.refresh().is_ok() && self.modules.mapping_of(addr).is_some()
+    }
+
     /// Gives the unwinder the code mapping holding `addr`, the first time
     /// a stack reaches it. A mapping without a usable binary (anonymous
     /// code, a file that is not ELF) is left out, and a binary without CFI
     /// gives a module without unwind data: either way framehop walks frame
     /// pointers there.
     fn add_module_of(&mut self, addr: u64) {
+        if !self.is_code(addr) {
+            return;
+        }
         let Some(m) = self.modules.mapping_of(addr).cloned() else {
             return;
         };
@@ -297,6 +322,41 @@ mod tests {
         );
         // The walk goes on past the test harness, to the thread's start.
         assert!(names.len() > c.unwrap() + 3, "{names:#?}");
+    }
+
+    /// Code mapped after the unwinder was made is found when a stack
+    /// reaches it.
+    #[test]
+    fn code_mapped_later_is_found() {
+        let pid = std::process::id();
+        let mut stacks = Stacks::new(pid).unwrap();
+        let f = std::fs::File::open("/proc/self/exe").unwrap();
+        // SAFETY: a private read-only executable mapping of our own
+        // executable; never executed nor dereferenced, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        } as u64;
+        assert_ne!(p, libc::MAP_FAILED as u64);
+        assert!(stacks.modules().mapping_of(p).is_none());
+        std::thread::sleep(REFRESH_EVERY);
+        let stack = [0u64; 16];
+        let regs = UserRegs {
+            ip: p + 16,
+            sp: stack.as_ptr() as u64,
+            ..UserRegs::default()
+        };
+        stacks.unwind(0, &regs);
+        let found = stacks.modules().mapping_of(p).is_some();
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(p as *mut libc::c_void, 4096) };
+        assert!(found);
     }
 
     #[test]
