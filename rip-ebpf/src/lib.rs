@@ -125,6 +125,9 @@ pub struct PtRegsOffsets {
     pub ip: u32,
     /// `sp`: user stack pointer.
     pub sp: u32,
+    /// `bp`: user frame pointer, for unwinding user stacks through frame
+    /// pointers where a binary has no CFI.
+    pub bp: u32,
     /// `cs`: the code segment, whose low two bits are 3 in a frame saved
     /// from user mode. Checks a frame found on the kernel stack.
     pub cs: u32,
@@ -132,6 +135,8 @@ pub struct PtRegsOffsets {
     pub size: u32,
     /// Set to 1 when the offsets above are valid; 0 disables register reads.
     pub valid: u32,
+    /// Explicit padding, always 0.
+    pub _pad: u32,
 }
 
 /// What a thread was doing in user space when it entered the kernel: read
@@ -148,7 +153,16 @@ pub struct UserRegs {
     pub ip: u64,
     /// User stack pointer.
     pub sp: u64,
+    /// User frame pointer (`rbp`): the start of a frame-pointer walk, the
+    /// unwinder's fallback where a binary has no CFI.
+    pub bp: u64,
 }
+
+// Padded by hand: no implicit padding, so both sides agree on every byte.
+const _: () = {
+    assert!(core::mem::size_of::<UserRegs>() == 10 * 8);
+    assert!(core::mem::size_of::<PtRegsOffsets>() == 14 * 4);
+};
 
 /// Per-thread kernel state kept in the `THREADS` map, keyed by thread id.
 #[repr(C)]

@@ -49,9 +49,11 @@ static CONFIG: Global<Config> = Global::new(Config {
         args: [0; 6],
         ip: 0,
         sp: 0,
+        bp: 0,
         cs: 0,
         size: 0,
         valid: 0,
+        _pad: 0,
     },
     task: rip_ebpf::TaskOffsets {
         pid: 0,
@@ -134,7 +136,7 @@ fn switch_off<const HELPER: bool>(ctx: &TracePointContext, cfg: &Config, now: u6
     } else {
         -1
     };
-    // Likewise the saved user registers (nine reads): the iterator reads
+    // Likewise the saved user registers (ten reads): the iterator reads
     // them for reports.
     let regs = if cfg.emit_events != 0 {
         // SAFETY: the current task is valid for the duration of the program.
@@ -300,6 +302,7 @@ unsafe fn user_regs<const HELPER: bool>(task: *mut task_struct, cfg: &Config) ->
         ];
         out.ip = rd(off.ip);
         out.sp = rd(off.sp);
+        out.bp = rd(off.bp);
     }
     out
 }

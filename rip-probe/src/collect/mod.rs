@@ -6,3 +6,4 @@ pub mod locks;
 pub mod memory;
 pub mod procfs;
 pub mod ring;
+pub mod stacks;

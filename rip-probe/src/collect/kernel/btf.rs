@@ -178,9 +178,11 @@ impl KernelBtf {
             args: [o("di")?, o("si")?, o("dx")?, o("r10")?, o("r8")?, o("r9")?],
             ip: o("ip")?,
             sp: o("sp")?,
+            bp: o("bp")?,
             cs: o("cs")?,
             size: self.size_of("pt_regs")?,
             valid: 1,
+            _pad: 0,
         })
     }
 
@@ -299,6 +301,7 @@ mod tests {
         assert_eq!(regs.orig_ax, 120);
         assert_eq!(regs.args, [112, 104, 96, 56, 72, 64]);
         assert_eq!((regs.ip, regs.sp, regs.cs), (128, 152, 136));
+        assert_eq!(regs.bp, 32);
         assert_eq!(regs.size, 168);
         let t = btf.task_struct().unwrap();
         assert!(

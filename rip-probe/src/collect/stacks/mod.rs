@@ -1,0 +1,32 @@
+//! User stacks of every thread of a live process, without stopping it.
+//!
+//! The task iterator reports each thread's saved user registers (`ip`,
+//! `sp`, `bp`); [`Stacks`] walks the thread's stack from them with
+//! framehop, using the CFI of the binaries the process mapped (`.eh_frame`,
+//! `.eh_frame_hdr`, else `.debug_frame`; frame pointers where a binary has
+//! none) and the stack's memory read with `process_vm_readv` — never
+//! ptrace, never SIGSTOP. [`StackSymbolizer`] names the frames.
+//!
+//! ```no_run
+//! # fn f(pid: u32, tasks: &[rip_ebpf::TaskRecord]) -> Result<(), Box<dyn std::error::Error>> {
+//! use rip_probe::collect::stacks::{StackSymbolizer, Stacks};
+//! let mut stacks = Stacks::new(pid)?;
+//! let mut names = StackSymbolizer::new(pid);
+//! for t in tasks {
+//!     let addrs = stacks.unwind(t.tid, &t.regs);
+//!     for f in names.frames(&addrs) {
+//!         println!("{}", f.describe());
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Not wired into reports yet (issue 12): this is the core they will use.
+
+pub mod memory;
+pub mod modules;
+pub mod symbols;
+pub mod unwind;
+
+pub use symbols::StackSymbolizer;
+pub use unwind::{MAX_FRAMES, Stacks, StacksError};

@@ -1,0 +1,477 @@
+//! User stacks of blocked threads, unwound from the task iterator's saved
+//! registers with the binaries' CFI while the target runs
+//! (`rip_probe::collect::stacks`), against `tests/c/user_stacks.c`: a
+//! program built `-O2 -fomit-frame-pointer` (so frame pointers cannot be
+//! what works), calling through a shared library of its own, and stripped.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use rip_ebpf::TaskRecord;
+use rip_probe::{
+    collect::{
+        kernel::{KernelProbe, features::RegsSource},
+        stacks::{StackSymbolizer, Stacks},
+    },
+    model::Frame,
+};
+use rip_tests::{bpf_tests_enabled, target_dir};
+
+/// The chain every blocked thread has under its blocking function,
+/// innermost first (the library's two frames in the middle).
+const CHAIN: [&str; 5] = [
+    "stk_lib_inner",
+    "stk_lib_outer",
+    "stk_chain_b",
+    "stk_chain_a",
+    "stk_thread",
+];
+
+/// How user_stacks.c and its library are built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Build {
+    /// `-O2 -fomit-frame-pointer`, then `strip --strip-all`: no .symtab,
+    /// no DWARF; .dynsym and .eh_frame stay. How programs ship.
+    Stripped,
+    /// The same, not stripped: DWARF lines.
+    Full,
+    /// As `Stripped`, the executable not position-independent (`-no-pie`:
+    /// its stated addresses are its addresses, a load bias of 0).
+    NonPie,
+    /// Frame pointers and no CFI for our code (`-fno-asynchronous-unwind-
+    /// tables -fno-unwind-tables`): only the saved `bp` can start the walk
+    /// through it.
+    FramePointersOnly,
+}
+
+/// Builds user_stacks.c and its library, once per test process and build.
+fn build(how: Build) -> PathBuf {
+    static BUILT: Mutex<Vec<(Build, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(b, _)| *b == how) {
+        return p.clone();
+    }
+    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
+    let dir = target_dir().join(format!(
+        "c-build/{}/user_stacks-{how:?}",
+        std::process::id(),
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flags: &[&str] = match how {
+        Build::Stripped | Build::Full | Build::NonPie => &["-O2", "-g", "-fomit-frame-pointer"],
+        Build::FramePointersOnly => &[
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    };
+    let lib = dir.join("libstkchain.so");
+    let exe = dir.join("user_stacks");
+    let ok = |cmd: &mut Command| {
+        let st = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(st.success(), "{cmd:?} failed");
+    };
+    ok(Command::new("cc")
+        .args(flags)
+        .args(["-Wall", "-Werror", "-fPIC", "-shared", "-o"])
+        .arg(&lib)
+        .arg(c.join("user_stacks_lib.c")));
+    ok(Command::new("cc")
+        .args(flags)
+        .args(["-Wall", "-Werror", "-pthread", "-rdynamic", "-o"])
+        .arg(&exe)
+        .args(if how == Build::NonPie {
+            &["-no-pie"][..]
+        } else {
+            &[]
+        })
+        .arg(c.join("user_stacks.c"))
+        .arg(format!("-L{}", dir.display()))
+        .args(["-lstkchain", "-Wl,-rpath,$ORIGIN"]));
+    let sections = |f: &Path| {
+        let out = Command::new("readelf").arg("-S").arg(f).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    match how {
+        Build::Stripped | Build::NonPie => {
+            ok(Command::new("strip").arg("--strip-all").arg(&exe).arg(&lib));
+            let s = sections(&exe);
+            assert!(!s.contains(".symtab") && !s.contains(".debug_info"), "{s}");
+            assert!(s.contains(".eh_frame_hdr"), "{s}");
+        }
+        Build::Full => {}
+        Build::FramePointersOnly => {
+            // The executable keeps the C runtime's CFI (crt1.o's
+            // `_start`), which covers none of our functions; the library
+            // has an .eh_frame without a single FDE.
+            let frames = Command::new("readelf")
+                .arg("--debug-dump=frames")
+                .arg(&lib)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            assert!(!frames.contains("FDE"), "{frames}");
+        }
+    }
+    built.push((how, exe.clone()));
+    exe
+}
+
+/// A running user_stacks, killed on drop, that can be sent commands.
+struct Target {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<ChildStdout>,
+    lines: Vec<String>,
+}
+
+impl Target {
+    fn start(how: Build, workers: usize) -> Target {
+        let mut child = Command::new(build(how))
+            .arg(workers.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start user_stacks");
+        let stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(out.read_line(&mut l).unwrap() > 0, "exited: {lines:?}");
+            if l.trim() == "ready" {
+                break;
+            }
+            lines.push(l.trim().to_string());
+        }
+        Target {
+            child,
+            stdin,
+            out,
+            lines,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// (kind, tid) of the lines `<prefix> <kind> <tid>`.
+    fn threads(&self, prefix: &str) -> Vec<(String, u32)> {
+        self.lines
+            .iter()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix(prefix)?.split_whitespace();
+                Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn command(&mut self, cmd: &str) -> String {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut l = String::new();
+        self.out.read_line(&mut l).unwrap();
+        l.trim().to_string()
+    }
+
+    /// The ticker's longest gap since the last reset.
+    fn gap(&mut self) -> Duration {
+        let l = self.command("gap");
+        let ns = l
+            .strip_prefix("gap ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("bad reply {l:?}"));
+        Duration::from_nanos(ns)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The task iterator's records of `pid`, with the registers build asked.
+fn tasks(pid: u32, regs: Option<RegsSource>) -> Vec<TaskRecord> {
+    let mut probe = KernelProbe::attach_with(pid, false, regs).expect("attach");
+    probe.tasks().expect("task iterator")
+}
+
+fn task(tasks: &[TaskRecord], tid: u32) -> &TaskRecord {
+    tasks
+        .iter()
+        .find(|t| t.tid == tid)
+        .unwrap_or_else(|| panic!("tid {tid} not reported"))
+}
+
+/// What a frame is called: its function, else module+offset, else the
+/// address.
+fn name(f: &Frame) -> String {
+    match (&f.function, &f.module, f.module_offset) {
+        (Some(func), _, _) => func.clone(),
+        (None, Some(m), Some(off)) => format!("{m}+{off:#x}"),
+        _ => format!("{:#x}", f.addr),
+    }
+}
+
+/// Which mapped file an address is in (the mapping's name, from the
+/// unwinder's view of /proc/PID/maps).
+fn file_of(stacks: &Stacks, addr: u64) -> String {
+    let m = stacks.modules().mapping_of(addr.saturating_sub(1));
+    m.map(|m| m.name.clone()).unwrap_or_default()
+}
+
+fn show(frames: &[Frame], stacks: &Stacks) -> String {
+    frames
+        .iter()
+        .map(|f| {
+            format!(
+                "\n  {:#x} {} [{}]",
+                f.addr,
+                f.describe(),
+                file_of(stacks, f.addr)
+            )
+        })
+        .collect()
+}
+
+/// Checks that `frames[at..]` is `innermost` then [`CHAIN`], and that
+/// the frames after the chain (thread start) are libc's.
+fn assert_chain(frames: &[Frame], at: usize, innermost: &str, stacks: &Stacks, what: &str) {
+    let got: Vec<String> = frames.iter().skip(at).take(6).map(name).collect();
+    let want: Vec<&str> = std::iter::once(innermost).chain(CHAIN).collect();
+    assert_eq!(got, want, "{what}: {}", show(frames, stacks));
+    let rest = &frames[at + 6..];
+    assert!(
+        !rest.is_empty() && rest.len() <= 3,
+        "{what}: the walk ends in libc's thread start: {}",
+        show(frames, stacks)
+    );
+    for f in rest {
+        assert!(
+            file_of(stacks, f.addr).contains("libc.so"),
+            "{what}: {}",
+            show(frames, stacks)
+        );
+    }
+}
+
+/// One thread of each kind blocked in the program built `how`: the exact
+/// chain of functions, across the library (named from .dynsym when
+/// stripped).
+fn known_stacks(how: Build) {
+    let target = Target::start(how, 0);
+    let pid = target.pid();
+    let records = tasks(pid, None);
+    let mut stacks = Stacks::new(pid).expect("stacks");
+    let mut names = StackSymbolizer::new(pid);
+    for (kind, tid) in target.threads("role ") {
+        if kind == "signal" {
+            continue;
+        }
+        let t = task(&records, tid);
+        assert_eq!(t.state & 0xff, 1, "{kind}: tid {tid} sleeps");
+        let addrs = stacks.unwind(tid, &t.regs);
+        let frames = names.frames(&addrs);
+        let what = format!("{kind} (tid {tid}, {how:?})");
+        if how == Build::FramePointersOnly && kind == "read" {
+            // The walk through our code rests on the saved bp alone: libc's
+            // read wrapper leaves rbp alone, so without it the walk stops.
+            // (pthread_cond_wait's internals save rbp on the stack, and
+            // their CFI restores it: there the saved bp is not needed.)
+            let mut no_bp = t.regs;
+            no_bp.bp = 0;
+            let short = stacks.unwind(tid, &no_bp);
+            assert!(short.len() < addrs.len(), "{what}: {short:x?}");
+        }
+        eprintln!("{what}:{}", show(&frames, &stacks));
+        let innermost = format!("stk_block_{kind}");
+        let at = frames
+            .iter()
+            .position(|f| f.function.as_deref() == Some(&innermost))
+            .unwrap_or_else(|| panic!("{what}: no {innermost}: {}", show(&frames, &stacks)));
+        // Above the blocking function: libc only (the syscall wrapper and,
+        // for futex, the condition variable's internals).
+        assert!(at >= 1, "{what}");
+        for f in &frames[..at] {
+            assert!(
+                file_of(&stacks, f.addr).contains("libc.so"),
+                "{what}: {}",
+                show(&frames, &stacks)
+            );
+        }
+        assert_chain(&frames, at, &innermost, &stacks, &what);
+        if how == Build::Full {
+            // DWARF: the call's line in the executable, not the next one.
+            let f = &frames[at];
+            assert!(
+                f.file
+                    .as_deref()
+                    .is_some_and(|p| p.ends_with("user_stacks.c")),
+                "{what}: {f:?}"
+            );
+            let b = frames.iter().find(|f| name(f) == "stk_chain_b").unwrap();
+            let line = rip_tests::marker_line("c/user_stacks.c", "stk_lib_outer(blockers");
+            assert_eq!(b.line, Some(line), "{what}: {b:?}");
+        }
+    }
+    assert!(
+        stacks.modules().binaries_loaded() >= 3,
+        "exe, library, libc"
+    );
+}
+
+#[test]
+fn stripped_omit_frame_pointer_binaries_unwind_through_a_library() {
+    if !bpf_tests_enabled("stripped_omit_frame_pointer_binaries_unwind_through_a_library") {
+        return;
+    }
+    known_stacks(Build::Stripped);
+}
+
+#[test]
+fn unstripped_binaries_also_give_call_lines() {
+    if !bpf_tests_enabled("unstripped_binaries_also_give_call_lines") {
+        return;
+    }
+    known_stacks(Build::Full);
+}
+
+#[test]
+fn a_non_pie_executable() {
+    if !bpf_tests_enabled("a_non_pie_executable") {
+        return;
+    }
+    known_stacks(Build::NonPie);
+}
+
+/// Without CFI for the program's own code, framehop walks its frame
+/// pointers, from the `bp` the task iterator saved.
+#[test]
+fn frame_pointers_where_there_is_no_cfi() {
+    if !bpf_tests_enabled("frame_pointers_where_there_is_no_cfi") {
+        return;
+    }
+    known_stacks(Build::FramePointersOnly);
+}
+
+/// `bp` is read by both iterator builds, and they agree on every register.
+#[test]
+fn both_iterator_builds_read_the_same_registers_with_bp() {
+    if !bpf_tests_enabled("both_iterator_builds_read_the_same_registers_with_bp") {
+        return;
+    }
+    let target = Target::start(Build::Stripped, 0);
+    let pid = target.pid();
+    let helper = tasks(pid, Some(RegsSource::Helper));
+    let kstack = tasks(pid, Some(RegsSource::KernelStack));
+    for (kind, tid) in target.threads("role ") {
+        let (a, b) = (task(&helper, tid), task(&kstack, tid));
+        assert_eq!(a.regs, b.regs, "{kind} tid {tid}");
+        assert!(a.regs.ip > 0x1000 && a.regs.sp > 0x1000, "{:?}", a.regs);
+    }
+}
+
+/// A thread blocked inside a signal handler: the handler's frames, glibc's
+/// `__restore_rt` trampoline, then the interrupted frames.
+#[test]
+fn a_thread_blocked_in_a_signal_handler() {
+    if !bpf_tests_enabled("a_thread_blocked_in_a_signal_handler") {
+        return;
+    }
+    let target = Target::start(Build::Stripped, 0);
+    let pid = target.pid();
+    let tid = target
+        .threads("role ")
+        .into_iter()
+        .find(|(k, _)| k == "signal")
+        .unwrap()
+        .1;
+    let records = tasks(pid, None);
+    let t = task(&records, tid);
+    let mut stacks = Stacks::new(pid).expect("stacks");
+    let addrs = stacks.unwind(tid, &t.regs);
+    let frames = StackSymbolizer::new(pid).frames(&addrs);
+    eprintln!("signal (tid {tid}):{}", show(&frames, &stacks));
+    let names: Vec<String> = frames.iter().map(name).collect();
+    let at = names.iter().position(|n| n == "stk_signal_wait").unwrap();
+    assert_eq!(names[at + 1], "stk_on_signal", "{names:?}");
+    // The trampoline the handler returns to.
+    assert!(
+        file_of(&stacks, frames[at + 2].addr).contains("libc.so"),
+        "{}",
+        show(&frames, &stacks)
+    );
+    let pause = names
+        .iter()
+        .position(|n| n == "stk_block_pause")
+        .unwrap_or_else(|| panic!("no interrupted frames: {}", show(&frames, &stacks)));
+    assert_chain(&frames, pause, "stk_block_pause", &stacks, "signal");
+}
+
+/// 1,000 blocked threads unwound while a ticker thread in the target
+/// measures its longest gap between 1 ms sleeps: nothing stops the process.
+#[test]
+fn a_thousand_threads_unwound_without_pausing_the_process() {
+    if !bpf_tests_enabled("a_thousand_threads_unwound_without_pausing_the_process") {
+        return;
+    }
+    const N: usize = 1000;
+    let mut target = Target::start(Build::Stripped, N);
+    let pid = target.pid();
+    let workers = target.threads("worker ");
+    assert_eq!(workers.len(), N);
+    let mut probe = KernelProbe::attach(pid, false).expect("attach");
+
+    // The ticker's gaps on this machine while nothing is done to it.
+    assert_eq!(target.command("reset"), "ok");
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_gap = target.gap();
+
+    assert_eq!(target.command("reset"), "ok");
+    let t0 = Instant::now();
+    let records = probe.tasks().expect("task iterator");
+    let t_iter = t0.elapsed();
+    let t1 = Instant::now();
+    let mut stacks = Stacks::new(pid).expect("stacks");
+    let all: Vec<Vec<u64>> = workers
+        .iter()
+        .map(|&(_, tid)| stacks.unwind(tid, &task(&records, tid).regs))
+        .collect();
+    let t_unwind = t1.elapsed();
+    let t2 = Instant::now();
+    let refs: Vec<&[u64]> = all.iter().map(Vec::as_slice).collect();
+    let frames = StackSymbolizer::new(pid).frames_of_many(&refs);
+    let t_sym = t2.elapsed();
+    let gap = target.gap();
+    let depth: usize = all.iter().map(Vec::len).sum();
+    eprintln!(
+        "{N} threads: task iterator {t_iter:?}, unwinding {t_unwind:?} ({depth} frames, {} \
+         process_vm_readv, {} binaries), symbolizing {t_sym:?}; ticker's longest gap {gap:?} \
+         (idle: {idle_gap:?})",
+        stacks.memory_reads(),
+        stacks.modules().binaries_loaded(),
+    );
+    for ((kind, tid), frames) in workers.iter().zip(&frames) {
+        let innermost = format!("stk_block_{kind}");
+        let what = format!("worker {kind} tid {tid}");
+        let at = frames
+            .iter()
+            .position(|f| f.function.as_deref() == Some(&innermost))
+            .unwrap_or_else(|| panic!("{what}: {}", show(frames, &stacks)));
+        assert_chain(frames, at, &innermost, &stacks, &what);
+    }
+    assert!(
+        gap < Duration::from_millis(50),
+        "the ticker was held up {gap:?} (idle: {idle_gap:?})"
+    );
+}
