@@ -187,11 +187,11 @@ pub struct WaitsFor {
     /// `table+0x40`), or the memory it lives in (`heap 0x…`).
     pub symbol: Option<String>,
     /// `mutex`, `pi_futex`, `rwlock`, `condvar` or `futex`.
-    pub kind: crate::collect::locks::LockKind,
+    pub kind: LockKind,
     /// A glibc mutex's flavour.
-    pub mutex: Option<crate::collect::locks::MutexFlavor>,
+    pub mutex: Option<MutexFlavor>,
     /// Who holds it, or why that is not known.
-    pub owner: crate::collect::locks::Owner,
+    pub owner: Owner,
     /// The owning thread, when it is a live thread of the process.
     pub owner_tid: Option<u32>,
     /// What the owner is doing, e.g. `blocked in read(…) for ≥41s`.
@@ -384,4 +384,99 @@ pub struct Group {
     pub location: Option<String>,
     /// Where the location came from.
     pub source: Option<LocationSource>,
+}
+
+/// What kind of lock a thread waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockKind {
+    /// A glibc `pthread_mutex_t`.
+    Mutex,
+    /// A priority-inheritance futex that is not recognisably a glibc mutex.
+    PiFutex,
+    /// A glibc `pthread_rwlock_t`.
+    Rwlock,
+    /// A glibc `pthread_cond_t`.
+    Condvar,
+    /// A futex no known lock layout fits.
+    Futex,
+}
+
+impl LockKind {
+    /// A word for sentences ("mutex", "rwlock", …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::PiFutex => "PI futex",
+            LockKind::Rwlock => "rwlock",
+            LockKind::Condvar => "condition variable",
+            LockKind::Futex => "futex",
+        }
+    }
+}
+
+/// The flavour of a glibc mutex (`__kind`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MutexFlavor {
+    /// `normal`, `recursive`, `errorcheck` or `adaptive`.
+    pub kind: &'static str,
+    /// `PTHREAD_MUTEX_ROBUST`.
+    pub robust: bool,
+    /// `PTHREAD_PRIO_INHERIT`.
+    pub pi: bool,
+    /// `PTHREAD_PRIO_PROTECT`.
+    pub pp: bool,
+    /// `PTHREAD_PROCESS_SHARED`.
+    pub pshared: bool,
+}
+
+/// Who holds the lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Owner {
+    /// A live thread of the target process.
+    Thread {
+        /// Its id.
+        tid: u32,
+    },
+    /// A thread of another process (a lock in shared memory).
+    OtherProcess {
+        /// The thread.
+        tid: u32,
+        /// Its process.
+        pid: u32,
+    },
+    /// The recorded owner is no longer a thread.
+    Exited {
+        /// The recorded thread id.
+        tid: u32,
+        /// A robust mutex: its next locker gets `EOWNERDEAD`.
+        robust: bool,
+    },
+    /// Held, but the lock records no owner (rwlock read-locked).
+    Readers {
+        /// How many readers hold it.
+        count: u32,
+    },
+    /// The lock type records no owner (condition variables), so none is
+    /// named.
+    NotRecorded {
+        /// Why.
+        reason: String,
+    },
+    /// The owner could not be established.
+    Unknown {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Owner {
+    /// The owning thread, when there is one.
+    pub fn tid(&self) -> Option<u32> {
+        match self {
+            Owner::Thread { tid } => Some(*tid),
+            _ => None,
+        }
+    }
 }

@@ -16,9 +16,10 @@ use rip_ebpf::TaskRecord;
 use rip_probe::{
     collect::{
         kernel::{KernelProbe, features::RegsSource},
-        stacks::{StackSymbolizer, Stacks},
+        stacks::Stacks,
     },
     model::Frame,
+    symbolize::stacks::StackSymbolizer,
 };
 use rip_tests::{bpf_tests_enabled, target_dir};
 

@@ -24,6 +24,7 @@ use std::io;
 use serde::Serialize;
 
 use super::memory::Memory;
+pub use crate::model::{LockKind, MutexFlavor, Owner};
 
 /// `futex(2)`.
 pub const SYS_FUTEX: i64 = 202;
@@ -63,114 +64,19 @@ const RWLOCK_READER_SHIFT: u32 = 3;
 /// Largest value Linux gives a thread id (`PID_MAX_LIMIT`, 2²²).
 const PID_MAX_LIMIT: u32 = 1 << 22;
 
-/// What kind of lock a thread waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LockKind {
-    /// A glibc `pthread_mutex_t`.
-    Mutex,
-    /// A priority-inheritance futex that is not recognisably a glibc mutex.
-    PiFutex,
-    /// A glibc `pthread_rwlock_t`.
-    Rwlock,
-    /// A glibc `pthread_cond_t`.
-    Condvar,
-    /// A futex no known lock layout fits.
-    Futex,
-}
-
-impl LockKind {
-    /// A word for sentences ("mutex", "rwlock", …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockKind::Mutex => "mutex",
-            LockKind::PiFutex => "PI futex",
-            LockKind::Rwlock => "rwlock",
-            LockKind::Condvar => "condition variable",
-            LockKind::Futex => "futex",
-        }
+/// A glibc `__kind` read as a mutex flavour, or `None` when it holds
+/// bits no mutex has.
+fn flavor_of(k: u32) -> Option<MutexFlavor> {
+    if k & !KIND_KNOWN != 0 || (k & KIND_PI != 0 && k & KIND_PP != 0) {
+        return None;
     }
-}
-
-/// The flavour of a glibc mutex (`__kind`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct MutexFlavor {
-    /// `normal`, `recursive`, `errorcheck` or `adaptive`.
-    pub kind: &'static str,
-    /// `PTHREAD_MUTEX_ROBUST`.
-    pub robust: bool,
-    /// `PTHREAD_PRIO_INHERIT`.
-    pub pi: bool,
-    /// `PTHREAD_PRIO_PROTECT`.
-    pub pp: bool,
-    /// `PTHREAD_PROCESS_SHARED`.
-    pub pshared: bool,
-}
-
-impl MutexFlavor {
-    fn from_kind(k: u32) -> Option<Self> {
-        if k & !KIND_KNOWN != 0 || (k & KIND_PI != 0 && k & KIND_PP != 0) {
-            return None;
-        }
-        Some(MutexFlavor {
-            kind: ["normal", "recursive", "errorcheck", "adaptive"][(k & KIND_TYPE_MASK) as usize],
-            robust: k & KIND_ROBUST != 0,
-            pi: k & KIND_PI != 0,
-            pp: k & KIND_PP != 0,
-            pshared: k & KIND_PSHARED != 0,
-        })
-    }
-}
-
-/// Who holds the lock.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum Owner {
-    /// A live thread of the target process.
-    Thread {
-        /// Its id.
-        tid: u32,
-    },
-    /// A thread of another process (a lock in shared memory).
-    OtherProcess {
-        /// The thread.
-        tid: u32,
-        /// Its process.
-        pid: u32,
-    },
-    /// The recorded owner is no longer a thread.
-    Exited {
-        /// The recorded thread id.
-        tid: u32,
-        /// A robust mutex: its next locker gets `EOWNERDEAD`.
-        robust: bool,
-    },
-    /// Held, but the lock records no owner (rwlock read-locked).
-    Readers {
-        /// How many readers hold it.
-        count: u32,
-    },
-    /// The lock type records no owner (condition variables), so none is
-    /// named.
-    NotRecorded {
-        /// Why.
-        reason: String,
-    },
-    /// The owner could not be established.
-    Unknown {
-        /// Why.
-        reason: String,
-    },
-}
-
-impl Owner {
-    /// The owning thread, when there is one.
-    pub fn tid(&self) -> Option<u32> {
-        match self {
-            Owner::Thread { tid } => Some(*tid),
-            _ => None,
-        }
-    }
+    Some(MutexFlavor {
+        kind: ["normal", "recursive", "errorcheck", "adaptive"][(k & KIND_TYPE_MASK) as usize],
+        robust: k & KIND_ROBUST != 0,
+        pi: k & KIND_PI != 0,
+        pp: k & KIND_PP != 0,
+        pshared: k & KIND_PSHARED != 0,
+    })
 }
 
 /// What a thread id recorded in a lock is now.
@@ -307,7 +213,7 @@ fn pi_lock(mem: &dyn Memory, tid_status: &dyn Fn(u32) -> TidStatus, uaddr: u64) 
     let flavor = mem
         .read_u32(uaddr.wrapping_add(16))
         .ok()
-        .and_then(MutexFlavor::from_kind)
+        .and_then(flavor_of)
         .filter(|f| f.pi);
     let robust = flavor.as_ref().is_some_and(|f| f.robust);
     let tid = word & FUTEX_TID_MASK;
@@ -376,7 +282,7 @@ fn as_mutex(
 ) -> Option<AwaitedLock> {
     let lock = mem.read_u32(uaddr).ok()?;
     let owner_field = mem.read_u32(uaddr.wrapping_add(8)).ok()?;
-    let flavor = MutexFlavor::from_kind(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
+    let flavor = flavor_of(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
     if flavor.pi {
         return None;
     }

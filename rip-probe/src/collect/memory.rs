@@ -41,32 +41,35 @@ impl ProcessMemory {
 
 impl Memory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as usize as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: one local iovec over `buf`, which we own mutably; the
-        // remote one is only an address in the other process.
-        let n =
-            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n as usize != buf.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("short read at {addr:#x}: {n} of {} bytes", buf.len()),
-            ));
-        }
-        Ok(())
+        read_exact(self.pid, addr, buf)
     }
+}
+
+/// Fills `buf` from `addr` in process `pid` with one `process_vm_readv`;
+/// a short read is an error (`EFAULT`), like an unmapped address.
+pub fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: one local iovec over `buf`, which we own mutably and which
+    // outlives the call; the remote one is only an address in the other
+    // process, which the kernel checks (EFAULT when unmapped).
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != buf.len() {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

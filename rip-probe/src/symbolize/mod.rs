@@ -22,6 +22,7 @@ use blazesym::{
 
 pub mod data;
 mod sites;
+pub mod stacks;
 mod thread;
 
 pub use thread::{Resolve, SymbolizerThread};

@@ -128,28 +128,10 @@ impl Memory {
 /// Reads one whole chunk of `pid`'s memory at `base`.
 fn read_remote(pid: u32, base: u64) -> Result<Box<[u8; CHUNK as usize]>, i32> {
     let mut buf = Box::new([0u8; CHUNK as usize]);
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: CHUNK as usize,
-    };
-    let remote = libc::iovec {
-        iov_base: base as usize as *mut libc::c_void,
-        iov_len: CHUNK as usize,
-    };
-    // SAFETY: `local` describes `buf`, which we own and which outlives the
-    // call; `remote` is only an address in the other process, which the
-    // kernel checks (EFAULT when unmapped); neither iovec array is aliased.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
-    }
-    // A chunk lies within one page, so a partial read means the page went
-    // away between the kernel's checks: treat it as unreadable.
-    if n as u64 != CHUNK {
-        return Err(libc::EFAULT);
-    }
+    // A chunk lies within one page, so a short read means the page went
+    // away between the kernel's checks: unreadable all the same.
+    crate::collect::memory::read_exact(pid, base, &mut buf[..])
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EFAULT))?;
     Ok(buf)
 }
 

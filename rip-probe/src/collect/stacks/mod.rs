@@ -5,11 +5,12 @@
 //! framehop, using the CFI of the binaries the process mapped (`.eh_frame`,
 //! `.eh_frame_hdr`, else `.debug_frame`; frame pointers where a binary has
 //! none) and the stack's memory read with `process_vm_readv` — never
-//! ptrace, never SIGSTOP. [`StackSymbolizer`] names the frames.
+//! ptrace, never SIGSTOP. `crate::symbolize::stacks::StackSymbolizer`
+//! names the frames.
 //!
 //! ```no_run
 //! # fn f(pid: u32, tasks: &[rip_ebpf::TaskRecord]) -> Result<(), Box<dyn std::error::Error>> {
-//! use rip_probe::collect::stacks::{StackSymbolizer, Stacks};
+//! use rip_probe::{collect::stacks::Stacks, symbolize::stacks::StackSymbolizer};
 //! let mut stacks = Stacks::new(pid)?;
 //! let mut names = StackSymbolizer::new(pid);
 //! for t in tasks {
@@ -25,8 +26,6 @@
 
 pub mod memory;
 pub mod modules;
-pub mod symbols;
 pub mod unwind;
 
-pub use symbols::StackSymbolizer;
 pub use unwind::{MAX_FRAMES, Stacks, StacksError};

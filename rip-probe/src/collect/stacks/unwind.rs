@@ -264,7 +264,7 @@ impl Stacks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::stacks::StackSymbolizer;
+    use crate::symbolize::stacks::StackSymbolizer;
 
     /// Unwinds the calling thread from registers taken here: the stack
     /// above the point where they were taken stays as it was while this
