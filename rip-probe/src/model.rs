@@ -98,8 +98,6 @@ pub enum ThreadState {
     Stopped,
     /// Stopped by a tracer (`t`).
     Traced,
-    /// Exited, not yet reaped (`Z`).
-    Zombie,
     /// Exited (`X`), or a ring slot marked exited.
     Exited,
     /// Parked kernel thread (`P`).
@@ -119,7 +117,6 @@ impl ThreadState {
             ThreadState::Idle => "idle",
             ThreadState::Stopped => "stopped",
             ThreadState::Traced => "traced",
-            ThreadState::Zombie => "zombie",
             ThreadState::Exited => "exited",
             ThreadState::Parked => "parked",
             ThreadState::Unknown => "unknown",
@@ -337,4 +334,50 @@ pub struct Group {
     pub location: Option<String>,
     /// Where the location came from.
     pub source: Option<LocationSource>,
+}
+
+impl Frame {
+    /// The function and source position to show for this address: the
+    /// innermost inlined function when there is one, else the function.
+    /// Inlined helpers of librip itself (the C header's inline snap) are
+    /// skipped, so a snap is reported at its caller's line.
+    pub fn best(&self) -> (Option<&str>, Option<&str>, Option<u32>) {
+        let mut best = (self.function.as_deref(), self.file.as_deref(), self.line);
+        for i in &self.inlined {
+            if is_librip(&i.function, i.file.as_deref()) {
+                break;
+            }
+            best = (Some(&i.function), i.file.as_deref(), i.line);
+        }
+        best
+    }
+
+    /// `file:line function`, `function+0x12`, `module+0x1234` or the bare
+    /// address, whichever is the best we know.
+    pub fn describe(&self) -> String {
+        let (func, file, line) = self.best();
+        match (func, file, line) {
+            (Some(f), Some(file), Some(line)) => format!("{}:{line} {f}", short_path(file)),
+            (Some(f), _, _) => f.to_string(),
+            _ => match (&self.module, self.module_offset) {
+                (Some(m), Some(off)) => format!("{}+{off:#x}", short_path(m)),
+                _ => format!("{:#x}", self.addr),
+            },
+        }
+    }
+}
+
+/// Whether an inlined function is librip's own snap helper.
+fn is_librip(function: &str, file: Option<&str>) -> bool {
+    function.starts_with("rip_snap") || file.is_some_and(|f| f.ends_with("librip.h"))
+}
+
+/// Keeps the last three components of a path: enough to recognise a
+/// source file without the build machine's directories.
+pub(crate) fn short_path(p: &str) -> String {
+    let parts: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+    if parts.len() <= 3 {
+        return p.to_string();
+    }
+    parts[parts.len() - 3..].join("/")
 }
