@@ -7,10 +7,9 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::{emit, filter_idle};
+use super::{emit, filter_idle, parse_duration};
 use crate::{
     analyze,
-    cli::parse_duration,
     collect::{procfs, ring::RingView},
     correlate::{self, DumpOptions, tasks::TaskClock},
     discover,

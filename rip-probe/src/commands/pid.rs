@@ -6,10 +6,9 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::{emit, filter_idle};
+use super::{emit, filter_idle, parse_duration};
 use crate::{
     analyze,
-    cli::parse_duration,
     error::{Error, Result},
     model::Report,
     render,
