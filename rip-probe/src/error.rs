@@ -115,7 +115,7 @@ pub enum Error {
 
 impl Error {
     /// Wraps an I/O error with the path it happened on.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
             source,

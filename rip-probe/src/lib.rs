@@ -42,7 +42,7 @@ pub mod session;
 mod symbolize;
 mod util;
 
-pub use discover::Lost;
+pub use discover::{Lost, Target};
 pub use error::{Error, Result};
 pub use model::Report;
 pub use session::{Observer, Session, SessionOptions};

@@ -3,8 +3,8 @@
 //! rendered text), and the filters the commands offer. Grouping is done
 //! once, here, and every renderer reads the same groups.
 
-pub mod group;
-pub mod tasks;
+pub(crate) mod group;
+pub(crate) mod tasks;
 
 pub use group::group_threads;
 pub use tasks::group_tasks;
