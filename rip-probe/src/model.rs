@@ -4,13 +4,14 @@
 //! The JSON form is documented in `docs/JSON.md`; [`SCHEMA_VERSION`] changes
 //! whenever a field is removed or changes meaning (adding fields does not).
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 /// Version of the JSON schema (`docs/JSON.md`).
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema: u32,
@@ -38,7 +39,7 @@ pub struct Report {
 }
 
 /// How the report was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// `rip-probe --pid N`: kernel state joined with ring locations.
@@ -48,7 +49,7 @@ pub enum Mode {
 }
 
 /// The observed process.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct ProcessInfo {
     /// Process id.
     pub pid: u32,
@@ -64,7 +65,7 @@ pub struct ProcessInfo {
 }
 
 /// A ring file that contributed locations.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct RingInfo {
     /// Path of the ring file.
     pub path: String,
@@ -81,7 +82,7 @@ pub struct RingInfo {
 }
 
 /// Where a thread stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ThreadState {
     /// On a CPU.
@@ -137,7 +138,7 @@ impl ThreadState {
 }
 
 /// One thread of the process.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Thread {
     /// Thread id (for a ring slot: the id it registered with).
     pub tid: u64,
@@ -167,7 +168,7 @@ pub struct Thread {
 }
 
 /// A decoded system call.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Syscall {
     /// Syscall number (x86-64).
     pub nr: i64,
@@ -180,7 +181,7 @@ pub struct Syscall {
 }
 
 /// One decoded syscall argument.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct SyscallArg {
     /// Argument name, e.g. `fd`, `op`, `uaddr`.
     pub name: &'static str,
@@ -191,7 +192,7 @@ pub struct SyscallArg {
 }
 
 /// How long a thread has been off CPU.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
 pub struct Blocked {
     /// Duration in ns.
     pub ns: u64,
@@ -202,7 +203,7 @@ pub struct Blocked {
 
 /// A symbolized code location: a function with file and line, and the
 /// functions inlined at that address (outermost first).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct Frame {
     /// The address.
     pub addr: u64,
@@ -222,7 +223,7 @@ pub struct Frame {
 }
 
 /// A function inlined into a [`Frame`].
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct InlinedFrame {
     /// Function name.
     pub function: String,
@@ -233,7 +234,7 @@ pub struct InlinedFrame {
 }
 
 /// Where a user-space location came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LocationSource {
     /// A librip ring entry (`snap`).
@@ -246,7 +247,7 @@ pub enum LocationSource {
 }
 
 /// A user-space location.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Location {
     /// Where it came from.
     pub source: LocationSource,
@@ -259,7 +260,7 @@ pub struct Location {
 }
 
 /// A coroutine or async task.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Task {
     /// Task id (librip coroutine id).
     pub id: u64,
@@ -293,7 +294,7 @@ pub struct Task {
 }
 
 /// A task's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
     /// Being polled on a thread right now.
@@ -316,7 +317,7 @@ impl TaskState {
 }
 
 /// Members that share what they are doing and where.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Group {
     /// Number of members.
     pub count: usize,
