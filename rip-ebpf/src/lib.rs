@@ -81,6 +81,7 @@ pub const TASK_STACK_DEPTH: usize = 32;
 /// attached and so never pass through sched_switch while it watches.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(zerocopy::FromBytes))]
 pub struct TaskRecord {
     /// Thread id.
     pub tid: u32,
@@ -143,6 +144,7 @@ pub struct PtRegsOffsets {
 /// from its saved user registers.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(zerocopy::FromBytes))]
 pub struct UserRegs {
     /// Syscall number (`orig_ax`), or -1 when the thread entered the kernel
     /// for another reason (interrupt, fault, preemption in user mode).
@@ -192,6 +194,7 @@ pub struct ThreadRecord {
 /// buffer to whoever observes the session.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(zerocopy::FromBytes))]
 pub struct SwitchEvent {
     /// CLOCK_MONOTONIC ns.
     pub ts_ns: u64,

@@ -2,12 +2,72 @@
 //! reuse of its pid by another process — during observation is detected
 //! instead of silently misattributing threads.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-
-use crate::{
-    collect::procfs,
-    error::{Error, Result},
+use std::{
+    os::fd::OwnedFd,
+    path::{Path, PathBuf},
 };
+
+use rustix::{
+    event::{PollFd, PollFlags, poll},
+    io::Errno,
+    process::{Pid, PidfdFlags, pidfd_open},
+};
+
+use crate::error::{Error, Result};
+
+/// Reads `/proc/<pid>/task/<tid>/<file>` (or `/proc/<pid>/<file>` for
+/// tid 0) to a string.
+fn read(pid: u32, tid: u32, file: &str) -> std::io::Result<String> {
+    let p = if tid == 0 {
+        format!("/proc/{pid}/{file}")
+    } else {
+        format!("/proc/{pid}/task/{tid}/{file}")
+    };
+    std::fs::read_to_string(p)
+}
+
+/// The fields of `/proc/<pid>/task/<tid>/stat` we use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Stat {
+    /// Thread name.
+    pub(crate) comm: String,
+    /// State letter (`R`, `S`, `D`, `T`, `t`, `Z`, `X`, `I`, `P`).
+    pub(crate) state: char,
+    /// Start time in clock ticks since boot (identifies a pid across reuse).
+    pub(crate) start_time: u64,
+}
+
+/// Parses a stat line. The comm may contain spaces and parentheses, so the
+/// fields are found from the last `)`.
+pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    // rest[0] is field 3 (state); start time is field 22.
+    let state = rest.first()?.chars().next()?;
+    let start_time = rest.get(19)?.parse().ok()?;
+    Some(Stat {
+        comm,
+        state,
+        start_time,
+    })
+}
+
+/// `stat` of a thread (tid 0: of the process).
+pub(crate) fn stat(pid: u32, tid: u32) -> Option<Stat> {
+    parse_stat(&read(pid, tid, "stat").ok()?)
+}
+
+/// The executable path of a process.
+pub(crate) fn exe(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// Whether `path` exists and is a directory (a cheap liveness test).
+pub(crate) fn exists(path: impl AsRef<Path>) -> bool {
+    path.as_ref().is_dir()
+}
 
 /// A live process, pinned by a pidfd.
 pub struct Target {
@@ -30,31 +90,24 @@ pub enum Lost {
 impl Target {
     /// Opens process `pid`, or [`Error::NoSuchProcess`].
     pub fn open(pid: u32) -> Result<Self> {
-        let raw = i32::try_from(pid).map_err(|_| Error::NoSuchProcess(pid))?;
-        if raw <= 0 {
-            return Err(Error::NoSuchProcess(pid));
-        }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::ESRCH) | Some(libc::EINVAL) => Error::NoSuchProcess(pid),
-                _ => Error::io(format!("pidfd_open({pid})"), e),
-            });
-        }
-        // SAFETY: a fresh fd returned by the kernel, owned from here on.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let raw = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or(Error::NoSuchProcess(pid))?;
+        let pidfd = pidfd_open(raw, PidfdFlags::empty()).map_err(|e| match e {
+            Errno::SRCH | Errno::INVAL => Error::NoSuchProcess(pid),
+            e => Error::io(format!("pidfd_open({pid})"), e.into()),
+        })?;
         // Read identity after the pidfd exists: if the pid was reused in
         // between, the start time below belongs to the process the pidfd
         // refers to... unless it exited already, which `lost` reports.
-        let st = procfs::stat(pid, 0).ok_or(Error::NoSuchProcess(pid))?;
+        let st = stat(pid, 0).ok_or(Error::NoSuchProcess(pid))?;
         Ok(Target {
             pid,
             pidfd,
             start_time: st.start_time,
             comm: st.comm,
-            exe: procfs::exe(pid).map(|p| p.display().to_string()),
+            exe: exe(pid).map(|p| p.display().to_string()),
         })
     }
 
@@ -81,16 +134,9 @@ impl Target {
     /// `None` while the process we opened is alive; otherwise whether it
     /// exited or its pid now belongs to someone else.
     pub fn lost(&self) -> Option<Lost> {
-        let mut pfd = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
-        if rc > 0 && pfd.revents & libc::POLLIN != 0 {
+        if self.wait_exit(std::time::Duration::ZERO) {
             // The pidfd turns readable when the process exits.
-            return Some(match procfs::stat(self.pid, 0) {
+            return Some(match stat(self.pid, 0) {
                 Some(st) if st.start_time != self.start_time => Lost::PidReused,
                 _ => Lost::Exited,
             });
@@ -101,15 +147,15 @@ impl Target {
     /// Blocks up to `timeout` or until the process exits; returns whether
     /// it exited.
     pub fn wait_exit(&self, timeout: std::time::Duration) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        rc > 0 && pfd.revents & libc::POLLIN != 0
+        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+        let timeout = rustix::time::Timespec::try_from(timeout).unwrap_or(rustix::time::Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        // The pidfd turns readable when the process exits. EINTR reads as
+        // "not yet": the caller loops.
+        poll(&mut fds, Some(&timeout)).is_ok_and(|n| n > 0)
+            && fds[0].revents().contains(PollFlags::IN)
     }
 }
 
@@ -129,6 +175,18 @@ impl Lost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let s = parse_stat(
+            "4711 (a) b (c)) S 1 4711 4711 0 -1 4194560 107 0 0 0 0 0 0 0 20 0 1 0 123456 0 0",
+        )
+        .unwrap();
+        assert_eq!(s.comm, "a) b (c)");
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.start_time, 123456);
+        assert!(parse_stat("garbage").is_none());
+    }
 
     #[test]
     fn own_process_is_alive() {

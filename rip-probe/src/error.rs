@@ -46,11 +46,12 @@ pub enum Error {
         what: String,
     },
     /// An I/O error on a named file.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file involved.
         path: PathBuf,
         /// The underlying error.
+        #[source]
         source: std::io::Error,
     },
     /// `--help` or `--version` was asked for: the text to print.
@@ -69,41 +70,158 @@ pub enum Error {
     /// says what to change.
     #[error("{0}")]
     Usage(String),
-    /// The BPF loader or verifier refused something.
-    #[error("BPF: {0}")]
-    Bpf(String),
+    /// Loading rip-ebpf's object (its maps, BTF and relocations) failed.
+    #[error("BPF: loading rip-ebpf")]
+    LoadObject(#[source] aya::EbpfError),
+    /// A program could not be loaded (the verifier refused it), attached or
+    /// detached; `op` names which and what.
+    #[error("BPF: {op}")]
+    Program {
+        /// The operation, e.g. `attaching sched:sched_switch`.
+        op: String,
+        /// aya's error.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A map of the programs could not be opened, read or written.
+    #[error("BPF: {op}")]
+    Map {
+        /// The operation, e.g. `seeding THREADS`.
+        op: String,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A link (an attachment) could not be turned into what was asked of it.
+    #[error("BPF: {op}")]
+    Link {
+        /// The operation, e.g. `creating the task iterator`.
+        op: String,
+        /// aya's error.
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
+    /// The kernel's BTF could not be parsed (the task iterator needs it).
+    #[error("BPF: reading kernel BTF")]
+    KernelBtf(#[source] aya::BtfError),
+    /// The kernel's BTF parse is gone: it failed or panicked before.
+    #[error("BPF: the kernel BTF parse did not finish ({0})")]
+    KernelBtfLost(&'static str),
+    /// The embedded object lacks a program or map rip-probe looks for (a
+    /// build mismatch).
+    #[error("BPF: {0} is missing from the embedded BPF object")]
+    MissingFromObject(String),
 }
 
 impl Error {
     /// Wraps an I/O error with the path it happened on.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
             source,
         }
     }
 
-    /// Maps an aya error to [`Error::NotPrivileged`] when it is EPERM, and to
-    /// [`Error::Bpf`] with its full cause chain otherwise. (EACCES is what
-    /// the verifier answers to a program it rejects: not a privilege issue.)
-    pub fn bpf(context: &str, err: impl std::error::Error) -> Self {
-        let mut msg = format!("{context}: {err}");
-        let mut src = err.source();
-        let mut denied = false;
-        while let Some(s) = src {
-            msg.push_str(&format!(": {s}"));
-            if let Some(io) = s.downcast_ref::<std::io::Error>() {
-                denied |= io.raw_os_error() == Some(libc::EPERM);
+    /// A program operation's error, or [`Error::NotPrivileged`] when the
+    /// kernel answered EPERM (EACCES is what the verifier answers to a
+    /// program it rejects: not a privilege issue).
+    pub(crate) fn program(op: impl Into<String>, source: aya::programs::ProgramError) -> Self {
+        Self::unless_denied(Error::Program {
+            op: op.into(),
+            source,
+        })
+    }
+
+    /// A map operation's error, or [`Error::NotPrivileged`] on EPERM.
+    pub(crate) fn map(op: impl Into<String>, source: aya::maps::MapError) -> Self {
+        Self::unless_denied(Error::Map {
+            op: op.into(),
+            source,
+        })
+    }
+
+    /// An object load's error, or [`Error::NotPrivileged`] on EPERM.
+    pub(crate) fn load(source: aya::EbpfError) -> Self {
+        Self::unless_denied(Error::LoadObject(source))
+    }
+
+    fn unless_denied(e: Error) -> Self {
+        let denied = Chain::new(&e).any(|s| {
+            s.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()))
+        });
+        if denied { Error::NotPrivileged } else { e }
+    }
+
+    /// The error and its causes on one line, `: `-separated: what the CLI
+    /// prints.
+    pub fn one_line(&self) -> String {
+        let mut s = String::new();
+        for (i, e) in Chain::new(self).enumerate() {
+            if i > 0 {
+                s.push_str(": ");
             }
-            src = s.source();
+            s.push_str(&e.to_string());
         }
-        if denied {
-            Error::NotPrivileged
-        } else {
-            Error::Bpf(msg)
-        }
+        s.replace('\n', " ")
+    }
+}
+
+/// An error followed by its sources.
+struct Chain<'a>(Option<&'a (dyn std::error::Error + 'static)>);
+
+impl<'a> Chain<'a> {
+    fn new(e: &'a (dyn std::error::Error + 'static)) -> Self {
+        Chain(Some(e))
+    }
+}
+
+impl<'a> Iterator for Chain<'a> {
+    type Item = &'a (dyn std::error::Error + 'static);
+    fn next(&mut self) -> Option<Self::Item> {
+        let e = self.0?;
+        self.0 = e.source();
+        Some(e)
     }
 }
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chain_is_one_line_with_each_cause() {
+        let e = Error::io(
+            "/sys/kernel/btf/vmlinux",
+            std::io::Error::new(std::io::ErrorKind::NotFound, "gone"),
+        );
+        assert_eq!(e.one_line(), "/sys/kernel/btf/vmlinux: gone");
+        let e = Error::map(
+            "reading THREADS",
+            aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+                call: "bpf_map_lookup_elem",
+                io_error: std::io::Error::from_raw_os_error(22),
+            }),
+        );
+        let line = e.one_line();
+        assert!(line.starts_with("BPF: reading THREADS: "), "{line}");
+        assert!(line.contains("bpf_map_lookup_elem"), "{line}");
+        assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn eperm_anywhere_in_the_chain_says_how_to_get_privileges() {
+        let e = Error::map(
+            "seeding THREADS",
+            aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+                call: "bpf_map_update_elem",
+                io_error: std::io::Error::from_raw_os_error(1),
+            }),
+        );
+        assert!(matches!(e, Error::NotPrivileged));
+        assert!(e.one_line().contains("run as root"));
+    }
+}

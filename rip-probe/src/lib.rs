@@ -1,28 +1,49 @@
 //! rip-probe: where is every thread of a process, and why is it not moving.
 //!
-//! Data flows through the modules in this order:
-//! [`discover`] (the target, pinned by a pidfd) → [`collect`] (kernel state
-//! through eBPF and /proc; locations from the process's librip ring) →
-//! [`correlate`] (joined per thread id into the [`model`]; coroutine and
-//! async-task slots become [`tasks`]) → [`symbolize`]
-//! (blazesym) → [`render`] (text or JSON). [`session`] drives the whole
-//! flow for a live process and is the API other tools use; [`decode`]
-//! turns raw syscall registers into names and arguments.
+//! # Using it as a library
+//!
+//! A [`Session`] attaches to a live process, observes it (an [`Observer`]
+//! sees each context switch of its threads) and takes a [`Report`]: every
+//! thread's kernel state joined with where its librip ring (or a uprobe, or
+//! its saved user pc) says it is, symbolized and grouped. The report's
+//! types are in [`model`]; [`render`] writes it as text or JSON.
+//! [`collect::kernel::KernelProbe`] is the lower-level API under a
+//! session: rip's eBPF programs loaded for one process, read back raw.
+//!
+//! # How it is built
+//!
+//! The modules are the pipeline's stages, and each imports only the ones
+//! below it (a test, `tests/architecture.rs`, checks it):
+//!
+//! | layer | module | what it does |
+//! | --- | --- | --- |
+//! | 0 | `util`, [`model`], `error` | phase timings, helper threads, time formats; the data model; errors |
+//! | 1 | `discover` | the target process, pinned by a pidfd |
+//! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring |
+//! | 3 | `correlate` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded |
+//! | 4 | `symbolize` | addresses to functions and lines (blazesym) |
+//! | 5 | [`analyze`] | groups over typed keys, filters |
+//! | 6 | [`render`] | text or JSON |
+//! | 7 | [`session`] | a live process: discover → collect → correlate → symbolize |
+//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings): thin compositions of the stages |
+//! | 9 | [`cli`] | argument parsing and the one-line errors |
+#![deny(missing_docs)]
 
 pub mod analyze;
-pub mod background;
 pub mod cli;
 pub mod collect;
-pub mod correlate;
-pub mod decode;
-pub mod discover;
-pub mod error;
+mod commands;
+mod correlate;
+mod discover;
+mod error;
 pub mod model;
-pub mod original;
 pub mod render;
 pub mod session;
-pub mod symbolize;
-pub mod tasks;
-pub mod timing;
+mod symbolize;
+mod util;
 
+pub use discover::{Lost, Target};
 pub use error::{Error, Result};
+pub use model::Report;
+pub use session::{Observer, Session, SessionOptions};
+pub use symbolize::stacks::StackSymbolizer;

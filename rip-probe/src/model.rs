@@ -4,13 +4,14 @@
 //! The JSON form is documented in `docs/JSON.md`; [`SCHEMA_VERSION`] changes
 //! whenever a field is removed or changes meaning (adding fields does not).
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 /// Version of the JSON schema (`docs/JSON.md`).
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema: u32,
@@ -41,7 +42,7 @@ pub struct Report {
 }
 
 /// How the report was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// `rip-probe --pid N`: kernel state joined with ring locations.
@@ -51,7 +52,7 @@ pub enum Mode {
 }
 
 /// The observed process.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct ProcessInfo {
     /// Process id.
     pub pid: u32,
@@ -67,7 +68,7 @@ pub struct ProcessInfo {
 }
 
 /// A ring file that contributed locations.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct RingInfo {
     /// Path of the ring file.
     pub path: String,
@@ -84,7 +85,7 @@ pub struct RingInfo {
 }
 
 /// Where a thread stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ThreadState {
     /// On a CPU.
@@ -101,8 +102,6 @@ pub enum ThreadState {
     Stopped,
     /// Stopped by a tracer (`t`).
     Traced,
-    /// Exited, not yet reaped (`Z`).
-    Zombie,
     /// Exited (`X`), or a ring slot marked exited.
     Exited,
     /// Parked kernel thread (`P`).
@@ -122,7 +121,6 @@ impl ThreadState {
             ThreadState::Idle => "idle",
             ThreadState::Stopped => "stopped",
             ThreadState::Traced => "traced",
-            ThreadState::Zombie => "zombie",
             ThreadState::Exited => "exited",
             ThreadState::Parked => "parked",
             ThreadState::Unknown => "unknown",
@@ -143,7 +141,7 @@ impl ThreadState {
 }
 
 /// One thread of the process.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Thread {
     /// Thread id (for a ring slot: the id it registered with).
     pub tid: u64,
@@ -176,7 +174,7 @@ pub struct Thread {
 }
 
 /// The lock a blocked thread waits for, read from the target's memory.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct WaitsFor {
     /// Address of the lock (the mutex, rwlock or condition variable; the
     /// futex word for other futexes).
@@ -199,7 +197,7 @@ pub struct WaitsFor {
 }
 
 /// A decoded system call.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Syscall {
     /// Syscall number (x86-64).
     pub nr: i64,
@@ -212,7 +210,7 @@ pub struct Syscall {
 }
 
 /// One decoded syscall argument.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct SyscallArg {
     /// Argument name, e.g. `fd`, `op`, `uaddr`.
     pub name: &'static str,
@@ -223,7 +221,7 @@ pub struct SyscallArg {
 }
 
 /// How long a thread has been off CPU.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
 pub struct Blocked {
     /// Duration in ns.
     pub ns: u64,
@@ -234,7 +232,7 @@ pub struct Blocked {
 
 /// A symbolized code location: a function with file and line, and the
 /// functions inlined at that address (outermost first).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, JsonSchema)]
 pub struct Frame {
     /// The address.
     pub addr: u64,
@@ -251,20 +249,20 @@ pub struct Frame {
     /// Offset of `addr` from the start of `function`, when the address
     /// has no line (shown as `function+0x1f`, so distinct places stay
     /// distinct). Absent from JSON when unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function_offset: Option<u64>,
     /// Source column (1-based), from the binary's site table. Absent from
     /// JSON when unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub column: Option<u32>,
     /// The snap's label (`snap!("…")`, `RIP_SNAP_LABEL("…")`), from the
     /// binary's site table. Absent from JSON when the site has none.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     /// `file`/`line` (and `label`) come from the binary's site table
     /// (exact for a snap, even without debug information). Absent from
     /// JSON when false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub site: bool,
     /// Functions inlined at this address, outermost first; the last one is
     /// where the address really is.
@@ -272,7 +270,7 @@ pub struct Frame {
 }
 
 /// A function inlined into a [`Frame`].
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct InlinedFrame {
     /// Function name.
     pub function: String,
@@ -283,7 +281,7 @@ pub struct InlinedFrame {
 }
 
 /// Where a user-space location came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LocationSource {
     /// A librip ring entry (`snap`).
@@ -296,7 +294,7 @@ pub enum LocationSource {
 }
 
 /// A user-space location.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Location {
     /// Where it came from.
     pub source: LocationSource,
@@ -309,7 +307,7 @@ pub struct Location {
 }
 
 /// A coroutine or async task.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Task {
     /// Task id (librip coroutine id).
     pub id: u64,
@@ -343,7 +341,7 @@ pub struct Task {
 }
 
 /// A task's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
     /// Being polled on a thread right now.
@@ -366,7 +364,7 @@ impl TaskState {
 }
 
 /// Members that share what they are doing and where.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Group {
     /// Number of members.
     pub count: usize,
@@ -387,7 +385,7 @@ pub struct Group {
 }
 
 /// What kind of lock a thread waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LockKind {
     /// A glibc `pthread_mutex_t`.
@@ -415,8 +413,48 @@ impl LockKind {
     }
 }
 
+impl Frame {
+    /// The function and source position to show for this address: the
+    /// innermost inlined function when there is one, else the function.
+    /// Inlined helpers of librip itself (the C header's inline snap) are
+    /// skipped, so a snap is reported at its caller's line.
+    pub fn best(&self) -> (Option<&str>, Option<&str>, Option<u32>) {
+        let mut best = (self.function.as_deref(), self.file.as_deref(), self.line);
+        for i in &self.inlined {
+            if is_librip(&i.function, i.file.as_deref()) {
+                break;
+            }
+            best = (Some(&i.function), i.file.as_deref(), i.line);
+        }
+        best
+    }
+
+    /// `file:line function`, `function+0x12`, `module+0x1234` or the bare
+    /// address, whichever is the best we know; then the snap's label, if
+    /// its site has one: `src/book.rs:88 Book::wait — "waiting"`.
+    pub fn describe(&self) -> String {
+        let (func, file, line) = self.best();
+        let mut s = match (func, file, line) {
+            (Some(f), Some(file), Some(line)) => format!("{}:{line} {f}", short_path(file)),
+            (None, Some(file), Some(line)) => format!("{}:{line}", short_path(file)),
+            (Some(f), _, _) => match self.function_offset {
+                Some(off) => format!("{f}+{off:#x}"),
+                None => f.to_string(),
+            },
+            _ => match (&self.module, self.module_offset) {
+                (Some(m), Some(off)) => format!("{}+{off:#x}", short_path(m)),
+                _ => format!("{:#x}", self.addr),
+            },
+        };
+        if let Some(label) = &self.label {
+            s.push_str(&format!(" — \"{label}\""));
+        }
+        s
+    }
+}
+
 /// The flavour of a glibc mutex (`__kind`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct MutexFlavor {
     /// `normal`, `recursive`, `errorcheck` or `adaptive`.
     pub kind: &'static str,
@@ -431,7 +469,7 @@ pub struct MutexFlavor {
 }
 
 /// Who holds the lock.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Owner {
     /// A live thread of the target process.
@@ -479,4 +517,19 @@ impl Owner {
             _ => None,
         }
     }
+}
+
+/// Whether an inlined function is librip's own snap helper.
+pub(crate) fn is_librip(function: &str, file: Option<&str>) -> bool {
+    function.starts_with("rip_snap") || file.is_some_and(|f| f.ends_with("librip.h"))
+}
+
+/// Keeps the last three components of a path: enough to recognise a
+/// source file without the build machine's directories.
+pub(crate) fn short_path(p: &str) -> String {
+    let parts: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+    if parts.len() <= 3 {
+        return p.to_string();
+    }
+    parts[parts.len() - 3..].join("/")
 }

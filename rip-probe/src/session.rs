@@ -17,25 +17,21 @@
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use librip::reader::ReadError;
-use rip_ebpf::{SwitchEvent, ThreadRecord, task_state};
+use rip_ebpf::SwitchEvent;
 
 use crate::{
+    analyze,
     collect::{
         kernel::{EventStream, KernelProbe, uprobe},
         procfs::{self, ProcLookup},
         ring::RingView,
     },
-    correlate::{self, Clock, LiveInputs},
-    decode::Lookup,
+    correlate::{self, AfterExit, Clock, LiveInputs},
     discover::{Lost, Target},
     error::{Error, Result},
-    model::{
-        Frame, Location, LocationSource, Mode, ProcessInfo, Report, SCHEMA_VERSION, Thread,
-        ThreadState,
-    },
+    model::{ProcessInfo, Report},
     symbolize::{self, SymbolizerThread, UserSpace},
-    tasks::{self, TaskClock},
-    timing,
+    util::timing,
 };
 
 /// What to attach to and how.
@@ -96,13 +92,8 @@ pub struct Session {
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+pub(crate) fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -232,6 +223,14 @@ impl Session {
     /// Every thread's joined state now: kernel view (task iterator and
     /// sched_switch), ring or uprobe location, symbolized and grouped.
     pub fn snapshot(&mut self) -> Result<Report> {
+        let mut report = self.snapshot_ungrouped()?;
+        analyze::groups(&mut report);
+        Ok(report)
+    }
+
+    /// [`Self::snapshot`] without the groups: for commands that filter
+    /// threads first and then group once.
+    pub(crate) fn snapshot_ungrouped(&mut self) -> Result<Report> {
         let ring = timing::phase("read ring", || self.ring())?;
         let switches = timing::phase("read thread map", || self.probe.threads())?;
         let hits = self.probe.uprobe_hits()?;
@@ -244,7 +243,20 @@ impl Session {
         // iterator ran, its records may describe a stranger.
         let lost_now = self.lost().is_some();
         let mut report = if lost_now {
-            self.report_after_exit(&switches, ring.as_ref())
+            // Kernel stacks by id, read once each (taken only with events).
+            let mut stacks = HashMap::new();
+            for r in switches.values().filter(|r| r.switches > 0) {
+                if let std::collections::hash_map::Entry::Vacant(e) = stacks.entry(r.kstack_id) {
+                    e.insert(self.probe.kernel_stack(r.kstack_id).unwrap_or_default());
+                }
+            }
+            correlate::after_exit(&AfterExit {
+                process: self.process_info(),
+                switches: &switches,
+                stacks: &stacks,
+                ring: ring.as_ref(),
+                window_ns: monotonic_ns().saturating_sub(self.attached_ns),
+            })
         } else {
             let lookup = ProcLookup::new(self.target.pid());
             let now_ns = tasks.first().map_or_else(monotonic_ns, |t| t.now_ns);
@@ -273,119 +285,9 @@ impl Session {
         });
         if !lost_now {
             timing::phase("locks", || {
-                crate::analyze::waits::fill(&mut report, self.target.pid())
+                analyze::waits::fill(&mut report, self.target.pid())
             });
         }
-        report.groups = correlate::group_threads(&report.threads);
-        report.task_groups = tasks::group_tasks(&report.tasks);
         Ok(report)
-    }
-
-    /// The target died during the window: report what sched_switch saw of
-    /// each thread last (its state at its last switch off the CPU, and with
-    /// [`SessionOptions::events`] its syscall and kernel stack) and where
-    /// its ring says it was.
-    fn report_after_exit(
-        &mut self,
-        switches: &HashMap<u32, ThreadRecord>,
-        ring: Option<&RingView>,
-    ) -> Report {
-        struct Gone;
-        impl Lookup for Gone {
-            fn fd(&self, _: i32) -> Option<String> {
-                None
-            }
-            fn mem(&self, _: u64, _: usize) -> Option<Vec<u8>> {
-                None
-            }
-        }
-        let mut threads: Vec<Thread> = switches
-            .iter()
-            .filter(|(_, r)| r.switches > 0)
-            .map(|(&tid, r)| {
-                let slot = ring.and_then(|ring| {
-                    ring.slots
-                        .iter()
-                        .find(|s| !s.coroutine && s.id == u64::from(tid))
-                });
-                Thread {
-                    tid: u64::from(tid),
-                    name: slot.map(|s| s.name.clone()).unwrap_or_default(),
-                    name_source: "ring",
-                    state: state_from_switch(r.state),
-                    syscall: crate::decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone),
-                    blocked: None,
-                    kernel_stack: self
-                        .probe
-                        .kernel_stack(r.kstack_id)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|addr| Frame {
-                            addr,
-                            ..Frame::default()
-                        })
-                        .collect(),
-                    location: slot
-                        .and_then(|s| s.entries.last())
-                        .map(|&(seq, addr)| Location {
-                            source: LocationSource::Ring,
-                            seq: Some(seq),
-                            ago_ns: None,
-                            frame: Frame {
-                                addr,
-                                ..Frame::default()
-                            },
-                        }),
-                    history: Vec::new(),
-                    snaps: slot.map(|s| s.snaps),
-                    polling_task: None,
-                    waits_for: None,
-                    exited: true,
-                }
-            })
-            .collect();
-        threads.sort_by_key(|t| t.tid);
-        let mut warnings =
-            vec!["states are as of each thread's last switch off the CPU before the exit".into()];
-        let tasks = ring
-            .map(|r| tasks::ring_tasks(r, TaskClock::PostMortem, false))
-            .unwrap_or_default();
-        if let Some(r) = ring.filter(|_| !tasks.is_empty()) {
-            warnings.push(correlate::post_mortem_warning(r));
-        }
-        Report {
-            schema: SCHEMA_VERSION,
-            mode: Mode::Pid,
-            process: self.process_info(),
-            rings: Vec::new(),
-            window_ns: monotonic_ns().saturating_sub(self.attached_ns),
-            threads,
-            tasks,
-            groups: Vec::new(),
-            task_groups: Vec::new(),
-            warnings,
-            deadlocks: Vec::new(),
-        }
-    }
-}
-
-/// The state a sched_switch `prev_state` describes.
-fn state_from_switch(s: u64) -> ThreadState {
-    if s & task_state::PREEMPTED != 0 || s == 0 {
-        ThreadState::Runnable
-    } else if s & task_state::UNINTERRUPTIBLE != 0 {
-        ThreadState::Uninterruptible
-    } else if s & task_state::INTERRUPTIBLE != 0 {
-        ThreadState::Sleeping
-    } else if s & (task_state::STOPPED) != 0 {
-        ThreadState::Stopped
-    } else if s & task_state::TRACED != 0 {
-        ThreadState::Traced
-    } else if s & (task_state::DEAD | task_state::ZOMBIE) != 0 {
-        ThreadState::Exited
-    } else if s & task_state::IDLE != 0 {
-        ThreadState::Idle
-    } else {
-        ThreadState::Unknown
     }
 }

@@ -1,43 +1,190 @@
-//! The JSON output stays what docs/JSON.md documents: every field name the
-//! report serializes is documented there, and the schema version matches.
+//! The JSON output is what the model says and what docs/JSON.md documents:
+//! every report validates against a schema generated from the model
+//! (schemars), and docs/JSON.md documents every field of every object of
+//! that schema, and no field it does not have.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
 
 use common::full_report;
-use rip_probe::model::SCHEMA_VERSION;
+use rip_probe::model::{Report, SCHEMA_VERSION};
 
-fn keys(v: &serde_json::Value, out: &mut BTreeSet<String>) {
-    match v {
-        serde_json::Value::Object(m) => {
-            for (k, v) in m {
-                out.insert(k.clone());
-                keys(v, out);
-            }
-        }
-        serde_json::Value::Array(a) => a.iter().for_each(|v| keys(v, out)),
-        _ => {}
+fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Report)).unwrap()
+}
+
+fn json(r: &Report) -> serde_json::Value {
+    let mut out = Vec::new();
+    rip_probe::render::json(r, &mut out).unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// Sample reports: every optional part filled in, and every part empty.
+fn reports() -> Vec<Report> {
+    let full = full_report();
+    let mut empty = full.clone();
+    empty.threads.clear();
+    empty.tasks.clear();
+    empty.groups.clear();
+    empty.task_groups.clear();
+    empty.rings.clear();
+    empty.warnings.clear();
+    empty.process.exe = None;
+    empty.process.comm = None;
+    empty.process.lost = None;
+    let mut sparse = full.clone();
+    for t in &mut sparse.threads {
+        t.syscall = None;
+        t.blocked = None;
+        t.location = None;
+        t.snaps = None;
+        t.polling_task = None;
     }
+    for t in &mut sparse.tasks {
+        t.polling_tid = None;
+        t.idle_ns = None;
+        t.location = None;
+    }
+    vec![full, empty, sparse]
 }
 
 #[test]
-fn every_field_is_documented() {
+fn every_report_validates_against_the_models_schema() {
+    let schema = schema();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    for r in reports() {
+        let v = json(&r);
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+        assert_eq!(v["schema"], SCHEMA_VERSION);
+    }
+    // And the check can fail: a report with a field of the wrong type.
+    let mut v = json(&full_report());
+    v["threads"][0]["tid"] = "one".into();
+    assert!(!validator.is_valid(&v));
+}
+
+/// The object types of the schema, by the heading docs/JSON.md gives them,
+/// each with its property names.
+fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
+    let s = schema();
+    // An object's properties; for a tagged enum (`oneOf` objects), the
+    // union of its variants' properties, the tag included.
+    fn props(o: &serde_json::Value) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = o["properties"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        for variants in [&o["oneOf"], &o["anyOf"]] {
+            for v in variants.as_array().into_iter().flatten() {
+                out.extend(props(v));
+            }
+        }
+        out
+    }
+    let heading = |def: &str| -> String {
+        match def {
+            "ProcessInfo" => "Process",
+            "RingInfo" => "Ring",
+            "SyscallArg" => "Arg",
+            "InlinedFrame" => "Frame.inlined",
+            "MutexFlavor" => "Mutex",
+            d => d,
+        }
+        .to_string()
+    };
+    let mut out = BTreeMap::new();
+    out.insert("Report".to_string(), props(&s));
+    for (name, def) in s["$defs"].as_object().unwrap() {
+        let fields = props(def);
+        if !fields.is_empty() {
+            out.insert(heading(name), fields);
+        }
+    }
+    out
+}
+
+/// docs/JSON.md's fields, per heading: the first column of each table
+/// row, and the `{`a`, `b`}` objects written inline in a type column
+/// (as heading `Parent.field`).
+fn documented() -> BTreeMap<String, BTreeSet<String>> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/JSON.md"))
         .expect("docs/JSON.md");
-    let mut out = Vec::new();
-    rip_probe::render::json(&full_report(), &mut out).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    let mut names = BTreeSet::new();
-    keys(&v, &mut names);
-    let undocumented: Vec<_> = names
-        .iter()
-        .filter(|k| !doc.contains(&format!("`{k}`")))
-        .collect();
-    assert!(
-        undocumented.is_empty(),
-        "not in docs/JSON.md: {undocumented:?}"
+    let ticked = |s: &str| -> Vec<String> {
+        s.split('`')
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, t)| t.to_string())
+            .collect()
+    };
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut section = String::new();
+    for line in doc.lines() {
+        if let Some(h) = line
+            .strip_prefix("## ")
+            .or_else(|| line.strip_prefix("### "))
+        {
+            section = h.trim().to_string();
+            continue;
+        }
+        let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cols.len() < 4 || !cols[1].starts_with('`') {
+            continue;
+        }
+        let field = ticked(cols[1]).remove(0);
+        if let Some(inner) = cols[2].strip_prefix('{').and_then(|t| t.split('}').next()) {
+            out.entry(format!("{section}.{field}"))
+                .or_default()
+                .extend(ticked(inner));
+        }
+        out.entry(section.clone()).or_default().insert(field);
+    }
+    out
+}
+
+#[test]
+fn docs_json_md_documents_every_field_and_nothing_else() {
+    let doc = documented();
+    let schema = schema_objects();
+    assert_eq!(
+        doc.keys().collect::<Vec<_>>(),
+        schema.keys().collect::<Vec<_>>(),
+        "the objects docs/JSON.md documents are the model's"
     );
-    assert!(doc.contains(&format!("(schema {SCHEMA_VERSION})")));
-    assert_eq!(v["schema"], SCHEMA_VERSION);
+    for (object, fields) in &schema {
+        let d = &doc[object];
+        let undocumented: Vec<_> = fields.difference(d).collect();
+        let extra: Vec<_> = d.difference(fields).collect();
+        assert!(
+            undocumented.is_empty() && extra.is_empty(),
+            "{object}: not in docs/JSON.md: {undocumented:?}; documented but not in the model: {extra:?}"
+        );
+    }
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/JSON.md")).unwrap();
+    assert!(text.contains(&format!("(schema {SCHEMA_VERSION})")));
+}
+
+/// Every key the full report serializes is in the schema's objects: the
+/// schema is the output's, not a description beside it.
+#[test]
+fn the_schema_covers_every_serialized_key() {
+    fn keys(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    out.insert(k.clone());
+                    keys(v, out);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let mut names = BTreeSet::new();
+    keys(&json(&full_report()), &mut names);
+    let all: BTreeSet<String> = schema_objects().into_values().flatten().collect();
+    let missing: Vec<_> = names.difference(&all).collect();
+    assert!(missing.is_empty(), "{missing:?}");
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{frame, full_report};
-use rip_probe::{correlate, model::*, render};
+use rip_probe::{analyze, model::*, render};
 
 fn render(f: fn(&Report, &mut dyn std::io::Write) -> std::io::Result<()>, r: &Report) -> String {
     let mut out = Vec::new();
@@ -49,8 +49,8 @@ fn live_report() -> Report {
         thread(12, "spinner", ThreadState::Running, None),
     ];
     r.tasks.clear();
-    r.groups = correlate::group_threads(&r.threads);
-    r.task_groups = correlate::group_tasks(&r.tasks);
+    r.groups = analyze::group_threads(&r.threads);
+    r.task_groups = analyze::group_tasks(&r.tasks);
     r
 }
 
@@ -96,7 +96,7 @@ fn grouped_and_history_views() {
         ago_ns: None,
         frame: Frame { addr: 9, ..frame() },
     }];
-    r.groups = correlate::group_threads(&r.threads);
+    r.groups = analyze::group_threads(&r.threads);
     let got = render(render::grouped, &r);
     let want = "\
 pid 1 (server) /usr/bin/server: 3 threads, process not running
@@ -149,7 +149,7 @@ fn tasks_views() {
         task(4, TaskState::Polling, 2 * s, 88),
         task(5, TaskState::Idle, 3 * s, 7),
     ];
-    r.task_groups = correlate::group_tasks(&r.tasks);
+    r.task_groups = analyze::group_tasks(&r.tasks);
     let got = render(render::live, &r);
     let want = "\
 TASKS
@@ -176,7 +176,7 @@ THREADS
     for t in &mut r.tasks {
         t.lower_bound = true;
     }
-    r.task_groups = correlate::group_tasks(&r.tasks);
+    r.task_groups = analyze::group_tasks(&r.tasks);
     let got = render(render::grouped, &r);
     assert!(
         got.contains("  1 task idle ≥3.0s — last snap src/conn.rs:7 read_frame\n"),
@@ -199,7 +199,7 @@ fn the_task_table_stops_after_the_hundred_idle_longest() {
     r.tasks = (1..=150)
         .map(|i| task(i, TaskState::Idle, i * 1_000_000, 120))
         .collect();
-    r.task_groups = correlate::group_tasks(&r.tasks);
+    r.task_groups = analyze::group_tasks(&r.tasks);
     let got = render(render::live, &r);
     let rows: Vec<&str> = got.lines().filter(|l| l.contains("idle since")).collect();
     assert_eq!(rows.len(), 100);

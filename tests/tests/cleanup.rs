@@ -44,8 +44,36 @@ fn links_of(progs: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// Where tracefs is mounted, from /proc/self/mounts (rip-probe mounts it
+/// when it is not: it must be there once rip-probe has attached).
+fn tracefs() -> std::path::PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("/proc/self/mounts");
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"tracefs")).then(|| f[1].into())
+        })
+        .expect("tracefs is mounted")
+}
+
+/// The uprobe events tracefs defines (aya attaches through the uprobe PMU,
+/// so none should be ours; a leak through tracefs would show here).
 fn uprobe_events() -> String {
-    std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default()
+    let p = tracefs().join("uprobe_events");
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The perf events with a BPF program attached, as the kernel lists them
+/// (`bpftool perf`): uprobes and tracepoints held by process `pid`'s fds.
+fn perf_events_of(pid: u32) -> Vec<serde_json::Value> {
+    bpftool("perf")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pid"].as_u64() == Some(u64::from(pid)))
+        .cloned()
+        .collect()
 }
 
 #[test]
@@ -83,7 +111,24 @@ fn sigkill_while_attached_leaves_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    eprintln!("attached: programs {progs:?}, links {links:?}; sending SIGKILL");
+    // The uprobes are in the kernel, held by rip-probe: what must go away.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let held = perf_events_of(probe.id());
+        if held.iter().any(|e| e["fd_type"] == "uprobe") {
+            break held;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rip-probe's uprobes never showed in bpftool perf: {held:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let rip_pid = probe.id();
+    eprintln!(
+        "attached: programs {progs:?}, links {links:?}, {} perf events; sending SIGKILL",
+        held.len()
+    );
     probe.kill().expect("SIGKILL rip-probe");
     probe.wait().unwrap();
 
@@ -103,6 +148,19 @@ fn sigkill_while_attached_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(uprobe_events(), events_before, "no uprobe left in tracefs");
+    // Held by no process (the pid is gone) nor by anyone else: no perf
+    // event runs one of the programs we saw.
+    let left: Vec<_> = bpftool("perf")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["pid"].as_u64() == Some(u64::from(rip_pid))
+                || e["prog_id"].as_u64().is_some_and(|p| progs.contains(&p))
+        })
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "perf events left behind: {left:?}");
     // The target is unharmed: its uprobe breakpoints are gone and its
     // workers keep polling.
     std::thread::sleep(Duration::from_millis(500));

@@ -148,41 +148,6 @@ fn a_fifo_or_device_as_a_ring_path_fails_at_once() {
     }
 }
 
-/// A mapped file named "a b" beside a FIFO named "a": the maps parser
-/// keeps the whole path, and nothing opens (or hangs on) "a".
-#[test]
-fn a_b_path() {
-    let dir = TempDir::new("/tmp", "ab");
-    let ab = dir.join("a b");
-    std::fs::write(&ab, vec![0u8; 4096]).unwrap();
-    let a = dir.join("a");
-    let c = std::ffi::CString::new(a.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let f = std::fs::File::open(&ab).unwrap();
-    // SAFETY: a fresh private read-exec mapping of a file we own, unmapped below.
-    let m = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_EXEC,
-            libc::MAP_PRIVATE,
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-        )
-    };
-    assert_ne!(m, libc::MAP_FAILED);
-    let t = Instant::now();
-    let files = rip_probe::collect::procfs::code_files(std::process::id());
-    assert!(t.elapsed() < Duration::from_secs(5));
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(m, 4096) };
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let _ = maps;
-    assert!(files.iter().all(|p| p != &a), "opened the FIFO: {files:?}");
-    assert!(!files.is_empty());
-}
-
 /// Names with OSC and CSI sequences: escaped in text, exact in JSON.
 #[test]
 fn terminal_escapes_in_names_are_escaped_in_text_and_exact_in_json() {

@@ -10,9 +10,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_probe::collect::{
-    locks::{AwaitedLock, LockKind, Owner, awaited_lock, tid_status},
-    memory::ProcessMemory,
+use rip_probe::{
+    collect::{
+        locks::{AwaitedLock, awaited_lock, tid_status},
+        memory::ProcessMemory,
+    },
+    model::{LockKind, Owner},
 };
 use rip_tests::{Workload, build_c, gettid};
 

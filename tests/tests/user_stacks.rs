@@ -14,12 +14,12 @@ use std::{
 
 use rip_ebpf::TaskRecord;
 use rip_probe::{
+    StackSymbolizer,
     collect::{
         kernel::{KernelProbe, features::RegsSource},
         stacks::Stacks,
     },
     model::Frame,
-    symbolize::stacks::StackSymbolizer,
 };
 use rip_tests::{bpf_tests_enabled, target_dir};
 
@@ -227,8 +227,10 @@ fn name(f: &Frame) -> String {
 /// Which mapped file an address is in (the mapping's name, from the
 /// unwinder's view of /proc/PID/maps).
 fn file_of(stacks: &Stacks, addr: u64) -> String {
-    let m = stacks.modules().mapping_of(addr.saturating_sub(1));
-    m.map(|m| m.name.clone()).unwrap_or_default()
+    stacks
+        .file_of(addr.saturating_sub(1))
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn show(frames: &[Frame], stacks: &Stacks) -> String {
@@ -281,7 +283,7 @@ fn known_stacks(how: Build) {
         }
         let t = task(&records, tid);
         assert_eq!(t.state & 0xff, 1, "{kind}: tid {tid} sleeps");
-        let addrs = stacks.unwind(tid, &t.regs);
+        let addrs = stacks.unwind(&t.regs);
         let frames = names.frames(&addrs);
         let what = format!("{kind} (tid {tid}, {how:?})");
         if how == Build::FramePointersOnly && kind == "read" {
@@ -291,7 +293,7 @@ fn known_stacks(how: Build) {
             // their CFI restores it: there the saved bp is not needed.)
             let mut no_bp = t.regs;
             no_bp.bp = 0;
-            let short = stacks.unwind(tid, &no_bp);
+            let short = stacks.unwind(&no_bp);
             assert!(short.len() < addrs.len(), "{what}: {short:x?}");
         }
         eprintln!("{what}:{}", show(&frames, &stacks));
@@ -325,10 +327,7 @@ fn known_stacks(how: Build) {
             assert_eq!(b.line, Some(line), "{what}: {b:?}");
         }
     }
-    assert!(
-        stacks.modules().binaries_loaded() >= 3,
-        "exe, library, libc"
-    );
+    assert!(stacks.binaries_loaded() >= 3, "exe, library, libc");
 }
 
 #[test]
@@ -400,7 +399,7 @@ fn a_thread_blocked_in_a_signal_handler() {
     let records = tasks(pid, None);
     let t = task(&records, tid);
     let mut stacks = Stacks::new(pid).expect("stacks");
-    let addrs = stacks.unwind(tid, &t.regs);
+    let addrs = stacks.unwind(&t.regs);
     let frames = StackSymbolizer::new(pid).frames(&addrs);
     eprintln!("signal (tid {tid}):{}", show(&frames, &stacks));
     let names: Vec<String> = frames.iter().map(name).collect();
@@ -446,7 +445,7 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
     let mut stacks = Stacks::new(pid).expect("stacks");
     let all: Vec<Vec<u64>> = workers
         .iter()
-        .map(|&(_, tid)| stacks.unwind(tid, &task(&records, tid).regs))
+        .map(|&(_, tid)| stacks.unwind(&task(&records, tid).regs))
         .collect();
     let t_unwind = t1.elapsed();
     let t2 = Instant::now();
@@ -460,7 +459,7 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
          process_vm_readv, {} binaries), symbolizing {t_sym:?}; ticker's longest gap {gap:?} \
          (idle: {idle_gap:?})",
         stacks.memory_reads(),
-        stacks.modules().binaries_loaded(),
+        stacks.binaries_loaded(),
     );
     for ((kind, tid), frames) in workers.iter().zip(&frames) {
         let innermost = format!("stk_block_{kind}");

@@ -1,3 +1,21 @@
-//! Analyses over correlated threads: who waits for whom.
+//! Analyses over a correlated, symbolized report: threads and tasks
+//! grouped by what they are doing and where (over typed keys, never the
+//! rendered text), and the filters the commands offer. Grouping is done
+//! once, here, and every renderer reads the same groups. Who waits for
+//! whom: [`waits`].
 
-pub mod waits;
+pub(crate) mod group;
+pub(crate) mod tasks;
+pub(crate) mod waits;
+
+pub use group::group_threads;
+pub use tasks::group_tasks;
+
+use crate::model::Report;
+
+/// Fills `report.groups` and `report.task_groups` from its threads and
+/// tasks. Commands call it once, after filtering.
+pub fn groups(report: &mut Report) {
+    report.groups = group_threads(&report.threads);
+    report.task_groups = group_tasks(&report.tasks);
+}

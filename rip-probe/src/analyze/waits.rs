@@ -6,11 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
-    collect::{
-        locks::{self, Owner},
-        memory::ProcessMemory,
-    },
-    model::{Report, Thread, WaitsFor},
+    collect::{locks, memory::ProcessMemory},
+    model::{Owner, Report, Thread, WaitsFor},
     symbolize::data::DataNames,
 };
 
@@ -72,7 +69,7 @@ pub fn doing(t: &Thread) -> String {
             "{state} in {} for {}{}",
             s.text,
             if b.exact { "" } else { "≥" },
-            crate::decode::duration(b.ns)
+            crate::util::timefmt::duration(b.ns)
         ),
         (Some(s), None) => format!("{state} in {}", s.text),
         _ => state.to_string(),

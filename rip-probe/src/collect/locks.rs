@@ -24,12 +24,12 @@ use std::io;
 use serde::Serialize;
 
 use super::memory::Memory;
-pub use crate::model::{LockKind, MutexFlavor, Owner};
+use crate::model::{LockKind, MutexFlavor, Owner};
 
 /// `futex(2)`.
-pub const SYS_FUTEX: i64 = 202;
+pub(crate) const SYS_FUTEX: i64 = 202;
 /// `futex_waitv(2)` (5.16).
-pub const SYS_FUTEX_WAITV: i64 = 449;
+pub(crate) const SYS_FUTEX_WAITV: i64 = 449;
 
 const FUTEX_WAIT: u32 = 0;
 const FUTEX_LOCK_PI: u32 = 6;

@@ -47,7 +47,7 @@ impl Memory for ProcessMemory {
 
 /// Fills `buf` from `addr` in process `pid` with one `process_vm_readv`;
 /// a short read is an error (`EFAULT`), like an unmapped address.
-pub fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+pub(crate) fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
     if buf.is_empty() {
         return Ok(());
     }

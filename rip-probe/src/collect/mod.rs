@@ -4,6 +4,15 @@
 pub mod kernel;
 pub mod locks;
 pub mod memory;
-pub mod procfs;
-pub mod ring;
+pub(crate) mod procfs;
+pub(crate) mod ring;
 pub mod stacks;
+
+/// Access to the target that decoding needs.
+pub(crate) trait Lookup {
+    /// What file descriptor `fd` of the target refers to, e.g.
+    /// `pipe:[1234]`, `/var/log/x`, `TCP 127.0.0.1:80 LISTEN`.
+    fn fd(&self, fd: i32) -> Option<String>;
+    /// Reads `len` bytes of the target's memory at `addr`.
+    fn mem(&self, addr: u64, len: usize) -> Option<Vec<u8>>;
+}

@@ -2,16 +2,10 @@
 //! fd refers to (sockets resolved to their addresses), and a few bytes of
 //! its memory for syscall arguments that are pointers.
 
-use std::{
-    cell::RefCell,
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
+use std::{cell::RefCell, collections::HashMap, path::PathBuf};
 
-use crate::{
-    decode::Lookup,
-    error::{Error, Result},
-};
+use super::Lookup;
+use crate::error::{Error, Result};
 
 /// Reads `/proc/<pid>/task/<tid>/<file>` (or `/proc/<pid>/<file>` for
 /// tid 0) to a string.
@@ -24,51 +18,13 @@ fn read(pid: u32, tid: u32, file: &str) -> std::io::Result<String> {
     std::fs::read_to_string(p)
 }
 
-/// The fields of `/proc/<pid>/task/<tid>/stat` we use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stat {
-    /// Thread name.
-    pub comm: String,
-    /// State letter (`R`, `S`, `D`, `T`, `t`, `Z`, `X`, `I`, `P`).
-    pub state: char,
-    /// Start time in clock ticks since boot (identifies a pid across reuse).
-    pub start_time: u64,
-}
-
-/// Parses a stat line. The comm may contain spaces and parentheses, so the
-/// fields are found from the last `)`.
-pub fn parse_stat(text: &str) -> Option<Stat> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // rest[0] is field 3 (state); start time is field 22.
-    let state = rest.first()?.chars().next()?;
-    let start_time = rest.get(19)?.parse().ok()?;
-    Some(Stat {
-        comm,
-        state,
-        start_time,
-    })
-}
-
-/// `stat` of a thread (tid 0: of the process).
-pub fn stat(pid: u32, tid: u32) -> Option<Stat> {
-    parse_stat(&read(pid, tid, "stat").ok()?)
-}
-
-/// The executable path of a process.
-pub fn exe(pid: u32) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
-}
-
 /// The distinct files a process has mapped executable (its binary and
 /// shared libraries), from /proc/PID/maps (paths may hold spaces), as
 /// paths that reach the mapped inodes: `/proc/PID/map_files/…` where this
 /// process may use it, else the path itself if it is still that inode.
 /// Only regular files: a FIFO or device put in a mapped file's place is
 /// left out.
-pub fn code_files(pid: u32) -> Vec<PathBuf> {
+pub(crate) fn code_files(pid: u32) -> Vec<PathBuf> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     let mut v = Vec::new();
@@ -91,7 +47,7 @@ pub fn code_files(pid: u32) -> Vec<PathBuf> {
 /// is root or the process's real or effective user, who may ptrace it
 /// anyway. A ring from anyone else must not get the process's memory
 /// layout (its maps) used on its addresses.
-pub fn may_ptrace(uid: u32, pid: u32) -> bool {
+pub(crate) fn may_ptrace(uid: u32, pid: u32) -> bool {
     if uid == 0 {
         return true;
     }
@@ -106,68 +62,8 @@ pub fn may_ptrace(uid: u32, pid: u32) -> bool {
         })
 }
 
-/// A thread's syscall state from `/proc/<pid>/task/<tid>/syscall`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SyscallState {
-    /// On a CPU: the file cannot tell.
-    Running,
-    /// Blocked outside a syscall (page fault, preemption): user sp and pc.
-    NotInSyscall {
-        /// User stack pointer.
-        sp: u64,
-        /// User instruction pointer.
-        pc: u64,
-    },
-    /// In syscall `nr` with `args`.
-    InSyscall {
-        /// Syscall number.
-        nr: i64,
-        /// Arguments.
-        args: [u64; 6],
-        /// User stack pointer.
-        sp: u64,
-        /// User instruction pointer.
-        pc: u64,
-    },
-}
-
-/// Parses the `syscall` file's one line.
-pub fn parse_syscall(text: &str) -> Option<SyscallState> {
-    let t = text.trim();
-    if t == "running" {
-        return Some(SyscallState::Running);
-    }
-    let f: Vec<&str> = t.split_whitespace().collect();
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    match f.as_slice() {
-        [nr, sp, pc] if *nr == "-1" => Some(SyscallState::NotInSyscall {
-            sp: hex(sp)?,
-            pc: hex(pc)?,
-        }),
-        [nr, a @ .., sp, pc] if a.len() == 6 => {
-            let mut args = [0u64; 6];
-            for (d, s) in args.iter_mut().zip(a) {
-                *d = hex(s)?;
-            }
-            Some(SyscallState::InSyscall {
-                nr: nr.parse().ok()?,
-                args,
-                sp: hex(sp)?,
-                pc: hex(pc)?,
-            })
-        }
-        _ => None,
-    }
-}
-
-/// A thread's syscall state (needs ptrace access to the target: root or
-/// the same user).
-pub fn syscall(pid: u32, tid: u32) -> Option<SyscallState> {
-    parse_syscall(&read(pid, tid, "syscall").ok()?)
-}
-
 /// Thread ids of process `pid`.
-pub fn tids(pid: u32) -> Result<Vec<u32>> {
+pub(crate) fn tids(pid: u32) -> Result<Vec<u32>> {
     let dir = format!("/proc/{pid}/task");
     let rd = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
@@ -182,7 +78,7 @@ pub fn tids(pid: u32) -> Result<Vec<u32>> {
 
 /// Resolves fds and reads memory of one live process, with caches: ten
 /// thousand threads waiting on the same fd cost one readlink.
-pub struct ProcLookup {
+pub(crate) struct ProcLookup {
     pid: u32,
     fds: RefCell<HashMap<i32, Option<String>>>,
     sockets: RefCell<Option<HashMap<u64, String>>>,
@@ -190,7 +86,7 @@ pub struct ProcLookup {
 
 impl ProcLookup {
     /// A lookup for process `pid`.
-    pub fn new(pid: u32) -> Self {
+    pub(crate) fn new(pid: u32) -> Self {
         ProcLookup {
             pid,
             fds: RefCell::default(),
@@ -355,7 +251,7 @@ fn tcp_state(hex: &str) -> &'static str {
 
 /// The largest difference in accumulated steal time between two CPUs, in
 /// ns, from /proc/stat (USER_HZ ticks).
-pub fn steal_skew_ns() -> u64 {
+pub(crate) fn steal_skew_ns() -> u64 {
     let Ok(text) = std::fs::read_to_string("/proc/stat") else {
         return 0;
     };
@@ -363,9 +259,7 @@ pub fn steal_skew_ns() -> u64 {
 }
 
 fn user_hz() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 { hz as u64 } else { 100 }
+    rustix::param::clock_ticks_per_second().max(1)
 }
 
 fn parse_steal_skew(text: &str, hz: u64) -> u64 {
@@ -380,11 +274,6 @@ fn parse_steal_skew(text: &str, hz: u64) -> u64 {
     }
 }
 
-/// Whether `path` exists and is a directory (a cheap liveness test).
-pub fn exists(path: impl AsRef<Path>) -> bool {
-    path.as_ref().is_dir()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,41 +285,6 @@ mod tests {
         assert!(may_ptrace(0, me));
         assert!(may_ptrace(uid, me));
         assert!(!may_ptrace(uid.wrapping_add(4242), me));
-    }
-
-    #[test]
-    fn stat_with_odd_comm() {
-        let s = parse_stat(
-            "4711 (a) b (c)) S 1 4711 4711 0 -1 4194560 107 0 0 0 0 0 0 0 20 0 1 0 123456 0 0",
-        )
-        .unwrap();
-        assert_eq!(s.comm, "a) b (c)");
-        assert_eq!(s.state, 'S');
-        assert_eq!(s.start_time, 123456);
-        assert!(parse_stat("garbage").is_none());
-    }
-
-    #[test]
-    fn syscall_lines() {
-        assert_eq!(parse_syscall("running\n"), Some(SyscallState::Running));
-        assert_eq!(
-            parse_syscall("-1 0x7ffd1 0x401000\n"),
-            Some(SyscallState::NotInSyscall {
-                sp: 0x7ffd1,
-                pc: 0x401000
-            })
-        );
-        let s = parse_syscall("0 0x3 0x7ffc 0x1 0x0 0x0 0x0 0x7ffb 0x7f00\n").unwrap();
-        assert_eq!(
-            s,
-            SyscallState::InSyscall {
-                nr: 0,
-                args: [3, 0x7ffc, 1, 0, 0, 0],
-                sp: 0x7ffb,
-                pc: 0x7f00
-            }
-        );
-        assert!(parse_syscall("1 2 3 4").is_none());
     }
 
     #[test]
@@ -480,5 +334,43 @@ mod tests {
         assert_eq!(u64::from_ne_bytes(got.try_into().unwrap()), x);
         assert!(me.fd(0).is_some() || me.fd(1).is_some());
         assert!(me.fd(-1).is_none());
+    }
+
+    /// A mapped file named "a b" beside a FIFO named "a": the maps parser
+    /// keeps the whole path, and nothing opens (or hangs on) "a".
+    #[test]
+    fn a_b_path() {
+        let dir = std::env::temp_dir().join(format!("rip-ab-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let ab = dir.join("a b");
+        std::fs::write(&ab, vec![0u8; 4096]).unwrap();
+        let a = dir.join("a");
+        let c = std::ffi::CString::new(a.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let f = std::fs::File::open(&ab).unwrap();
+        // SAFETY: a fresh private read-exec mapping of a file we own, unmapped below.
+        let m = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(m, libc::MAP_FAILED);
+        let t = std::time::Instant::now();
+        let files = code_files(std::process::id());
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(m, 4096) };
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let _ = maps;
+        assert!(files.iter().all(|p| p != &a), "opened the FIFO: {files:?}");
+        assert!(!files.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

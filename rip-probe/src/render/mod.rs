@@ -5,6 +5,7 @@
 mod json;
 mod tasks;
 mod text;
+mod words;
 
 pub use json::json;
 pub use text::{escape, grouped, history, live};

@@ -5,10 +5,10 @@
 
 use std::io::{self, Write};
 
-use super::text::{ids, location_text, plural, source_word, truncate};
+use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
-    decode::{duration, utc},
     model::{Group, Report, Task, TaskState, Thread},
+    util::timefmt::{duration, utc},
 };
 
 /// Rows of the task table; JSON (and `--min-idle`) have the rest.
@@ -31,7 +31,7 @@ pub(super) fn section(r: &Report, w: &mut impl Write) -> io::Result<()> {
 /// A group of tasks as one sentence, e.g. "812 tasks idle ≥30s — last
 /// snap src/conn.rs:120 read_frame" (≥: the shortest of several, or a
 /// post-mortem lower bound).
-pub fn group_sentence(g: &Group) -> String {
+pub(crate) fn group_sentence(g: &Group) -> String {
     let mut s = format!("{} {}", plural(g.count, "task", "tasks"), g.state);
     // A zero lower bound says nothing.
     if let Some(ns) = g.min_ns.filter(|&ns| ns > 0 || !g.lower_bound) {
@@ -93,9 +93,14 @@ pub(super) fn state(t: &Task, threads: &[Thread]) -> String {
                 return "polling".into();
             };
             let mut s = format!("polling on thread {tid}");
-            if let Some(th) = threads
+            // Threads are sorted by tid (a dump may hold a tid twice: an
+            // exited slot and a live one): search, do not scan per task.
+            let tid64 = u64::from(tid);
+            let from = threads.partition_point(|th| th.tid < tid64);
+            if let Some(th) = threads[from..]
                 .iter()
-                .find(|th| th.tid == u64::from(tid) && th.state.is_blocked())
+                .take_while(|th| th.tid == tid64)
+                .find(|th| th.state.is_blocked())
             {
                 match &th.syscall {
                     Some(sys) => s.push_str(&format!(" (in {})", sys.name)),

@@ -4,10 +4,13 @@
 
 use std::io::{self, Write};
 
-use super::tasks;
+use super::{
+    tasks,
+    words::{ids, location_text, plural, source_word, truncate},
+};
 use crate::{
-    decode::duration,
-    model::{Frame, Group, Location, LocationSource, Mode, Report, Thread, ThreadState},
+    model::{Frame, Group, Location, Mode, Report, Thread, ThreadState},
+    util::timefmt::duration,
 };
 
 /// `s` with every control character (C0, DEL, C1) escaped: `\n`, `\t`,
@@ -96,8 +99,8 @@ fn terminal_safe(r: &Report) -> Report {
             for s in [&mut w.symbol, &mut w.owner_state].into_iter().flatten() {
                 escape_in_place(s);
             }
-            if let crate::collect::locks::Owner::Unknown { reason }
-            | crate::collect::locks::Owner::NotRecorded { reason } = &mut w.owner
+            if let crate::model::Owner::Unknown { reason }
+            | crate::model::Owner::NotRecorded { reason } = &mut w.owner
             {
                 escape_in_place(reason);
             }
@@ -112,30 +115,8 @@ fn terminal_safe(r: &Report) -> Report {
     r
 }
 
-/// Tids listed in a group line before eliding; JSON has them all.
-const MAX_IDS: usize = 12;
 /// Kernel frames shown per thread in the table.
 const KSTACK_FRAMES: usize = 6;
-
-pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
-pub(super) fn ids(v: &[u64]) -> String {
-    let mut s: Vec<String> = v.iter().take(MAX_IDS).map(u64::to_string).collect();
-    if v.len() > MAX_IDS {
-        s.push(format!("… (+{})", v.len() - MAX_IDS));
-    }
-    s.join(" ")
-}
-
-pub(super) fn source_word(s: Option<LocationSource>) -> &'static str {
-    match s {
-        Some(LocationSource::Ring) | None => "last snap",
-        Some(LocationSource::Uprobe) => "last entered",
-        Some(LocationSource::UserPc) => "user pc",
-    }
-}
 
 fn blocked_text(ns: u64, lower_bound: bool) -> String {
     format!("{}{}", if lower_bound { "≥" } else { "" }, duration(ns))
@@ -187,7 +168,7 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
 
 /// A group of threads as one sentence, e.g. "37 threads blocked in
 /// futex_wait for ≥4.2s — last snap src/pool.rs:88 Pool::take".
-pub fn group_sentence(g: &Group) -> String {
+pub(crate) fn group_sentence(g: &Group) -> String {
     let mut s = plural(g.count, "thread", "threads");
     match (g.state.as_str(), &g.wait) {
         ("sleeping", Some(wait)) => s.push_str(&format!(" blocked in {wait}")),
@@ -212,32 +193,6 @@ pub fn group_sentence(g: &Group) -> String {
         }
     }
     s
-}
-
-pub(super) fn location_text(l: &Option<Location>) -> String {
-    match l {
-        Some(l) => {
-            let mut s = l.frame.describe();
-            if l.source != LocationSource::Ring {
-                s.push_str(&format!(" [{}]", source_word(Some(l.source))));
-            }
-            if let Some(ago) = l.ago_ns {
-                s.push_str(&format!(" ({} ago)", duration(ago)));
-            }
-            s
-        }
-        None => "-".into(),
-    }
-}
-
-pub(super) fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }
 
 /// The live report: header, grouped summary, tasks, then one row per

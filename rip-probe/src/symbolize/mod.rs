@@ -7,6 +7,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
+    io::BufRead,
     path::{Path, PathBuf},
 };
 
@@ -20,32 +21,20 @@ use blazesym::{
     },
 };
 
-pub mod data;
+pub(crate) mod data;
 mod sites;
-pub mod stacks;
+pub(crate) mod stacks;
 mod thread;
 
-pub use thread::{Resolve, SymbolizerThread};
+pub(crate) use thread::{Resolve, SymbolizerThread};
 
-use crate::model::{Frame, InlinedFrame};
-
-/// One executable mapping of the traced process, as its ring recorded it.
-#[derive(Clone, Debug)]
-pub struct ModuleMap {
-    /// Path of the mapped file.
-    pub path: PathBuf,
-    /// First mapped address.
-    pub start: u64,
-    /// One past the last mapped address.
-    pub end: u64,
-    /// File offset mapped at `start`.
-    pub file_offset: u64,
-    /// GNU build-id of the file when it was mapped.
-    pub build_id: Option<Vec<u8>>,
-}
+use crate::{
+    collect::ring::ModuleMap,
+    model::{Frame, InlinedFrame},
+};
 
 /// Where the user addresses of a report come from.
-pub enum UserSpace<'a> {
+pub(crate) enum UserSpace<'a> {
     /// A live process: blazesym reads its maps and binaries.
     Live(u32),
     /// A process that may be gone: the ring's module table.
@@ -57,7 +46,7 @@ pub enum UserSpace<'a> {
 }
 
 /// A symbolizer for one report. Caches parsed binaries across calls.
-pub struct Symbolizer {
+pub(crate) struct Symbolizer {
     blaze: Blaze,
     /// Problems worth telling the user (missing binary, build-id mismatch),
     /// each reported once.
@@ -78,7 +67,7 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     /// A symbolizer that reports source lines and inlined functions.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Symbolizer {
             blaze: Blaze::builder()
                 .enable_code_info(true)
@@ -94,10 +83,14 @@ impl Symbolizer {
     /// Loads what symbolizing will need for a live process — kallsyms and
     /// the debug information of its executable and libraries — ahead of
     /// time, so a session can do it while it observes instead of after.
-    pub fn warm_up(&mut self, binaries: &[PathBuf]) {
-        if let Ok(text) = std::fs::read_to_string("/proc/kallsyms")
-            && let Some(addr) = text
+    pub(crate) fn warm_up(&mut self, binaries: &[PathBuf]) {
+        // One kernel address is enough to have blazesym load kallsyms: read
+        // lines until the first (the file is megabytes; root sees real
+        // addresses from the first line).
+        if let Ok(f) = std::fs::File::open("/proc/kallsyms")
+            && let Some(addr) = std::io::BufReader::new(f)
                 .lines()
+                .map_while(std::result::Result::ok)
                 .filter_map(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
                 .find(|&a| a != 0)
         {
@@ -115,13 +108,13 @@ impl Symbolizer {
     }
 
     /// Warnings gathered so far, sorted.
-    pub fn take_warnings(&mut self) -> Vec<String> {
+    pub(crate) fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings).into_iter().collect()
     }
 
     /// Symbolizes user-space addresses. Unknown addresses still get a frame
     /// (with module and offset when the module is known).
-    pub fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
+    pub(crate) fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
         let addrs = distinct(addrs);
         match space {
             UserSpace::Live(pid) => self.live(*pid, &addrs),
@@ -315,7 +308,7 @@ impl Symbolizer {
 
     /// Symbolizes addresses of a non-PIE executable (its virtual addresses
     /// are the addresses it ran at), opened only if it is a regular file.
-    pub fn executable(&mut self, path: &Path, addrs: &[u64]) -> HashMap<u64, Frame> {
+    pub(crate) fn executable(&mut self, path: &Path, addrs: &[u64]) -> HashMap<u64, Frame> {
         let addrs = distinct(addrs);
         let name = path.display().to_string();
         let file = match open_binary(path) {
@@ -341,7 +334,7 @@ impl Symbolizer {
     }
 
     /// Symbolizes kernel addresses through /proc/kallsyms.
-    pub fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
+    pub(crate) fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
         let addrs = distinct(addrs);
         let src = Source::Kernel(Kernel {
             kallsyms: blazesym::MaybeDefault::Default,
@@ -359,16 +352,16 @@ impl Symbolizer {
 }
 
 /// Module lookup by sorted ranges (librip's [`RangeIndex`]).
-pub struct ModuleIndex(RangeIndex);
+pub(crate) struct ModuleIndex(RangeIndex);
 
 impl ModuleIndex {
     /// Indexes `mods` (O(n log n)); the later of overlapping entries wins.
-    pub fn new(mods: &[ModuleMap]) -> ModuleIndex {
+    pub(crate) fn new(mods: &[ModuleMap]) -> ModuleIndex {
         ModuleIndex(RangeIndex::new(mods.iter().map(|m| (m.start, m.end))))
     }
 
     /// The index in the table of the module holding `addr`.
-    pub fn find(&self, addr: u64) -> Option<usize> {
+    pub(crate) fn find(&self, addr: u64) -> Option<usize> {
         self.0.find(addr)
     }
 }
@@ -418,7 +411,7 @@ fn check_binary(path: &Path, want: Option<&[u8]>) -> Option<String> {
 }
 
 /// Lowercase hex of a byte string (build-ids).
-pub fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -477,65 +470,14 @@ fn to_frame(addr: u64, s: &Symbolized<'_>, module: Option<(&str, u64)>) -> Frame
     }
 }
 
-impl Frame {
-    /// The function and source position to show for this address: the
-    /// innermost inlined function when there is one, else the function.
-    /// Inlined helpers of librip itself (the C header's inline snap) are
-    /// skipped, so a snap is reported at its caller's line.
-    pub fn best(&self) -> (Option<&str>, Option<&str>, Option<u32>) {
-        let mut best = (self.function.as_deref(), self.file.as_deref(), self.line);
-        for i in &self.inlined {
-            if is_librip(&i.function, i.file.as_deref()) {
-                break;
-            }
-            best = (Some(&i.function), i.file.as_deref(), i.line);
-        }
-        best
-    }
-
-    /// `file:line function`, `function+0x12`, `module+0x1234` or the bare
-    /// address, whichever is the best we know; then the snap's label, if
-    /// its site has one: `src/book.rs:88 Book::wait — "waiting"`.
-    pub fn describe(&self) -> String {
-        let (func, file, line) = self.best();
-        let mut s = match (func, file, line) {
-            (Some(f), Some(file), Some(line)) => format!("{}:{line} {f}", short_path(file)),
-            (None, Some(file), Some(line)) => format!("{}:{line}", short_path(file)),
-            (Some(f), _, _) => match self.function_offset {
-                Some(off) => format!("{f}+{off:#x}"),
-                None => f.to_string(),
-            },
-            _ => match (&self.module, self.module_offset) {
-                (Some(m), Some(off)) => format!("{}+{off:#x}", short_path(m)),
-                _ => format!("{:#x}", self.addr),
-            },
-        };
-        if let Some(label) = &self.label {
-            s.push_str(&format!(" — \"{label}\""));
-        }
-        s
-    }
-}
-
-/// Whether an inlined function is librip's own snap helper.
-fn is_librip(function: &str, file: Option<&str>) -> bool {
-    function.starts_with("rip_snap") || file.is_some_and(|f| f.ends_with("librip.h"))
-}
-
-/// Keeps the last three components of a path: enough to recognise a
-/// source file without the build machine's directories.
-pub fn short_path(p: &str) -> String {
-    let parts: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
-    if parts.len() <= 3 {
-        return p.to_string();
-    }
-    parts[parts.len() - 3..].join("/")
-}
-
 /// The symbolize stage: fills every frame of a report — user locations
 /// through `space`, kernel stacks through kallsyms — symbolizing each
 /// distinct address once, and appends warnings to the report.
-pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut dyn Resolve) {
+pub(crate) fn fill(
+    report: &mut crate::model::Report,
+    space: &UserSpace<'_>,
+    sym: &mut dyn Resolve,
+) {
     let mut user = Vec::new();
     let mut kernel = Vec::new();
     for t in &report.threads {
@@ -545,11 +487,11 @@ pub fn fill(report: &mut crate::model::Report, space: &UserSpace<'_>, sym: &mut 
     for t in &report.tasks {
         user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
     }
-    let user = crate::timing::phase("  user addresses", || sym.user(space, &user));
+    let user = crate::util::timing::phase("  user addresses", || sym.user(space, &user));
     let kernel = if kernel.is_empty() {
         HashMap::new()
     } else {
-        crate::timing::phase("  kernel addresses", || sym.kernel(&kernel))
+        crate::util::timing::phase("  kernel addresses", || sym.kernel(&kernel))
     };
     let put = |f: &mut Frame, table: &HashMap<u64, Frame>| {
         if let Some(s) = table.get(&f.addr) {

@@ -128,7 +128,7 @@ pub fn apply(f: &mut Frame, s: &Site) {
             .inlined
             .iter_mut()
             .rev()
-            .find(|i| !super::is_librip(&i.function, i.file.as_deref()))
+            .find(|i| !crate::model::is_librip(&i.function, i.file.as_deref()))
         {
             i.file = Some(s.file.clone());
             i.line = Some(s.line);

@@ -58,3 +58,69 @@ impl StackSymbolizer {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rip_ebpf::UserRegs;
+
+    use super::*;
+    use crate::collect::stacks::Stacks;
+
+    /// Unwinds the calling thread from registers taken here: the stack
+    /// above the point where they were taken stays as it was while this
+    /// function runs, so the walk sees a consistent stack.
+    #[inline(never)]
+    fn unwind_here(stacks: &mut Stacks) -> Vec<u64> {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers into outputs; no memory access.
+        unsafe {
+            std::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        let regs = UserRegs {
+            ip,
+            sp,
+            bp,
+            ..UserRegs::default()
+        };
+        let out = stacks.unwind(&regs);
+        std::hint::black_box(out)
+    }
+
+    #[inline(never)]
+    fn caller_of_unwind_here(stacks: &mut Stacks) -> Vec<u64> {
+        let v = unwind_here(stacks);
+        std::hint::black_box(v)
+    }
+
+    #[test]
+    fn our_own_stack_through_our_cfi() {
+        let pid = std::process::id();
+        let mut stacks = Stacks::new(pid).unwrap();
+        let addrs = caller_of_unwind_here(&mut stacks);
+        let frames = StackSymbolizer::new(pid).frames(&addrs);
+        let names: Vec<&str> = frames
+            .iter()
+            .map(|f| f.function.as_deref().unwrap_or("?"))
+            .collect();
+        let pos = |n: &str| names.iter().position(|f| f.ends_with(n));
+        let (a, b, c) = (
+            pos("::unwind_here"),
+            pos("::caller_of_unwind_here"),
+            pos("::our_own_stack_through_our_cfi"),
+        );
+        assert!(
+            a.is_some() && a < b && b < c,
+            "{a:?} {b:?} {c:?}: {names:#?}"
+        );
+        // The walk goes on past the test harness, to the thread's start.
+        assert!(names.len() > c.unwrap() + 3, "{names:#?}");
+    }
+}

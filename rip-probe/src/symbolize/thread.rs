@@ -9,7 +9,7 @@ use crate::model::Frame;
 
 /// Something that turns addresses into frames: a [`Symbolizer`], or a
 /// [`SymbolizerThread`] working on another thread.
-pub trait Resolve {
+pub(crate) trait Resolve {
     /// See [`Symbolizer::user`].
     fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame>;
     /// See [`Symbolizer::kernel`].
@@ -33,7 +33,7 @@ impl Resolve for Symbolizer {
 /// A [`Symbolizer`] living on its own thread (blazesym's symbolizer cannot
 /// move between threads), so that a session can have it load kallsyms and
 /// the target's debug information while it observes.
-pub struct SymbolizerThread {
+pub(crate) struct SymbolizerThread {
     jobs: std::sync::mpsc::Sender<Job>,
 }
 
@@ -55,12 +55,14 @@ enum UserSpaceOwned {
 impl SymbolizerThread {
     /// Starts the thread and has it warm up for `binaries` (see
     /// [`Symbolizer::warm_up`]).
-    pub fn start(binaries: Vec<PathBuf>) -> Self {
+    pub(crate) fn start(binaries: Vec<PathBuf>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        crate::background::spawn("rip-symbolize", move || {
+        crate::util::background::spawn("rip-symbolize", move || {
             let mut s = Symbolizer::new();
-            crate::timing::phase("  warm up symbolizer (background)", || s.warm_up(&binaries));
-            crate::background::normal_priority();
+            crate::util::timing::phase("  warm up symbolizer (background)", || {
+                s.warm_up(&binaries)
+            });
+            crate::util::background::normal_priority();
             for job in rx {
                 // A send fails only if the requester gave up; nothing to do.
                 let _ = match job {

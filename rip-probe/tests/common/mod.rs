@@ -1,10 +1,7 @@
 //! Sample reports shared by the render and JSON tests.
 #![allow(dead_code)]
 
-use rip_probe::{
-    collect::locks::{LockKind, MutexFlavor, Owner},
-    model::*,
-};
+use rip_probe::model::*;
 
 pub fn frame() -> Frame {
     Frame {

@@ -12,8 +12,17 @@ use super::{
     workloads::{Workloads, rel},
 };
 
-/// rip-probe's observation window in the scale runs.
+/// rip-probe's observation window in the scale runs up to 10,000 threads.
 pub const WINDOW: Duration = Duration::from_secs(1);
+
+/// The largest run: 100,000 blocked threads, reported with no observation
+/// window (`--duration 0`): the report's own cost, start to exit.
+pub const HUGE: usize = 100_000;
+
+/// What the 100,000-thread run must stay within: wall time and peak RSS.
+pub const HUGE_WALL: Duration = Duration::from_millis(500);
+/// See [`HUGE_WALL`], in KiB (400 MB).
+pub const HUGE_RSS_KIB: u64 = 400 * 1000 * 1000 / 1024;
 
 /// One tool's runs on one process.
 #[derive(Clone, Debug, Default)]
@@ -48,17 +57,61 @@ pub struct ScaleResult {
     pub workers: usize,
     /// Threads the process had.
     pub threads: usize,
-    /// `rip-probe --pid P --duration 1s --json`.
+    /// rip-probe's observation window (`--duration`).
+    pub window: Duration,
+    /// `rip-probe --pid P --duration WINDOW --json`.
     pub rip_probe: ToolRuns,
     /// `gdb -batch -p P -ex "thread apply all bt"`.
     pub gdb: ToolRuns,
 }
 
-/// The rip-probe command of a scale run.
-pub fn rip_probe_args(exe: &str, pid: &str) -> Vec<String> {
-    [exe, "--pid", pid, "--duration", "1s", "--json"]
+/// The rip-probe command of a scale run observing for `window`.
+pub fn rip_probe_args(exe: &str, pid: &str, window: Duration) -> Vec<String> {
+    let d = if window.is_zero() {
+        "0".to_string()
+    } else if window.subsec_nanos() == 0 {
+        format!("{}s", window.as_secs())
+    } else {
+        format!("{}ms", window.as_millis())
+    };
+    [exe, "--pid", pid, "--duration", &d, "--json"]
         .map(String::from)
         .to_vec()
+}
+
+/// Kernel limits a process of `threads` threads needs (each thread is a
+/// pid and two mappings, its stack and guard page), raised for the run
+/// and put back after.
+pub struct Headroom(Vec<(&'static str, String)>);
+
+impl Headroom {
+    /// Raises `kernel.pid_max`, `kernel.threads-max` and `vm.max_map_count`
+    /// where they are below what `threads` threads need (needs root).
+    pub fn raise(threads: usize) -> Result<Headroom> {
+        let need = (threads as u64 + 1000) * 2;
+        let mut saved = Vec::new();
+        for (path, want) in [
+            ("/proc/sys/kernel/pid_max", need.min(4 << 20)),
+            ("/proc/sys/kernel/threads-max", need),
+            ("/proc/sys/vm/max_map_count", need * 2),
+        ] {
+            let old = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+            if old.trim().parse::<u64>().is_ok_and(|v| v < want) {
+                std::fs::write(path, want.to_string())
+                    .with_context(|| format!("raising {path} to {want} (needs root)"))?;
+                saved.push((path, old));
+            }
+        }
+        Ok(Headroom(saved))
+    }
+}
+
+impl Drop for Headroom {
+    fn drop(&mut self) {
+        for (path, old) in self.0.drain(..).rev() {
+            let _ = std::fs::write(path, old.trim());
+        }
+    }
 }
 
 /// The gdb command of a scale run.
@@ -90,9 +143,11 @@ pub fn server_args(exe: &str, workers: &str, ring: &str) -> Vec<String> {
 pub fn run(
     w: &Workloads,
     workers: usize,
+    window: Duration,
     reps: usize,
     gdb: Result<(), String>,
 ) -> Result<ScaleResult> {
+    let _headroom = Headroom::raise(workers)?;
     let dir = super::out_dir();
     let ring = format!("/dev/shm/rip-bench-scale.{}.ring", std::process::id());
     let args = server_args(
@@ -119,7 +174,7 @@ pub fn run(
         for _ in 0..reps {
             let json = dir.join(format!("scale-{workers}.json"));
             let timing = dir.join(format!("scale-{workers}.timing"));
-            let a = rip_probe_args(&exe, &pid.to_string());
+            let a = rip_probe_args(&exe, &pid.to_string(), window);
             let u = measure(
                 &w.maxrss.path,
                 &a,
@@ -168,6 +223,7 @@ pub fn run(
         Ok(ScaleResult {
             workers,
             threads: tids.len(),
+            window,
             rip_probe: rip,
             gdb: g,
         })

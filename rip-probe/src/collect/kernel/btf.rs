@@ -50,6 +50,7 @@ impl KernelBtf {
 
     /// Whether `enum name` has the enumerator `value` (e.g. `bpf_func_id`
     /// lists every helper the kernel knows).
+    #[cfg(test)]
     pub fn has_enum_value(&self, name: &str, value: &str) -> bool {
         let Ok(types) = self.btf.resolve_types_by_name(name) else {
             return false;

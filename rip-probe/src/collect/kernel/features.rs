@@ -41,7 +41,7 @@ pub enum RegsSource {
 impl KernelFeatures {
     /// Probes the running kernel. Fails with a one-line refusal when it
     /// lacks something rip cannot do without.
-    pub fn probe(btf: &KernelBtf) -> Result<Self> {
+    pub(crate) fn probe(btf: &KernelBtf) -> Result<Self> {
         let release = kernel_release();
         let too_old = |missing: &str| Error::KernelTooOld {
             release: release.clone(),

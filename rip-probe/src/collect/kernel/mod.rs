@@ -5,19 +5,13 @@
 //! thread group; its record layout comes from tracefs and the offsets into
 //! `struct pt_regs` from BTF, both passed to the program as globals.
 
-pub mod btf;
+pub(crate) mod btf;
 pub mod features;
-pub mod privileges;
-pub mod tracefs;
+pub(crate) mod privileges;
+pub(crate) mod tracefs;
 pub mod uprobe;
 
-use std::{
-    collections::HashMap,
-    io::Read,
-    os::fd::{AsFd, AsRawFd},
-    path::PathBuf,
-    time::Duration,
-};
+use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -25,6 +19,12 @@ use aya::{
     programs::{Iter, TracePoint},
 };
 use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, ThreadRecord, names};
+use rustix::{
+    event::{PollFd, PollFlags, poll},
+    io::Errno,
+    time::Timespec,
+};
+use zerocopy::FromBytes;
 
 use crate::error::{Error, Result};
 
@@ -117,8 +117,8 @@ impl KernelProbe {
         // resolve the task iterator's attach point. The programs need no
         // CO-RE relocations, so the loader goes without it, and the parse
         // runs on another thread while the session observes.
-        let btf = crate::background::spawn("rip-btf", aya::Btf::from_sys_fs);
-        let tids = crate::collect::procfs::tids(tgid)?;
+        let btf = crate::util::background::spawn("rip-btf", aya::Btf::from_sys_fs);
+        let tids = super::procfs::tids(tgid)?;
         let entries = thread_entries(tids.len());
         let mut ebpf = EbpfLoader::new()
             .btf(None)
@@ -128,7 +128,7 @@ impl KernelProbe {
             // Kernel stacks at switch time are only taken for observers.
             .map_max_entries(names::STACKS, if events { 1 << 14 } else { 1 })
             .load(EBPF_OBJECT)
-            .map_err(|e| Error::bpf("loading rip-ebpf", e))?;
+            .map_err(Error::load)?;
 
         // Seed the thread table so that switches *onto* a CPU are recognised
         // for threads that have not yet been seen leaving one.
@@ -137,20 +137,20 @@ impl KernelProbe {
                 ebpf.map_mut(names::THREADS)
                     .ok_or_else(|| missing(names::THREADS))?,
             )
-            .map_err(|e| Error::bpf("THREADS map", e))?;
+            .map_err(|e| Error::map("opening THREADS", e))?;
             for tid in tids {
                 threads
                     .insert(tid, ThreadRecord::default(), 0)
-                    .map_err(|e| Error::bpf("seeding THREADS", e))?;
+                    .map_err(|e| Error::map("seeding THREADS", e))?;
             }
         }
 
         let prog: &mut TracePoint = program(&mut ebpf, switch_prog)?;
         prog.load()
-            .map_err(|e| Error::bpf("loading sched_switch", e))?;
+            .map_err(|e| Error::program("loading sched_switch", e))?;
         let switch_link = prog
             .attach("sched", "sched_switch")
-            .map_err(|e| Error::bpf("attaching sched:sched_switch", e))?;
+            .map_err(|e| Error::program("attaching sched:sched_switch", e))?;
 
         Ok(KernelProbe {
             ebpf,
@@ -203,9 +203,9 @@ impl KernelProbe {
     fn read_table<V: aya::Pod>(&self, name: &str) -> Result<HashMap<u32, V>> {
         let map: BpfHashMap<_, u32, V> =
             BpfHashMap::try_from(self.ebpf.map(name).ok_or_else(|| missing(name))?)
-                .map_err(|e| Error::bpf(name, e))?;
+                .map_err(|e| Error::map(format!("opening {name}"), e))?;
         map.iter()
-            .map(|kv| kv.map_err(|e| Error::bpf(&format!("reading {name}"), e)))
+            .map(|kv| kv.map_err(|e| Error::map(format!("reading {name}"), e)))
             .collect()
     }
 
@@ -226,22 +226,22 @@ impl KernelProbe {
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         let id = iter
             .attach()
-            .map_err(|e| Error::bpf("attaching the task iterator", e))?;
+            .map_err(|e| Error::program("attaching the task iterator", e))?;
         let link = iter
             .take_link(id)
-            .map_err(|e| Error::bpf("task iterator link", e))?;
-        let mut file = link
-            .into_file()
-            .map_err(|e| Error::bpf("creating the task iterator", e))?;
+            .map_err(|e| Error::program("taking the task iterator link", e))?;
+        let mut file = link.into_file().map_err(|source| Error::Link {
+            op: "creating the task iterator".into(),
+            source,
+        })?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf)
             .map_err(|e| Error::io("BPF task iterator", e))?;
-        let size = std::mem::size_of::<TaskRecord>();
+        // The iterator writes whole TaskRecords back to back; zerocopy
+        // copies each out whatever the buffer's alignment.
         Ok(buf
-            .chunks_exact(size)
-            // SAFETY: the iterator writes whole TaskRecords back to back;
-            // read_unaligned tolerates the Vec's alignment.
-            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<TaskRecord>()) })
+            .chunks_exact(std::mem::size_of::<TaskRecord>())
+            .filter_map(|c| TaskRecord::read_from_bytes(c).ok())
             .collect())
     }
 
@@ -267,8 +267,8 @@ impl KernelProbe {
         let prog: &mut TracePoint = program(&mut self.ebpf, switch_prog)?;
         let link = prog
             .take_link(id)
-            .map_err(|e| Error::bpf("sched_switch link", e))?;
-        crate::background::spawn("rip-detach", move || drop(link));
+            .map_err(|e| Error::program("taking the sched_switch link", e))?;
+        crate::util::background::spawn("rip-detach", move || drop(link));
         Ok(())
     }
 
@@ -280,14 +280,14 @@ impl KernelProbe {
         let btf = self
             .btf
             .take()
-            .ok_or_else(|| Error::Bpf("kernel BTF parse failed earlier".into()))?
+            .ok_or(Error::KernelBtfLost("it failed earlier"))?
             .join()
-            .map_err(|_| Error::Bpf("kernel BTF parser panicked".into()))?
-            .map_err(|e| Error::bpf("reading kernel BTF", e))?;
+            .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
+            .map_err(Error::KernelBtf)?;
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", &btf)
-            .map_err(|e| Error::bpf("loading the task iterator", e))?;
+            .map_err(|e| Error::program("loading the task iterator", e))?;
         self.iter_loaded = true;
         Ok(())
     }
@@ -308,7 +308,8 @@ impl KernelProbe {
             .ebpf
             .take_map(names::EVENTS)
             .ok_or_else(|| missing(names::EVENTS))?;
-        let ring = RingBuf::try_from(map).map_err(|e| Error::bpf("EVENTS ring buffer", e))?;
+        let ring =
+            RingBuf::try_from(map).map_err(|e| Error::map("opening the EVENTS ring buffer", e))?;
         Ok(EventStream { ring })
     }
 }
@@ -333,19 +334,11 @@ impl EventStream {
             return Ok(out);
         }
         let timeout = timeout.min(EVENT_BATCH);
-        let mut pfd = libc::pollfd {
-            fd: self.ring.as_fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::io("EVENTS ring buffer", e));
-            }
+        let mut fds = [PollFd::new(&self.ring, PollFlags::IN)];
+        let timeout = Timespec::try_from(timeout).expect("at most EVENT_BATCH");
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(Error::io("EVENTS ring buffer", e.into())),
         }
         out.extend(self.drain());
         Ok(out)
@@ -354,10 +347,10 @@ impl EventStream {
     fn drain(&mut self) -> Vec<SwitchEvent> {
         let mut out = Vec::new();
         while let Some(item) = self.ring.next() {
-            if item.len() >= std::mem::size_of::<SwitchEvent>() {
-                // SAFETY: the program writes whole SwitchEvents; the length
-                // was checked and read_unaligned tolerates any alignment.
-                out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<SwitchEvent>()) });
+            // The program writes whole SwitchEvents (a longer record would
+            // be a newer program's: its prefix is still ours).
+            if let Ok((ev, _)) = SwitchEvent::read_from_prefix(&item) {
+                out.push(ev);
             }
         }
         out
@@ -372,9 +365,9 @@ where
     ebpf.program_mut(name)
         .ok_or_else(|| missing(name))?
         .try_into()
-        .map_err(|e| Error::bpf(&format!("{name} program"), e))
+        .map_err(|e| Error::program(format!("finding program {name}"), e))
 }
 
 fn missing(what: &str) -> Error {
-    Error::Bpf(format!("{what} is missing from the embedded BPF object"))
+    Error::MissingFromObject(what.to_string())
 }

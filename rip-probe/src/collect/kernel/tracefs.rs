@@ -6,33 +6,26 @@ use std::{collections::HashMap, path::PathBuf};
 use crate::error::{Error, Result};
 
 /// Where the kernel mounts tracefs by convention.
-pub const TRACEFS: &str = "/sys/kernel/tracing";
+pub(crate) const TRACEFS: &str = "/sys/kernel/tracing";
 
 /// Returns the tracefs mount point. When tracefs is not mounted and we are
 /// root, mounts it at [`TRACEFS`] and says so on stderr (aya's attach needs
 /// it); otherwise fails with [`Error::TracefsMissing`].
-pub fn ensure_mounted() -> Result<PathBuf> {
+pub(crate) fn ensure_mounted() -> Result<PathBuf> {
     if let Some(p) = find_mount()? {
         return Ok(p);
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Err(Error::TracefsMissing);
     }
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: all pointers are valid NUL-terminated strings or null.
-    let rc = unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(Error::TracefsMissing);
-    }
+    rustix::mount::mount(
+        "nodev",
+        TRACEFS,
+        "tracefs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .map_err(|_| Error::TracefsMissing)?;
     eprintln!("rip-probe: mounted tracefs at {TRACEFS} (it was not mounted)");
     Ok(PathBuf::from(TRACEFS))
 }
@@ -59,22 +52,22 @@ fn find_mount() -> Result<Option<PathBuf>> {
 
 /// One field of a tracepoint record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Field {
+pub(crate) struct Field {
     /// Byte offset in the record.
-    pub offset: u32,
+    pub(crate) offset: u32,
     /// Size in bytes.
-    pub size: u32,
+    pub(crate) size: u32,
 }
 
 /// The fields of a tracepoint record, by name.
 #[derive(Clone, Debug, Default)]
-pub struct Format {
+pub(crate) struct Format {
     fields: HashMap<String, Field>,
 }
 
 impl Format {
     /// Reads `<tracefs>/events/<category>/<name>/format`.
-    pub fn read(tracefs: &std::path::Path, category: &str, name: &str) -> Result<Self> {
+    pub(crate) fn read(tracefs: &std::path::Path, category: &str, name: &str) -> Result<Self> {
         let path = tracefs
             .join("events")
             .join(category)
@@ -85,7 +78,7 @@ impl Format {
     }
 
     /// Parses the text of a `format` file.
-    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> std::result::Result<Self, String> {
         let mut fields = HashMap::new();
         for line in text.lines() {
             let line = line.trim();
@@ -124,7 +117,7 @@ impl Format {
     }
 
     /// The field `name`, checked to have size `size`.
-    pub fn field(&self, name: &str, size: u32) -> std::result::Result<Field, String> {
+    pub(crate) fn field(&self, name: &str, size: u32) -> std::result::Result<Field, String> {
         match self.fields.get(name) {
             Some(f) if f.size == size => Ok(*f),
             Some(f) => Err(format!("field {name} has size {}, expected {size}", f.size)),

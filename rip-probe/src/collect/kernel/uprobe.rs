@@ -45,13 +45,13 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, String)> {
         Some((lib, pat)) if !lib.is_empty() => {
             let maps_path = format!("/proc/{pid}/maps");
             let maps = std::fs::read_to_string(&maps_path).map_err(|e| Error::io(&maps_path, e))?;
-            let found = maps
-                .lines()
-                .filter_map(|l| l.split_whitespace().nth(5))
-                .filter(|p| p.starts_with('/'))
+            // librip's maps parser: paths may hold spaces, and pseudo-files
+            // (`[vdso]`, deleted files) are not files.
+            let found = librip::reader::parse_maps(&maps)
+                .iter()
+                .filter_map(|m| m.file().map(Path::to_path_buf))
                 .find(|p| {
-                    Path::new(p)
-                        .file_name()
+                    p.file_name()
                         .is_some_and(|f| f.to_string_lossy().contains(lib))
                 })
                 .ok_or_else(|| {
@@ -59,7 +59,7 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, String)> {
                         "--uprobe {spec}: pid {pid} maps no library matching `{lib}`"
                     ))
                 })?;
-            Ok((PathBuf::from(found), pat.to_string()))
+            Ok((found, pat.to_string()))
         }
         _ => {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -116,11 +116,12 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
 /// Loads `fn_entry` and attaches it to every site, firing only for `pid`.
 pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
     let prog: &mut UProbe = super::program(ebpf, names::FN_ENTRY)?;
-    prog.load().map_err(|e| Error::bpf("loading fn_entry", e))?;
+    prog.load()
+        .map_err(|e| Error::program("loading fn_entry", e))?;
     let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess(pid))?);
     for s in sites {
         prog.attach(s.file_offset, &s.binary, scope)
-            .map_err(|e| Error::bpf(&format!("attaching a uprobe to {}", s.name), e))?;
+            .map_err(|e| Error::program(format!("attaching a uprobe to {}", s.name), e))?;
     }
     Ok(())
 }

@@ -7,7 +7,20 @@ mod read;
 
 use std::path::PathBuf;
 
-use crate::symbolize::ModuleMap;
+/// One executable mapping of the traced process, as its ring recorded it.
+#[derive(Clone, Debug)]
+pub struct ModuleMap {
+    /// Path of the mapped file.
+    pub path: PathBuf,
+    /// First mapped address.
+    pub start: u64,
+    /// One past the last mapped address.
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub file_offset: u64,
+    /// GNU build-id of the file when it was mapped.
+    pub build_id: Option<Vec<u8>>,
+}
 
 /// One slot of a ring: a thread or a coroutine.
 #[derive(Clone, Debug)]

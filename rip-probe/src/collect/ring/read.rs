@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 
 use librip::reader::{Follow, RingFile, SlotKind, SlotState};
 
+use super::ModuleMap;
 use super::{RingSlot, RingView};
-use crate::{error::Error, symbolize::ModuleMap};
+use crate::error::Error;
 
 impl RingView {
     /// Reads a ring file. Errors are librip's, mapped to one-line messages.

@@ -5,16 +5,15 @@
 //! framehop, using the CFI of the binaries the process mapped (`.eh_frame`,
 //! `.eh_frame_hdr`, else `.debug_frame`; frame pointers where a binary has
 //! none) and the stack's memory read with `process_vm_readv` — never
-//! ptrace, never SIGSTOP. `crate::symbolize::stacks::StackSymbolizer`
-//! names the frames.
+//! ptrace, never SIGSTOP. [`crate::StackSymbolizer`] names the frames.
 //!
 //! ```no_run
 //! # fn f(pid: u32, tasks: &[rip_ebpf::TaskRecord]) -> Result<(), Box<dyn std::error::Error>> {
-//! use rip_probe::{collect::stacks::Stacks, symbolize::stacks::StackSymbolizer};
+//! use rip_probe::{StackSymbolizer, collect::stacks::Stacks};
 //! let mut stacks = Stacks::new(pid)?;
 //! let mut names = StackSymbolizer::new(pid);
 //! for t in tasks {
-//!     let addrs = stacks.unwind(t.tid, &t.regs);
+//!     let addrs = stacks.unwind(&t.regs);
 //!     for f in names.frames(&addrs) {
 //!         println!("{}", f.describe());
 //!     }
@@ -24,8 +23,8 @@
 //!
 //! Not wired into reports yet (issue 12): this is the core they will use.
 
-pub mod memory;
-pub mod modules;
-pub mod unwind;
+pub(crate) mod memory;
+pub(crate) mod modules;
+pub(crate) mod unwind;
 
 pub use unwind::{MAX_FRAMES, Stacks, StacksError};

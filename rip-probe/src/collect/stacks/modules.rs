@@ -86,6 +86,7 @@ pub struct ModuleData {
 impl ModuleData {
     /// Whether there is any CFI at all (else unwinding in this binary falls
     /// back to frame pointers).
+    #[cfg(test)]
     pub fn has_cfi(&self) -> bool {
         self.eh_frame.is_some() || self.debug_frame.is_some()
     }
@@ -163,11 +164,6 @@ impl Modules {
         Ok(())
     }
 
-    /// The code mappings, sorted by address.
-    pub fn code(&self) -> &[CodeMapping] {
-        &self.code
-    }
-
     /// The code mapping holding `addr`.
     pub fn mapping_of(&self, addr: u64) -> Option<&CodeMapping> {
         let i = self.code.partition_point(|m| m.start <= addr);
@@ -185,13 +181,9 @@ impl Modules {
         let pid = self.pid;
         self.binaries
             .entry((m.dev, m.inode))
-            .or_insert_with(|| {
-                let r = load(pid, m).map(Arc::new);
-                if r.is_none() {
-                    log::debug!("pid {pid}: no unwind information from {}", m.name);
-                }
-                r
-            })
+            // None: no unwind information (not an ELF file, unreadable);
+            // frames there fall back to frame pointers.
+            .or_insert_with(|| load(pid, m).map(Arc::new))
             .clone()
     }
 

@@ -36,7 +36,6 @@ const REFRESH_EVERY: Duration = Duration::from_millis(250);
 /// (at most every 250 ms) when a stack reaches an address outside them:
 /// code loaded since (`dlopen`) is found. Make one per report.
 pub struct Stacks {
-    pid: u32,
     modules: Modules,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
@@ -49,6 +48,9 @@ pub struct Stacks {
     trampolines: HashMap<u64, bool>,
     /// When /proc/PID/maps was last read.
     maps_read: Instant,
+    /// Stacks cut short because the CFI parser panicked on the target's
+    /// bytes.
+    cut: u64,
 }
 
 /// Why a process's stacks cannot be unwound at all.
@@ -68,6 +70,12 @@ pub enum StacksError {
 }
 
 impl Stacks {
+    /// How many stacks were cut short because unwinding panicked on the
+    /// target's bytes (each such stack keeps the frames found before).
+    pub fn cut_stacks(&self) -> u64 {
+        self.cut
+    }
+
     /// Reads the process's mappings; binaries are parsed later, when a
     /// stack first reaches them.
     pub fn new(pid: u32) -> Result<Stacks, StacksError> {
@@ -76,9 +84,8 @@ impl Stacks {
     }
 
     /// As [`Stacks::new`], with the modules given (tests).
-    pub fn with_modules(pid: u32, modules: Modules) -> Stacks {
+    pub(crate) fn with_modules(pid: u32, modules: Modules) -> Stacks {
         Stacks {
-            pid,
             modules,
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
@@ -86,12 +93,18 @@ impl Stacks {
             added: HashSet::new(),
             trampolines: HashMap::new(),
             maps_read: Instant::now(),
+            cut: 0,
         }
     }
 
-    /// The process's code mappings and binaries.
-    pub fn modules(&self) -> &Modules {
-        &self.modules
+    /// The file mapped at code address `addr`, as /proc/PID/maps names it.
+    pub fn file_of(&self, addr: u64) -> Option<&str> {
+        self.modules.mapping_of(addr).map(|m| m.name.as_str())
+    }
+
+    /// Binaries whose unwind information was parsed so far.
+    pub fn binaries_loaded(&self) -> usize {
+        self.modules.binaries_loaded()
     }
 
     /// `process_vm_readv` calls made so far.
@@ -117,7 +130,7 @@ impl Stacks {
     /// that agree; for a running thread the saved registers are those of
     /// its last kernel entry and the walk is garbage, cut short by the
     /// checks above.
-    pub fn unwind(&mut self, tid: u32, regs: &UserRegs) -> Vec<u64> {
+    pub fn unwind(&mut self, regs: &UserRegs) -> Vec<u64> {
         let mut out = Vec::new();
         if regs.ip == 0 || regs.sp == 0 {
             return out;
@@ -129,21 +142,17 @@ impl Stacks {
         // panic are closed off when binaries are loaded (see
         // `modules::hdr_is_sound`); should another remain, one thread
         // loses the rest of its stack rather than the report being lost.
-        let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.walk(tid, regs, &mut out)
-        }));
+        let walked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.walk(regs, &mut out)));
         if walked.is_err() {
-            log::warn!(
-                "pid {} tid {tid}: the unwinder panicked; stack cut",
-                self.pid
-            );
+            self.cut += 1;
             // The rule cache may hold a half-made entry: start afresh.
             self.cache = CacheX86_64::new();
         }
         out
     }
 
-    fn walk(&mut self, tid: u32, regs: &UserRegs, out: &mut Vec<u64>) {
+    fn walk(&mut self, regs: &UserRegs, out: &mut Vec<u64>) {
         let mut r = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = FrameAddress::from_instruction_pointer(regs.ip);
         out.push(regs.ip);
@@ -157,10 +166,8 @@ impl Stacks {
             {
                 Ok(Some(ra)) => ra,
                 Ok(None) => break,
-                Err(e) => {
-                    log::trace!("pid {} tid {tid}: unwinding stopped: {e}", self.pid);
-                    break;
-                }
+                // Unwinding stops where the CFI or the memory gives out.
+                Err(_) => break,
             };
             if !self.is_code(next.wrapping_sub(1)) {
                 break;
@@ -264,65 +271,6 @@ impl Stacks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::stacks::StackSymbolizer;
-
-    /// Unwinds the calling thread from registers taken here: the stack
-    /// above the point where they were taken stays as it was while this
-    /// function runs, so the walk sees a consistent stack.
-    #[inline(never)]
-    fn unwind_here(stacks: &mut Stacks) -> Vec<u64> {
-        let (ip, sp, bp): (u64, u64, u64);
-        // SAFETY: reads three registers into outputs; no memory access.
-        unsafe {
-            std::arch::asm!(
-                "lea {ip}, [rip]",
-                "mov {sp}, rsp",
-                "mov {bp}, rbp",
-                ip = out(reg) ip,
-                sp = out(reg) sp,
-                bp = out(reg) bp,
-                options(nomem, nostack, preserves_flags),
-            );
-        }
-        let regs = UserRegs {
-            ip,
-            sp,
-            bp,
-            ..UserRegs::default()
-        };
-        let out = stacks.unwind(0, &regs);
-        std::hint::black_box(out)
-    }
-
-    #[inline(never)]
-    fn caller_of_unwind_here(stacks: &mut Stacks) -> Vec<u64> {
-        let v = unwind_here(stacks);
-        std::hint::black_box(v)
-    }
-
-    #[test]
-    fn our_own_stack_through_our_cfi() {
-        let pid = std::process::id();
-        let mut stacks = Stacks::new(pid).unwrap();
-        let addrs = caller_of_unwind_here(&mut stacks);
-        let frames = StackSymbolizer::new(pid).frames(&addrs);
-        let names: Vec<&str> = frames
-            .iter()
-            .map(|f| f.function.as_deref().unwrap_or("?"))
-            .collect();
-        let pos = |n: &str| names.iter().position(|f| f.ends_with(n));
-        let (a, b, c) = (
-            pos("::unwind_here"),
-            pos("::caller_of_unwind_here"),
-            pos("::our_own_stack_through_our_cfi"),
-        );
-        assert!(
-            a.is_some() && a < b && b < c,
-            "{a:?} {b:?} {c:?}: {names:#?}"
-        );
-        // The walk goes on past the test harness, to the thread's start.
-        assert!(names.len() > c.unwrap() + 3, "{names:#?}");
-    }
 
     /// Code mapped after the unwinder was made is found when a stack
     /// reaches it.
@@ -344,7 +292,7 @@ mod tests {
             )
         } as u64;
         assert_ne!(p, libc::MAP_FAILED as u64);
-        assert!(stacks.modules().mapping_of(p).is_none());
+        assert!(stacks.file_of(p).is_none());
         std::thread::sleep(REFRESH_EVERY);
         let stack = [0u64; 16];
         let regs = UserRegs {
@@ -352,8 +300,8 @@ mod tests {
             sp: stack.as_ptr() as u64,
             ..UserRegs::default()
         };
-        stacks.unwind(0, &regs);
-        let found = stacks.modules().mapping_of(p).is_some();
+        stacks.unwind(&regs);
+        let found = stacks.file_of(p).is_some();
         // SAFETY: unmapping what we mapped.
         unsafe { libc::munmap(p as *mut libc::c_void, 4096) };
         assert!(found);
@@ -363,7 +311,7 @@ mod tests {
     fn no_or_garbage_registers_stop_cleanly() {
         let pid = std::process::id();
         let mut stacks = Stacks::new(pid).unwrap();
-        assert!(stacks.unwind(0, &UserRegs::default()).is_empty());
+        assert!(stacks.unwind(&UserRegs::default()).is_empty());
         // A real code address over a stack of garbage words.
         let garbage: Vec<u64> = (0..4096u64)
             .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
@@ -382,7 +330,7 @@ mod tests {
                 bp,
                 ..UserRegs::default()
             };
-            let got = stacks.unwind(0, &regs);
+            let got = stacks.unwind(&regs);
             assert_eq!(got.first(), Some(&ip));
             assert!(got.len() <= MAX_FRAMES);
         }
@@ -475,7 +423,7 @@ mod tests {
                 bp: if i % 2 == 0 { rng() } else { sp + 64 },
                 ..UserRegs::default()
             };
-            let got = stacks.unwind(0, &regs);
+            let got = stacks.unwind(&regs);
             assert!(!got.is_empty() && got.len() <= MAX_FRAMES);
             frames += got.len();
         }

@@ -3,22 +3,17 @@
 //! name, sleep durations).
 //!
 //! Decoding needs two things from the target — what an fd refers to, and a
-//! few bytes of its memory (a `timespec`) — behind the [`Lookup`] trait so
-//! the rules here are tested without a live process.
+//! few bytes of its memory (a `timespec`) — behind collection's
+//! [`Lookup`] trait so the rules here are tested without a live process.
 
-use crate::model::{Syscall, SyscallArg};
-
-/// Access to the target that decoding needs.
-pub trait Lookup {
-    /// What file descriptor `fd` of the target refers to, e.g.
-    /// `pipe:[1234]`, `/var/log/x`, `TCP 127.0.0.1:80 LISTEN`.
-    fn fd(&self, fd: i32) -> Option<String>;
-    /// Reads `len` bytes of the target's memory at `addr`.
-    fn mem(&self, addr: u64, len: usize) -> Option<Vec<u8>>;
-}
+use crate::{
+    collect::Lookup,
+    model::{Syscall, SyscallArg},
+    util::timefmt::duration,
+};
 
 /// The syscall's name for x86-64 number `nr`.
-pub fn syscall_name(nr: i64) -> String {
+pub(crate) fn syscall_name(nr: i64) -> String {
     usize::try_from(nr)
         .ok()
         .and_then(syscalls::Sysno::new)
@@ -28,7 +23,7 @@ pub fn syscall_name(nr: i64) -> String {
 
 /// Decodes syscall `nr` with raw arguments `args`. Returns `None` when `nr`
 /// is negative (the thread is not in a syscall).
-pub fn decode(nr: i64, args: &[u64; 6], look: &dyn Lookup) -> Option<Syscall> {
+pub(crate) fn decode(nr: i64, args: &[u64; 6], look: &dyn Lookup) -> Option<Syscall> {
     if nr < 0 {
         return None;
     }
@@ -182,7 +177,7 @@ const FUTEX_LOCK_PI: u32 = 6;
 const FUTEX_LOCK_PI2: u32 = 13;
 
 /// `FUTEX_WAIT_PRIVATE`, `FUTEX_WAKE`, ... with `|FUTEX_CLOCK_REALTIME`.
-pub fn futex_op(op: u32) -> String {
+pub(crate) fn futex_op(op: u32) -> String {
     const NAMES: [&str; 14] = [
         "FUTEX_WAIT",
         "FUTEX_WAKE",
@@ -251,47 +246,6 @@ fn wait_options(o: i32) -> String {
     } else {
         parts.join("|")
     }
-}
-
-/// Formats a duration in ns the way the reports do: `750ns`, `12µs`,
-/// `3.5ms`, `1.25s`, `2m05s`, `3h02m`.
-pub fn duration(ns: u64) -> String {
-    const US: u64 = 1_000;
-    const MS: u64 = 1_000_000;
-    const S: u64 = 1_000_000_000;
-    match ns {
-        n if n < US => format!("{n}ns"),
-        n if n < MS => format!("{}µs", n / US),
-        n if n < 10 * MS => format!("{:.1}ms", n as f64 / MS as f64),
-        n if n < S => format!("{}ms", n / MS),
-        n if n < 60 * S => format!("{:.1}s", n as f64 / S as f64),
-        n if n < 3600 * S => format!("{}m{:02}s", n / (60 * S), (n / S) % 60),
-        n => format!("{}h{:02}m", n / (3600 * S), (n / (60 * S)) % 60),
-    }
-}
-
-/// A wall-clock time (ns since the Unix epoch) as UTC to the millisecond,
-/// e.g. `2026-11-22T10:21:05.120Z`.
-pub fn utc(ns: u64) -> String {
-    let secs = ns / 1_000_000_000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        ns / 1_000_000 % 1000
-    )
 }
 
 /// A `struct timespec *` argument: the duration it holds, or `NULL`.
@@ -414,27 +368,6 @@ mod tests {
         assert_eq!(
             decode(100_000, &[0; 6], &Fake).unwrap().name,
             "syscall_100000"
-        );
-    }
-
-    #[test]
-    fn utc_times() {
-        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
-        // date -u -d @1795853265.12
-        assert_eq!(utc(1_795_853_265_120_000_000), "2026-11-28T08:07:45.120Z");
-        assert_eq!(utc(951_782_400_999_000_000), "2000-02-29T00:00:00.999Z");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(duration(999), "999ns");
-        assert_eq!(duration(12_345), "12µs");
-        assert_eq!(duration(3_500_000), "3.5ms");
-        assert_eq!(duration(1_250_000_000), "1.2s");
-        assert_eq!(duration(125_000_000_000), "2m05s");
-        assert_eq!(
-            duration(3 * 3600 * 1_000_000_000 + 120_000_000_000),
-            "3h02m"
         );
     }
 }

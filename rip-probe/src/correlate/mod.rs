@@ -1,23 +1,30 @@
 //! Correlation: joins what the kernel says about each thread (state,
 //! syscall, since when, kernel stack) with where the program last said it
 //! was (its ring slot, or the last function a uprobe saw it enter), per
-//! thread id, into the report model. Addresses are left for the symbolize
-//! stage; grouping happens after symbolization (see [`group_threads`]).
+//! thread id, into the report model. This is the one place a [`Thread`]
+//! is built: live ([`live`]), after the target exited ([`after_exit`]) and
+//! from a ring alone ([`dump`]). Addresses are left for the symbolize
+//! stage; grouping is an analysis (`crate::analyze`), after symbolization.
 
-use std::collections::{BTreeMap, HashMap};
+pub(crate) mod decode;
+pub(crate) mod tasks;
 
-use rip_ebpf::{FnHit, TaskRecord, ThreadRecord};
+use std::collections::HashMap;
 
-pub use crate::tasks::group_tasks;
+use rip_ebpf::{FnHit, TaskRecord, ThreadRecord, task_state};
+
 use crate::{
-    collect::ring::{RingSlot, RingView},
-    decode::{self, Lookup},
+    collect::{
+        Lookup,
+        ring::{RingSlot, RingView},
+    },
     model::{
-        Blocked, Frame, Group, Location, LocationSource, Mode, ProcessInfo, Report, RingInfo,
+        Blocked, Frame, Location, LocationSource, Mode, ProcessInfo, Report, RingInfo,
         SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
     },
-    tasks::{TaskClock, ring_tasks},
+    util::timefmt,
 };
+use tasks::{TaskClock, ring_tasks};
 
 /// Kernel `__state` bits (include/linux/sched.h).
 mod kstate {
@@ -31,7 +38,7 @@ mod kstate {
 }
 
 /// Maps a task's `__state` and `on_cpu` to a [`ThreadState`].
-pub fn thread_state(state: u32, on_cpu: u32) -> ThreadState {
+pub(crate) fn thread_state(state: u32, on_cpu: u32) -> ThreadState {
     use kstate::*;
     if state == 0 {
         return if on_cpu != 0 {
@@ -63,39 +70,43 @@ pub fn thread_state(state: u32, on_cpu: u32) -> ThreadState {
 
 /// Clocks needed to turn kernel timestamps into durations.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Clock {
+pub(crate) struct Clock {
     /// CLOCK_MONOTONIC ns when the sched_switch program was attached.
-    pub attached_ns: u64,
+    pub(crate) attached_ns: u64,
     /// CLOCK_MONOTONIC ns when the task snapshot was taken.
-    pub now_ns: u64,
+    pub(crate) now_ns: u64,
     /// Largest difference in accumulated steal time between two CPUs, ns.
     /// The run-queue task clock excludes steal time per CPU, so comparing
     /// task-clock stamps taken on different CPUs may overstate a duration
     /// by up to this much; lower bounds subtract it.
-    pub steal_skew_ns: u64,
+    pub(crate) steal_skew_ns: u64,
 }
 
 /// Everything collected about a live process.
-pub struct LiveInputs<'a> {
+pub(crate) struct LiveInputs<'a> {
     /// Process facts.
-    pub process: ProcessInfo,
+    pub(crate) process: ProcessInfo,
     /// The task iterator's snapshot of every thread.
-    pub tasks: &'a [TaskRecord],
+    pub(crate) tasks: &'a [TaskRecord],
     /// sched_switch's per-thread records (threads seen switching).
-    pub switches: &'a HashMap<u32, ThreadRecord>,
+    pub(crate) switches: &'a HashMap<u32, ThreadRecord>,
     /// Clocks.
-    pub clock: Clock,
+    pub(crate) clock: Clock,
     /// The process's ring, if it has one.
-    pub ring: Option<&'a RingView>,
+    pub(crate) ring: Option<&'a RingView>,
     /// Last function entered per thread (`--uprobe`).
-    pub uprobe_hits: &'a HashMap<u32, FnHit>,
+    pub(crate) uprobe_hits: &'a HashMap<u32, FnHit>,
     /// fd and memory access for syscall decoding.
-    pub lookup: &'a dyn Lookup,
+    pub(crate) lookup: &'a dyn Lookup,
 }
 
 /// How long a thread has been off CPU: exact when sched_switch saw it
 /// leave during the window, else a lower bound.
-pub fn blocked_for(task: &TaskRecord, sw: Option<&ThreadRecord>, clock: &Clock) -> Option<Blocked> {
+pub(crate) fn blocked_for(
+    task: &TaskRecord,
+    sw: Option<&ThreadRecord>,
+    clock: &Clock,
+) -> Option<Blocked> {
     if !thread_state(task.state, task.on_cpu).is_blocked() {
         return None;
     }
@@ -149,7 +160,7 @@ pub(crate) fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
 }
 
 /// Builds the live report (before symbolization).
-pub fn live(inp: &LiveInputs<'_>) -> Report {
+pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
     // Live thread slots by tid; if a tid has several (an exited slot and a
     // reused tid), the live one wins.
     // Keyed by the full 64-bit id: a slot claiming id 2^32 + 5 is not tid 5.
@@ -262,7 +273,9 @@ fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Task]) {
         let Some(tid) = task.polling_tid else {
             continue;
         };
-        if let Some(t) = threads.iter_mut().find(|t| t.tid == u64::from(tid)) {
+        // Threads are sorted by tid: a binary search, not a scan per task.
+        if let Ok(i) = threads.binary_search_by_key(&u64::from(tid), |t| t.tid) {
+            let t = &mut threads[i];
             t.polling_task = Some(task.id);
             if task.location.is_some() {
                 t.location = task.location.clone();
@@ -280,12 +293,12 @@ fn dropped_warning(r: &RingView) -> String {
 }
 
 /// Says what post-mortem task times mean.
-pub fn post_mortem_warning(r: &RingView) -> String {
-    let at = r.unix_ns(crate::tasks::horizon(r));
+pub(crate) fn post_mortem_warning(r: &RingView) -> String {
+    let at = r.unix_ns(tasks::horizon(r));
     format!(
         "the process is gone: task times run up to the last task event its ring recorded \
          (a poll or a creation, at {}), so they are lower bounds",
-        decode::utc(at)
+        timefmt::utc(at)
     )
 }
 
@@ -300,20 +313,139 @@ fn ring_info(r: &RingView) -> RingInfo {
     }
 }
 
+/// What sched_switch recorded of a target that exited during the window.
+pub(crate) struct AfterExit<'a> {
+    /// Process facts.
+    pub(crate) process: ProcessInfo,
+    /// sched_switch's per-thread records.
+    pub(crate) switches: &'a HashMap<u32, ThreadRecord>,
+    /// Kernel stacks by stack id (taken only with switch events).
+    pub(crate) stacks: &'a HashMap<i64, Vec<u64>>,
+    /// The process's ring, if it had one.
+    pub(crate) ring: Option<&'a RingView>,
+    /// How long the kernel was observed, ns.
+    pub(crate) window_ns: u64,
+}
+
+/// The target died during the window: what sched_switch saw of each
+/// thread last (its state at its last switch off the CPU, and with switch
+/// events its syscall and kernel stack) and where its ring says it was.
+pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
+    struct Gone;
+    impl Lookup for Gone {
+        fn fd(&self, _: i32) -> Option<String> {
+            None
+        }
+        fn mem(&self, _: u64, _: usize) -> Option<Vec<u8>> {
+            None
+        }
+    }
+    // Thread slots by id, looked up once per thread instead of scanned.
+    let slots: HashMap<u64, &RingSlot> = inp
+        .ring
+        .map(|r| {
+            let mut m = HashMap::new();
+            for s in r.slots.iter().filter(|s| !s.coroutine) {
+                // The first slot with an id wins, as a front-to-back scan had it.
+                m.entry(s.id).or_insert(s);
+            }
+            m
+        })
+        .unwrap_or_default();
+    let mut threads: Vec<Thread> = inp
+        .switches
+        .iter()
+        .filter(|(_, r)| r.switches > 0)
+        .map(|(&tid, r)| {
+            let slot = slots.get(&u64::from(tid)).copied();
+            Thread {
+                tid: u64::from(tid),
+                name: slot.map(|s| s.name.clone()).unwrap_or_default(),
+                name_source: "ring",
+                state: state_from_switch(r.state),
+                syscall: decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone),
+                blocked: None,
+                kernel_stack: inp
+                    .stacks
+                    .get(&r.kstack_id)
+                    .map(|s| s.iter().map(|&a| raw(a)).collect())
+                    .unwrap_or_default(),
+                location: slot
+                    .and_then(|s| s.entries.last())
+                    .map(|&(seq, addr)| Location {
+                        source: LocationSource::Ring,
+                        seq: Some(seq),
+                        ago_ns: None,
+                        frame: raw(addr),
+                    }),
+                history: Vec::new(),
+                snaps: slot.map(|s| s.snaps),
+                polling_task: None,
+                waits_for: None,
+                exited: true,
+            }
+        })
+        .collect();
+    threads.sort_by_key(|t| t.tid);
+    let mut warnings =
+        vec!["states are as of each thread's last switch off the CPU before the exit".into()];
+    let tasks = inp
+        .ring
+        .map(|r| ring_tasks(r, TaskClock::PostMortem, false))
+        .unwrap_or_default();
+    if let Some(r) = inp.ring.filter(|_| !tasks.is_empty()) {
+        warnings.push(post_mortem_warning(r));
+    }
+    Report {
+        schema: SCHEMA_VERSION,
+        mode: Mode::Pid,
+        process: inp.process.clone(),
+        rings: Vec::new(),
+        window_ns: inp.window_ns,
+        threads,
+        tasks,
+        groups: Vec::new(),
+        task_groups: Vec::new(),
+        warnings,
+        deadlocks: Vec::new(),
+    }
+}
+
+/// The state a sched_switch `prev_state` describes.
+fn state_from_switch(s: u64) -> ThreadState {
+    if s & task_state::PREEMPTED != 0 || s == 0 {
+        ThreadState::Runnable
+    } else if s & task_state::UNINTERRUPTIBLE != 0 {
+        ThreadState::Uninterruptible
+    } else if s & task_state::INTERRUPTIBLE != 0 {
+        ThreadState::Sleeping
+    } else if s & (task_state::STOPPED) != 0 {
+        ThreadState::Stopped
+    } else if s & task_state::TRACED != 0 {
+        ThreadState::Traced
+    } else if s & (task_state::DEAD | task_state::ZOMBIE) != 0 {
+        ThreadState::Exited
+    } else if s & task_state::IDLE != 0 {
+        ThreadState::Idle
+    } else {
+        ThreadState::Unknown
+    }
+}
+
 /// Options of a dump.
 #[derive(Clone, Copy, Debug)]
-pub struct DumpOptions {
+pub(crate) struct DumpOptions {
     /// Keep every entry (per-thread history), not only the last.
-    pub history: bool,
+    pub(crate) history: bool,
     /// Include slots marked exited.
-    pub exited: bool,
+    pub(crate) exited: bool,
     /// What task durations run up to: now (the ring's process is alive on
     /// this boot), or the ring's last record (post-mortem).
-    pub clock: TaskClock,
+    pub(crate) clock: TaskClock,
 }
 
 /// Builds a dump report from a ring alone (before symbolization).
-pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report {
+pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report {
     let mut threads: Vec<Thread> = ring
         .slots
         .iter()
@@ -372,74 +504,6 @@ pub fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> Report 
     }
 }
 
-/// The wait reason a group is keyed on: the syscall (futex split by
-/// wait/lock/wake), else the innermost kernel function.
-fn wait_reason(t: &Thread) -> Option<String> {
-    if let Some(s) = &t.syscall {
-        if s.name == "futex"
-            && let Some(op) = s.args.get(1)
-        {
-            return Some(futex_wait_name(op.raw as u32).to_string());
-        }
-        return Some(s.name.clone());
-    }
-    t.kernel_stack.first().and_then(|f| f.function.clone())
-}
-
-/// What a thread blocked in futex(2) waits for, by operation: the plain
-/// and bitset waits are both `futex_wait`.
-fn futex_wait_name(op: u32) -> &'static str {
-    match op & 0x7f {
-        0 | 9 => "futex_wait",
-        6 | 8 | 13 => "futex_lock_pi",
-        11 => "futex_wait_requeue_pi",
-        _ => "futex",
-    }
-}
-
-/// Groups threads by (state, wait reason, location), most populated first,
-/// then longest blocked. Runs after symbolization so that locations with
-/// different addresses on the same line group together.
-pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
-    let mut map: BTreeMap<(String, Option<String>, Option<String>), Group> = BTreeMap::new();
-    for t in threads {
-        let loc = t.location.as_ref().map(|l| l.frame.describe());
-        let wait = wait_reason(t);
-        let key = (t.state.as_str().to_string(), wait.clone(), loc.clone());
-        let g = map.entry(key).or_insert_with(|| Group {
-            count: 0,
-            ids: Vec::new(),
-            state: t.state.as_str().to_string(),
-            wait,
-            min_ns: None,
-            lower_bound: false,
-            location: loc,
-            source: t.location.as_ref().map(|l| l.source),
-        });
-        g.count += 1;
-        g.ids.push(t.tid);
-        if let Some(b) = t.blocked {
-            g.min_ns = Some(g.min_ns.map_or(b.ns, |m| m.min(b.ns)));
-            g.lower_bound |= !b.exact;
-        }
-    }
-    sorted(map.into_values().collect())
-}
-
-/// Orders groups most populated first, then longest blocked (or idle).
-pub(crate) fn sorted(mut v: Vec<Group>) -> Vec<Group> {
-    for g in &mut v {
-        g.ids.sort_unstable();
-    }
-    v.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then(b.min_ns.cmp(&a.min_ns))
-            .then(a.ids.first().cmp(&b.ids.first()))
-    });
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,7 +538,7 @@ mod tests {
         let opts = DumpOptions {
             history: false,
             exited: false,
-            clock: crate::tasks::TaskClock::PostMortem,
+            clock: TaskClock::PostMortem,
         };
         let r = dump(&ring, ProcessInfo::default(), opts);
         let tids: Vec<u64> = r.threads.iter().map(|t| t.tid).collect();
@@ -537,52 +601,5 @@ mod tests {
         assert_eq!((b.ns, b.exact), (10_000, false));
         // Running threads are not blocked.
         assert!(blocked_for(&task(1, 0, 0, 0), None, &clock).is_none());
-    }
-
-    fn thread(tid: u64, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
-        Thread {
-            tid,
-            name: "w".into(),
-            name_source: "comm",
-            state,
-            syscall: None,
-            blocked: Some(Blocked { ns, exact: true }),
-            kernel_stack: vec![Frame {
-                addr: 1,
-                function: Some("pipe_read".into()),
-                ..Default::default()
-            }],
-            location: loc.map(|f| Location {
-                source: LocationSource::Ring,
-                seq: None,
-                ago_ns: None,
-                frame: Frame {
-                    addr: 2,
-                    function: Some(f.into()),
-                    ..Default::default()
-                },
-            }),
-            history: vec![],
-            snaps: None,
-            polling_task: None,
-            waits_for: None,
-            exited: false,
-        }
-    }
-
-    #[test]
-    fn groups_most_populated_first() {
-        let ts = vec![
-            thread(1, ThreadState::Sleeping, Some("a"), 5),
-            thread(2, ThreadState::Sleeping, Some("b"), 7),
-            thread(3, ThreadState::Sleeping, Some("b"), 3),
-            thread(4, ThreadState::Running, Some("b"), 3),
-        ];
-        let g = group_threads(&ts);
-        assert_eq!(g.len(), 3);
-        assert_eq!((g[0].count, g[0].ids.clone()), (2, vec![2, 3]));
-        assert_eq!(g[0].min_ns, Some(3));
-        assert_eq!(g[0].wait.as_deref(), Some("pipe_read"));
-        assert_eq!(g[0].location.as_deref(), Some("b"));
     }
 }

@@ -1,7 +1,7 @@
 //! Tasks: coroutine and async-task slots of a ring turned into the model's
 //! [`Task`]s — polling (on which thread, for how long) or idle (since
-//! when, for how long), where each last snapped — then grouped by state
-//! and location, and filtered by idle time.
+//! when, for how long), where each last snapped. (Grouping and filtering
+//! are analyses: see `crate::analyze::tasks`.)
 //!
 //! Durations need a "now" on the ring's clock (CLOCK_MONOTONIC). A live
 //! process has one. A dead one does not: comparing its poll times with
@@ -10,17 +10,15 @@
 //! recorded of any task (a poll's start or end, a creation) and are lower
 //! bounds: the process lived at least that long.
 
-use std::collections::BTreeMap;
-
 use crate::{
     collect::ring::RingView,
     correlate::ring_location,
-    model::{Group, Task, TaskState},
+    model::{Task, TaskState},
 };
 
 /// What task durations are measured up to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskClock {
+pub(crate) enum TaskClock {
     /// The process is alive: up to this CLOCK_MONOTONIC time (ns).
     Now(u64),
     /// The process is gone: up to the last time its ring recorded.
@@ -28,7 +26,7 @@ pub enum TaskClock {
 }
 
 /// The latest time a ring recorded of any task: its horizon post-mortem.
-pub fn horizon(r: &RingView) -> u64 {
+pub(crate) fn horizon(r: &RingView) -> u64 {
     r.slots
         .iter()
         .filter_map(|s| s.task)
@@ -43,7 +41,7 @@ pub fn horizon(r: &RingView) -> u64 {
 
 /// The tasks (coroutine slots) of a ring, by id. `history` keeps every
 /// entry, oldest first, not only the last.
-pub fn ring_tasks(r: &RingView, clock: TaskClock, history: bool) -> Vec<Task> {
+pub(crate) fn ring_tasks(r: &RingView, clock: TaskClock, history: bool) -> Vec<Task> {
     let (now, lower_bound) = match clock {
         TaskClock::Now(ns) => (ns, false),
         TaskClock::PostMortem => (horizon(r), true),
@@ -98,42 +96,8 @@ pub fn ring_tasks(r: &RingView, clock: TaskClock, history: bool) -> Vec<Task> {
     v
 }
 
-/// Keeps the tasks idle at least `min_ns` (since their last poll ended, or
-/// their creation if never polled; post-mortem, a lower bound must reach
-/// it). Polling and exited tasks are not idle.
-pub fn retain_idle(tasks: &mut Vec<Task>, min_ns: u64) {
-    tasks.retain(|t| t.idle_ns.is_some_and(|ns| ns >= min_ns));
-}
-
-/// Groups tasks by state and last snap location, most populated first,
-/// then longest idle (or polling). Runs after symbolization, so snaps at
-/// different addresses of one line group together.
-pub fn group_tasks(tasks: &[Task]) -> Vec<Group> {
-    let mut map: BTreeMap<(TaskState, Option<String>), Group> = BTreeMap::new();
-    for t in tasks {
-        let loc = t.location.as_ref().map(|l| l.frame.describe());
-        let g = map.entry((t.state, loc.clone())).or_insert_with(|| Group {
-            count: 0,
-            ids: Vec::new(),
-            state: t.state.as_str().to_string(),
-            wait: None,
-            min_ns: None,
-            lower_bound: false,
-            location: loc,
-            source: t.location.as_ref().map(|l| l.source),
-        });
-        g.count += 1;
-        g.ids.push(t.id);
-        if let Some(ns) = t.idle_ns.or(t.polling_ns) {
-            g.min_ns = Some(g.min_ns.map_or(ns, |m| m.min(ns)));
-            g.lower_bound |= t.lower_bound;
-        }
-    }
-    crate::correlate::sorted(map.into_values().collect())
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::collect::ring::{RingSlot, TaskStats};
 
@@ -181,7 +145,7 @@ mod tests {
     }
 
     /// idle (polled), idle (never polled), polling, exited.
-    fn sample() -> RingView {
+    pub(crate) fn sample() -> RingView {
         let s = 1_000_000_000;
         ring(vec![
             slot(1, stats(3, 4 * s, 5 * s, 0, 2 * s), false),
@@ -224,27 +188,5 @@ mod tests {
         assert_eq!((t[0].idle_ns, t[0].lower_bound), (Some(4 * s), true));
         assert_eq!((t[2].polling_ns, t[2].lower_bound), (Some(s), true));
         assert!(!t[3].lower_bound, "no duration, nothing bounded");
-    }
-
-    #[test]
-    fn min_idle_keeps_idle_tasks_only() {
-        let s = 1_000_000_000;
-        let mut t = ring_tasks(&sample(), TaskClock::Now(20 * s), false);
-        retain_idle(&mut t, 16 * s);
-        assert_eq!(t.iter().map(|t| t.id).collect::<Vec<_>>(), [2]);
-    }
-
-    #[test]
-    fn groups_by_state_and_location() {
-        let s = 1_000_000_000;
-        let mut r = sample();
-        r.slots[1].entries = r.slots[0].entries.clone();
-        let t = ring_tasks(&r, TaskClock::PostMortem, false);
-        let g = group_tasks(&t);
-        assert_eq!(g.len(), 3);
-        assert_eq!((g[0].count, g[0].ids.clone()), (2, vec![1, 2]));
-        assert_eq!((g[0].state.as_str(), g[0].min_ns), ("idle", Some(4 * s)));
-        assert!(g[0].lower_bound);
-        assert_eq!(g[1].state, "polling");
     }
 }

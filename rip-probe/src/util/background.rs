@@ -6,19 +6,14 @@
 const NICE: i32 = 10;
 
 /// Spawns `f` on a named, lower-priority thread.
-pub fn spawn<T: Send + 'static>(
+pub(crate) fn spawn<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::thread::JoinHandle<T> {
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
-            // SAFETY: gettid has no preconditions; setpriority on our own
-            // thread id changes only this thread's nice value.
-            unsafe {
-                let tid = libc::gettid();
-                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE);
-            }
+            set_nice(NICE);
             f()
         })
         .expect("spawning a helper thread")
@@ -27,10 +22,12 @@ pub fn spawn<T: Send + 'static>(
 /// Puts the calling thread back at normal priority once its background
 /// work is done and a report waits on it (this needs CAP_SYS_NICE, which
 /// root has; without it the thread stays lower, which only costs time).
-pub fn normal_priority() {
-    // SAFETY: as in `spawn`.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 0);
-    }
+pub(crate) fn normal_priority() {
+    set_nice(0);
+}
+
+/// Sets the calling thread's nice value: on Linux, PRIO_PROCESS with a
+/// thread id applies to that thread alone. Failing costs only time.
+fn set_nice(nice: i32) {
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice);
 }

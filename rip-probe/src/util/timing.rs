@@ -10,7 +10,7 @@ fn enabled() -> bool {
 }
 
 /// Prints how long `f` took under `phase`, when enabled.
-pub fn phase<T>(phase: &str, f: impl FnOnce() -> T) -> T {
+pub(crate) fn phase<T>(phase: &str, f: impl FnOnce() -> T) -> T {
     if !enabled() {
         return f();
     }

@@ -64,7 +64,7 @@ fn elf_type(exe: &Path) -> Result<u16> {
 }
 
 /// Dumps the original ring at `path` to `out`.
-pub fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut dyn Write) -> Result<()> {
     let ring = OriginalRing::open(path).map_err(Error::Ring)?;
     let mut warnings = Vec::new();
     let addrs: Vec<u64> = ring

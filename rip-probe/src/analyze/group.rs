@@ -1,0 +1,223 @@
+//! Threads grouped by (state, wait reason, location). The keys are typed:
+//! a [`ThreadState`], a [`Wait`] (a futex wait kind, a syscall number or a
+//! kernel function) and a [`Place`] (source line, function, module and
+//! offset, or address), so two places that happen to print alike stay two
+//! groups, and the rendered words are made once per group.
+
+use std::collections::HashMap;
+
+use crate::model::{Frame, Group, Thread, ThreadState};
+
+/// What a group of threads waits in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Wait {
+    /// futex(2), by operation (waits, PI locks, requeue waits and others).
+    Futex(&'static str),
+    /// Another syscall, by number.
+    Syscall(i64),
+    /// No syscall: the innermost kernel function.
+    Kernel(String),
+}
+
+impl Wait {
+    /// The wait reason of a thread: the syscall (futex split by
+    /// wait/lock/wake), else the innermost kernel function.
+    fn of(t: &Thread) -> Option<Wait> {
+        if let Some(s) = &t.syscall {
+            if s.name == "futex"
+                && let Some(op) = s.args.get(1)
+            {
+                return Some(Wait::Futex(futex_wait_name(op.raw as u32)));
+            }
+            return Some(Wait::Syscall(s.nr));
+        }
+        t.kernel_stack
+            .first()
+            .and_then(|f| f.function.clone())
+            .map(Wait::Kernel)
+    }
+}
+
+/// What a futex(2) caller waits for, by operation: the plain and bitset
+/// waits are both `futex_wait`.
+fn futex_wait_name(op: u32) -> &'static str {
+    match op & 0x7f {
+        0 | 9 => "futex_wait",
+        6 | 8 | 13 => "futex_lock_pi",
+        11 => "futex_wait_requeue_pi",
+        _ => "futex",
+    }
+}
+
+/// Where members are, as an identity: what [`Frame::describe`] is made
+/// from, before it is shortened to text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Place {
+    /// A function at a source line.
+    Line {
+        /// Source file (full path).
+        file: String,
+        /// Line.
+        line: u32,
+        /// Function.
+        function: String,
+    },
+    /// A function without line information.
+    Function(String),
+    /// A module and an offset in it (no symbols).
+    ModuleOffset(String, u64),
+    /// A bare address.
+    Addr(u64),
+}
+
+impl Place {
+    /// The identity of a frame's best position (see [`Frame::best`]).
+    pub(crate) fn of(f: &Frame) -> Place {
+        match f.best() {
+            (Some(func), Some(file), Some(line)) => Place::Line {
+                file: file.to_string(),
+                line,
+                function: func.to_string(),
+            },
+            (Some(func), _, _) => Place::Function(func.to_string()),
+            _ => match (&f.module, f.module_offset) {
+                (Some(m), Some(off)) => Place::ModuleOffset(m.clone(), off),
+                _ => Place::Addr(f.addr),
+            },
+        }
+    }
+}
+
+/// The key threads are grouped on.
+type ThreadKey = (ThreadState, Option<Wait>, Option<Place>);
+
+/// Groups threads by (state, wait reason, location), most populated first,
+/// then longest blocked. Runs after symbolization so that locations with
+/// different addresses on the same line group together.
+pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
+    let mut map: HashMap<ThreadKey, Group> = HashMap::new();
+    for t in threads {
+        let place = t.location.as_ref().map(|l| Place::of(&l.frame));
+        let key = (t.state, Wait::of(t), place);
+        let g = map.entry(key).or_insert_with(|| Group {
+            count: 0,
+            ids: Vec::new(),
+            state: t.state.as_str().to_string(),
+            wait: wait_text(t),
+            min_ns: None,
+            lower_bound: false,
+            location: t.location.as_ref().map(|l| l.frame.describe()),
+            source: t.location.as_ref().map(|l| l.source),
+        });
+        g.count += 1;
+        g.ids.push(t.tid);
+        if let Some(b) = t.blocked {
+            g.min_ns = Some(g.min_ns.map_or(b.ns, |m| m.min(b.ns)));
+            g.lower_bound |= !b.exact;
+        }
+    }
+    // Ties below are broken in the order the groups' words sort in (what
+    // the text-keyed grouping did), then by members.
+    let mut v: Vec<Group> = map.into_values().collect();
+    v.sort_by(|a, b| {
+        (&a.state, &a.wait, &a.location, &a.ids).cmp(&(&b.state, &b.wait, &b.location, &b.ids))
+    });
+    sorted(v)
+}
+
+/// The words for a thread's wait reason (made once per group).
+fn wait_text(t: &Thread) -> Option<String> {
+    Wait::of(t).map(|w| match w {
+        Wait::Futex(name) => name.to_string(),
+        Wait::Syscall(_) => t
+            .syscall
+            .as_ref()
+            .map(|s| s.name.clone())
+            .unwrap_or_default(),
+        Wait::Kernel(f) => f,
+    })
+}
+
+/// Orders groups most populated first, then longest blocked (or idle),
+/// then by first member; the sort is stable, so groups tied on all three
+/// keep the order they come in.
+pub(crate) fn sorted(mut v: Vec<Group>) -> Vec<Group> {
+    for g in &mut v {
+        g.ids.sort_unstable();
+    }
+    v.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(b.min_ns.cmp(&a.min_ns))
+            .then(a.ids.first().cmp(&b.ids.first()))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Blocked, Location, LocationSource};
+
+    fn thread(tid: u64, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
+        Thread {
+            tid,
+            name: "w".into(),
+            name_source: "comm",
+            state,
+            syscall: None,
+            blocked: Some(Blocked { ns, exact: true }),
+            kernel_stack: vec![Frame {
+                addr: 1,
+                function: Some("pipe_read".into()),
+                ..Default::default()
+            }],
+            location: loc.map(|f| Location {
+                source: LocationSource::Ring,
+                seq: None,
+                ago_ns: None,
+                frame: Frame {
+                    addr: 2,
+                    function: Some(f.into()),
+                    ..Default::default()
+                },
+            }),
+            history: vec![],
+            snaps: None,
+            polling_task: None,
+            waits_for: None,
+            exited: false,
+        }
+    }
+
+    #[test]
+    fn groups_most_populated_first() {
+        let ts = vec![
+            thread(1, ThreadState::Sleeping, Some("a"), 5),
+            thread(2, ThreadState::Sleeping, Some("b"), 7),
+            thread(3, ThreadState::Sleeping, Some("b"), 3),
+            thread(4, ThreadState::Running, Some("b"), 3),
+        ];
+        let g = group_threads(&ts);
+        assert_eq!(g.len(), 3);
+        assert_eq!((g[0].count, g[0].ids.clone()), (2, vec![2, 3]));
+        assert_eq!(g[0].min_ns, Some(3));
+        assert_eq!(g[0].wait.as_deref(), Some("pipe_read"));
+        assert_eq!(g[0].location.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn places_that_print_alike_are_distinct_groups() {
+        // Same last three path components, different files.
+        let mut a = thread(1, ThreadState::Sleeping, Some("f"), 1);
+        let mut b = thread(2, ThreadState::Sleeping, Some("f"), 1);
+        for (t, file) in [(&mut a, "/x/a/b/c.rs"), (&mut b, "/y/a/b/c.rs")] {
+            let f = &mut t.location.as_mut().unwrap().frame;
+            f.file = Some(file.into());
+            f.line = Some(3);
+        }
+        let g = group_threads(&[a, b]);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].location, g[1].location, "they print alike");
+    }
+}

@@ -1,0 +1,73 @@
+//! Tasks grouped by state and await location (typed, like threads: see
+//! [`super::group`]), and the `--min-idle` filter.
+
+use std::collections::HashMap;
+
+use super::group::{Place, sorted};
+use crate::model::{Group, Task, TaskState};
+
+/// Keeps the tasks idle at least `min_ns` (since their last poll ended, or
+/// their creation if never polled; post-mortem, a lower bound must reach
+/// it). Polling and exited tasks are not idle.
+pub(crate) fn retain_idle(tasks: &mut Vec<Task>, min_ns: u64) {
+    tasks.retain(|t| t.idle_ns.is_some_and(|ns| ns >= min_ns));
+}
+
+/// Groups tasks by state and last snap location, most populated first,
+/// then longest idle (or polling). Runs after symbolization, so snaps at
+/// different addresses of one line group together.
+pub fn group_tasks(tasks: &[Task]) -> Vec<Group> {
+    let mut map: HashMap<(TaskState, Option<Place>), Group> = HashMap::new();
+    for t in tasks {
+        let place = t.location.as_ref().map(|l| Place::of(&l.frame));
+        let g = map.entry((t.state, place)).or_insert_with(|| Group {
+            count: 0,
+            ids: Vec::new(),
+            state: t.state.as_str().to_string(),
+            wait: None,
+            min_ns: None,
+            lower_bound: false,
+            location: t.location.as_ref().map(|l| l.frame.describe()),
+            source: t.location.as_ref().map(|l| l.source),
+        });
+        g.count += 1;
+        g.ids.push(t.id);
+        if let Some(ns) = t.idle_ns.or(t.polling_ns) {
+            g.min_ns = Some(g.min_ns.map_or(ns, |m| m.min(ns)));
+            g.lower_bound |= t.lower_bound;
+        }
+    }
+    // Ties are broken by state (polling, idle, exited), then location
+    // words, then members: the order the text-keyed grouping had.
+    let mut v: Vec<(TaskState, Group)> = map.into_iter().map(|((s, _), g)| (s, g)).collect();
+    v.sort_by(|(sa, a), (sb, b)| (sa, &a.location, &a.ids).cmp(&(sb, &b.location, &b.ids)));
+    sorted(v.into_iter().map(|(_, g)| g).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::tasks::{TaskClock, ring_tasks, tests::sample};
+
+    #[test]
+    fn min_idle_keeps_idle_tasks_only() {
+        let s = 1_000_000_000;
+        let mut t = ring_tasks(&sample(), TaskClock::Now(20 * s), false);
+        retain_idle(&mut t, 16 * s);
+        assert_eq!(t.iter().map(|t| t.id).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn groups_by_state_and_location() {
+        let s = 1_000_000_000;
+        let mut r = sample();
+        r.slots[1].entries = r.slots[0].entries.clone();
+        let t = ring_tasks(&r, TaskClock::PostMortem, false);
+        let g = group_tasks(&t);
+        assert_eq!(g.len(), 3);
+        assert_eq!((g[0].count, g[0].ids.clone()), (2, vec![1, 2]));
+        assert_eq!((g[0].state.as_str(), g[0].min_ns), ("idle", Some(4 * s)));
+        assert!(g[0].lower_bound);
+        assert_eq!(g[1].state, "polling");
+    }
+}

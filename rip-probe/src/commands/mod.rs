@@ -1,0 +1,88 @@
+//! The commands: each a thin composition of the pipeline's stages
+//! (discover → collect → correlate → symbolize → analyze → render).
+//! `pid` drives a live [`crate::session::Session`]; `dump` reads a ring
+//! alone; `original` dumps a ring of the original header-only librip.
+
+pub(crate) mod dump;
+pub(crate) mod original;
+pub(crate) mod pid;
+
+use std::{io::Write, time::Duration};
+
+use crate::{
+    analyze,
+    error::{Error, Result},
+    model::Report,
+    render,
+};
+
+fn write_err(e: std::io::Error) -> Error {
+    Error::io("stdout", e)
+}
+
+pub(crate) fn emit(
+    report: &Report,
+    json: bool,
+    out: &mut dyn Write,
+    text: fn(&Report, &mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    if json {
+        render::json(report, &mut *out).map_err(write_err)?;
+    } else {
+        text(report, &mut *out).map_err(write_err)?;
+    }
+    out.flush().map_err(write_err)
+}
+
+/// `--min-idle`: keeps the tasks idle at least this long.
+fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
+    if let Some(min) = min_idle {
+        analyze::tasks::retain_idle(&mut r.tasks, min.as_nanos() as u64);
+    }
+}
+
+/// Parses `750ms`, `2s`, `1.5s`, `3m`, `1h`, `250us`, `10ns`; a bare number
+/// is seconds.
+pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 500ms, 2s, 1m)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "ns" => v / 1e9,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        u => {
+            return Err(format!(
+                "unknown unit `{u}` in `{s}` (use ns, us, ms, s, m, h)"
+            ));
+        }
+    };
+    if !(0.0..=1e9).contains(&secs) {
+        return Err(format!("`{s}` is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("1y").is_err());
+    }
+}

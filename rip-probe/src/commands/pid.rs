@@ -1,0 +1,86 @@
+//! `rip-probe --pid N`: attach a session, observe, snapshot (collect,
+//! correlate, symbolize), filter, group once, render; again with
+//! `--watch`.
+
+use std::{io::Write, path::PathBuf, time::Duration};
+
+use clap::Args;
+
+use super::{emit, filter_idle, parse_duration};
+use crate::{
+    analyze,
+    error::{Error, Result},
+    model::Report,
+    render,
+    session::{Session, SessionOptions},
+    util::timing,
+};
+
+/// `rip-probe --pid N`.
+#[derive(Debug, Args)]
+pub(crate) struct LiveArgs {
+    /// The process to look at.
+    #[arg(long, short)]
+    pid: Option<u32>,
+    /// How long to watch context switches before reporting.
+    #[arg(long, short, default_value = "1s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Only threads blocked at least this long (e.g. 500ms, 2s).
+    #[arg(long, value_parser = parse_duration)]
+    min_blocked: Option<Duration>,
+    /// Only tasks idle at least this long (since their last poll ended, or
+    /// their creation if never polled); polling tasks are not idle.
+    #[arg(long, value_parser = parse_duration)]
+    min_idle: Option<Duration>,
+    /// Report again every --duration until interrupted or the process exits.
+    #[arg(long)]
+    watch: bool,
+    /// Print the report as JSON (schema: docs/JSON.md).
+    #[arg(long)]
+    json: bool,
+    /// For programs without librip: attach uprobes to functions matching
+    /// this glob (`LIB:GLOB` for a shared library) and report each
+    /// thread's last function entered.
+    #[arg(long, value_name = "PATTERN")]
+    uprobe: Option<String>,
+    /// Read this ring file instead of the process's own.
+    #[arg(long, conflicts_with = "no_ring")]
+    ring: Option<PathBuf>,
+    /// Ignore the process's ring.
+    #[arg(long)]
+    no_ring: bool,
+}
+
+pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
+    let pid = a.pid.ok_or_else(|| {
+        Error::Usage("say which process: rip-probe --pid PID (or rip-probe dump FILE)".into())
+    })?;
+    let mut opts = SessionOptions::new(pid);
+    opts.uprobe = a.uprobe.clone();
+    opts.ring = a.ring.clone();
+    opts.no_ring = a.no_ring;
+    let mut session = Session::attach(&opts)?;
+    loop {
+        session.observe(a.duration, &mut ())?;
+        if !a.watch {
+            session.stop_observing()?;
+        }
+        let mut report = session.snapshot_ungrouped()?;
+        filter(&mut report, a.min_blocked, a.min_idle);
+        timing::phase("group", || analyze::groups(&mut report));
+        timing::phase("render", || emit(&report, a.json, out, render::live))?;
+        if !a.watch || session.lost().is_some() {
+            return Ok(());
+        }
+        writeln!(out).map_err(|e| Error::io("stdout", e))?;
+    }
+}
+
+/// `--min-blocked` and `--min-idle`.
+fn filter(r: &mut Report, min_blocked: Option<Duration>, min_idle: Option<Duration>) {
+    if let Some(min) = min_blocked {
+        let min = min.as_nanos() as u64;
+        r.threads.retain(|t| t.blocked.is_some_and(|b| b.ns >= min));
+    }
+    filter_idle(r, min_idle);
+}
