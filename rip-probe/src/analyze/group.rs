@@ -53,17 +53,30 @@ fn futex_wait_name(op: u32) -> &'static str {
 /// from, before it is shortened to text.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Place {
-    /// A function at a source line.
+    /// A source position: from DWARF, or a snap's site table (which gives
+    /// the column and label too, and may name no function).
     Line {
         /// Source file (full path).
         file: String,
         /// Line.
         line: u32,
+        /// Column (site tables of Rust snaps).
+        column: Option<u32>,
         /// Function.
-        function: String,
+        function: Option<String>,
+        /// The snap's label.
+        label: Option<String>,
     },
-    /// A function without line information.
-    Function(String),
+    /// A function without line information, in a module, at an offset in
+    /// it when known: two closures of one demangled name stay apart.
+    Function {
+        /// Function.
+        name: String,
+        /// Offset in the function.
+        offset: Option<u64>,
+        /// The module it is in.
+        module: Option<String>,
+    },
     /// A module and an offset in it (no symbols).
     ModuleOffset(String, u64),
     /// A bare address.
@@ -74,12 +87,18 @@ impl Place {
     /// The identity of a frame's best position (see [`Frame::best`]).
     pub(crate) fn of(f: &Frame) -> Place {
         match f.best() {
-            (Some(func), Some(file), Some(line)) => Place::Line {
+            (func, Some(file), Some(line)) => Place::Line {
                 file: file.to_string(),
                 line,
-                function: func.to_string(),
+                column: f.column,
+                function: func.map(str::to_string),
+                label: f.label.clone(),
             },
-            (Some(func), _, _) => Place::Function(func.to_string()),
+            (Some(func), _, _) => Place::Function {
+                name: func.to_string(),
+                offset: f.function_offset,
+                module: f.module.clone(),
+            },
             _ => match (&f.module, f.module_offset) {
                 (Some(m), Some(off)) => Place::ModuleOffset(m.clone(), off),
                 _ => Place::Addr(f.addr),
@@ -219,5 +238,42 @@ mod tests {
         let g = group_threads(&[a, b]);
         assert_eq!(g.len(), 2);
         assert_eq!(g[0].location, g[1].location, "they print alike");
+    }
+
+    /// Two closures with one demangled name and no line information are
+    /// two places (their offsets differ); two copies of one snap site (its
+    /// table gives file, line and column, inlined twice) are one.
+    #[test]
+    fn sites_and_same_named_functions_by_identity() {
+        let closure = "app::main::{{closure}}";
+        let mut a = thread(1, ThreadState::Sleeping, Some(closure), 1);
+        let mut b = thread(2, ThreadState::Sleeping, Some(closure), 1);
+        a.location.as_mut().unwrap().frame.function_offset = Some(0x10);
+        b.location.as_mut().unwrap().frame.function_offset = Some(0x48);
+        assert_eq!(group_threads(&[a, b]).len(), 2);
+
+        let site = |tid, addr, label: Option<&str>| {
+            let mut t = thread(tid, ThreadState::Sleeping, None, 1);
+            t.location = Some(Location {
+                source: LocationSource::Ring,
+                seq: None,
+                ago_ns: None,
+                frame: Frame {
+                    addr,
+                    file: Some("src/main.rs".into()),
+                    line: Some(50),
+                    column: Some(9),
+                    label: label.map(str::to_string),
+                    site: true,
+                    ..Default::default()
+                },
+            });
+            t
+        };
+        let g = group_threads(&[site(3, 0x1000, Some("w")), site(4, 0x2000, Some("w"))]);
+        assert_eq!(g.len(), 1, "one site, inlined twice");
+        assert_eq!(g[0].location.as_deref(), Some("src/main.rs:50 — \"w\""));
+        let g = group_threads(&[site(3, 0x1000, Some("w")), site(4, 0x1000, Some("v"))]);
+        assert_eq!(g.len(), 2, "two labels are two sites");
     }
 }
