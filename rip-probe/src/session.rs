@@ -112,7 +112,10 @@ impl Session {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
         }
         let events = probe.take_events()?;
-        let symbolizer = SymbolizerThread::start(procfs::code_files(opts.pid));
+        // Listing the binaries reads /proc/PID/maps (two lines per
+        // thread): on the symbolizer's thread, off the attach's path.
+        let pid = opts.pid;
+        let symbolizer = SymbolizerThread::start(move || procfs::code_files(pid));
         Ok(Session {
             target,
             probe,
