@@ -112,7 +112,10 @@ impl Session {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
         }
         let events = probe.take_events()?;
-        let symbolizer = SymbolizerThread::start(procfs::code_files(opts.pid));
+        // Listing the binaries reads /proc/PID/maps (two lines per
+        // thread): on the symbolizer's thread, off the attach's path.
+        let pid = opts.pid;
+        let symbolizer = SymbolizerThread::start(move || procfs::code_files(pid));
         Ok(Session {
             target,
             probe,
@@ -182,16 +185,17 @@ impl Session {
         self.lost.as_ref()
     }
 
-    fn ring(&self) -> Result<Option<RingView>> {
-        if self.opts.no_ring {
+    /// The ring the options name, or the process's own.
+    fn ring(opts: &SessionOptions, pid: u32) -> Result<Option<RingView>> {
+        if opts.no_ring {
             return Ok(None);
         }
-        if let Some(p) = &self.opts.ring {
+        if let Some(p) = &opts.ring {
             return RingView::open(p).map(Some);
         }
         // The first ring the process maps whose header names this process
         // (a forked child may still map its parent's ring).
-        let found = match RingView::find(self.target.pid()) {
+        let found = match RingView::find(pid) {
             Ok(v) => v,
             // No ring is normal for --pid: kernel state and the user pc
             // still tell a lot. So is a process that just exited.
@@ -200,7 +204,7 @@ impl Session {
         };
         for p in found {
             if let Ok(r) = RingView::open_found(&p)
-                && r.pid == self.target.pid()
+                && r.pid == pid
             {
                 return Ok(Some(r));
             }
@@ -231,14 +235,25 @@ impl Session {
     /// [`Self::snapshot`] without the groups: for commands that filter
     /// threads first and then group once.
     pub(crate) fn snapshot_ungrouped(&mut self) -> Result<Report> {
-        let ring = timing::phase("read ring", || self.ring())?;
-        let switches = timing::phase("read thread map", || self.probe.threads())?;
-        let hits = self.probe.uprobe_hits()?;
-        let tasks = if self.lost().is_none() {
-            timing::phase("task iterator", || self.probe.tasks())?
-        } else {
-            Vec::new()
-        };
+        // The ring is a file: it is read on another thread while the kernel
+        // is asked for its side (on 100,000 threads, each takes a third of
+        // a second).
+        let (opts, pid) = (&self.opts, self.target.pid());
+        let (ring, kernel) = std::thread::scope(|s| {
+            let ring = s.spawn(|| timing::phase("read ring", || Self::ring(opts, pid)));
+            let kernel = (|| {
+                let switches = timing::phase("read thread map", || self.probe.threads())?;
+                let hits = self.probe.uprobe_hits()?;
+                let tasks = if self.target.lost().is_none() {
+                    timing::phase("task iterator", || self.probe.tasks())?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, Error>((switches, hits, tasks))
+            })();
+            (ring.join().expect("the ring reader does not panic"), kernel)
+        });
+        let (ring, (switches, hits, tasks)) = (ring?, kernel?);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
         let lost_now = self.lost().is_some();

@@ -64,15 +64,16 @@ fn uprobe_events() -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The perf events with a BPF program attached, as the kernel lists them
-/// (`bpftool perf`): uprobes and tracepoints held by process `pid`'s fds.
-fn perf_events_of(pid: u32) -> Vec<serde_json::Value> {
-    bpftool("perf")
+/// The perf_event links (tracepoints and uprobes) that run one of `progs`.
+fn perf_links_of(progs: &[u64]) -> Vec<u64> {
+    bpftool("link")
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["pid"].as_u64() == Some(u64::from(pid)))
-        .cloned()
+        .filter(|l| {
+            l["type"] == "perf_event" && l["prog_id"].as_u64().is_some_and(|p| progs.contains(&p))
+        })
+        .map(|l| l["id"].as_u64().unwrap())
         .collect()
 }
 
@@ -111,23 +112,24 @@ fn sigkill_while_attached_leaves_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    // The uprobes are in the kernel, held by rip-probe: what must go away.
+    // The uprobes are in the kernel, as perf_event links to our programs
+    // (aya attaches tracepoints and uprobes through perf events): what
+    // must go away. One is sched_switch's tracepoint; the rest, uprobes.
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
-        let held = perf_events_of(probe.id());
-        if held.iter().any(|e| e["fd_type"] == "uprobe") {
+        let held = perf_links_of(&our_programs());
+        if held.len() >= 2 {
             break held;
         }
         assert!(
             Instant::now() < deadline,
-            "rip-probe's uprobes never showed in bpftool perf: {held:?}"
+            "rip-probe's uprobes never showed as perf_event links: {held:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     };
     let rip_pid = probe.id();
     eprintln!(
-        "attached: programs {progs:?}, links {links:?}, {} perf events; sending SIGKILL",
-        held.len()
+        "attached: programs {progs:?}, links {links:?}, perf_event links {held:?}; sending SIGKILL"
     );
     probe.kill().expect("SIGKILL rip-probe");
     probe.wait().unwrap();
@@ -148,8 +150,10 @@ fn sigkill_while_attached_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(uprobe_events(), events_before, "no uprobe left in tracefs");
-    // Held by no process (the pid is gone) nor by anyone else: no perf
-    // event runs one of the programs we saw.
+    // No perf event (as bpftool perf lists those held through fds) belongs
+    // to rip-probe or runs one of the programs we saw, and no perf_event
+    // link is left.
+    assert!(perf_links_of(&progs).is_empty());
     let left: Vec<_> = bpftool("perf")
         .as_array()
         .unwrap()

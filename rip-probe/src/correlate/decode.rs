@@ -170,11 +170,14 @@ fn decode_arg(kind: Arg, raw: u64, all: &[u64; 6], look: &dyn Lookup) -> (&'stat
     }
 }
 
-const FUTEX_CMD_MASK: u32 = !(128 | 256);
-const FUTEX_WAIT: u32 = 0;
-const FUTEX_WAIT_BITSET: u32 = 9;
-const FUTEX_LOCK_PI: u32 = 6;
-const FUTEX_LOCK_PI2: u32 = 13;
+// The uapi's futex operations (libc has them as c_int).
+const FUTEX_PRIVATE_FLAG: u32 = libc::FUTEX_PRIVATE_FLAG as u32;
+const FUTEX_CLOCK_REALTIME: u32 = libc::FUTEX_CLOCK_REALTIME as u32;
+const FUTEX_CMD_MASK: u32 = !(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
+const FUTEX_WAIT: u32 = libc::FUTEX_WAIT as u32;
+const FUTEX_WAIT_BITSET: u32 = libc::FUTEX_WAIT_BITSET as u32;
+const FUTEX_LOCK_PI: u32 = libc::FUTEX_LOCK_PI as u32;
+const FUTEX_LOCK_PI2: u32 = libc::FUTEX_LOCK_PI2 as u32;
 
 /// `FUTEX_WAIT_PRIVATE`, `FUTEX_WAKE`, ... with `|FUTEX_CLOCK_REALTIME`.
 pub(crate) fn futex_op(op: u32) -> String {
@@ -199,10 +202,10 @@ pub(crate) fn futex_op(op: u32) -> String {
         Some(n) => (*n).to_string(),
         None => format!("{cmd:#x}"),
     };
-    if op & 128 != 0 {
+    if op & FUTEX_PRIVATE_FLAG != 0 {
         s.push_str("_PRIVATE");
     }
-    if op & 256 != 0 {
+    if op & FUTEX_CLOCK_REALTIME != 0 {
         s.push_str("|FUTEX_CLOCK_REALTIME");
     }
     s
@@ -210,17 +213,17 @@ pub(crate) fn futex_op(op: u32) -> String {
 
 fn clock_name(id: i32) -> String {
     match id {
-        0 => "CLOCK_REALTIME".into(),
-        1 => "CLOCK_MONOTONIC".into(),
-        2 => "CLOCK_PROCESS_CPUTIME_ID".into(),
-        3 => "CLOCK_THREAD_CPUTIME_ID".into(),
-        4 => "CLOCK_MONOTONIC_RAW".into(),
-        5 => "CLOCK_REALTIME_COARSE".into(),
-        6 => "CLOCK_MONOTONIC_COARSE".into(),
-        7 => "CLOCK_BOOTTIME".into(),
-        8 => "CLOCK_REALTIME_ALARM".into(),
-        9 => "CLOCK_BOOTTIME_ALARM".into(),
-        11 => "CLOCK_TAI".into(),
+        libc::CLOCK_REALTIME => "CLOCK_REALTIME".into(),
+        libc::CLOCK_MONOTONIC => "CLOCK_MONOTONIC".into(),
+        libc::CLOCK_PROCESS_CPUTIME_ID => "CLOCK_PROCESS_CPUTIME_ID".into(),
+        libc::CLOCK_THREAD_CPUTIME_ID => "CLOCK_THREAD_CPUTIME_ID".into(),
+        libc::CLOCK_MONOTONIC_RAW => "CLOCK_MONOTONIC_RAW".into(),
+        libc::CLOCK_REALTIME_COARSE => "CLOCK_REALTIME_COARSE".into(),
+        libc::CLOCK_MONOTONIC_COARSE => "CLOCK_MONOTONIC_COARSE".into(),
+        libc::CLOCK_BOOTTIME => "CLOCK_BOOTTIME".into(),
+        libc::CLOCK_REALTIME_ALARM => "CLOCK_REALTIME_ALARM".into(),
+        libc::CLOCK_BOOTTIME_ALARM => "CLOCK_BOOTTIME_ALARM".into(),
+        libc::CLOCK_TAI => "CLOCK_TAI".into(),
         n => n.to_string(),
     }
 }
@@ -228,14 +231,14 @@ fn clock_name(id: i32) -> String {
 fn wait_options(o: i32) -> String {
     let mut parts = Vec::new();
     for (bit, name) in [
-        (1, "WNOHANG"),
-        (2, "WUNTRACED"),
-        (4, "WEXITED"),
-        (8, "WCONTINUED"),
-        (0x0100_0000, "WNOWAIT"),
-        (0x2000_0000, "__WNOTHREAD"),
-        (0x4000_0000, "__WALL"),
-        (-0x8000_0000, "__WCLONE"),
+        (libc::WNOHANG, "WNOHANG"),
+        (libc::WUNTRACED, "WUNTRACED"),
+        (libc::WEXITED, "WEXITED"),
+        (libc::WCONTINUED, "WCONTINUED"),
+        (libc::WNOWAIT, "WNOWAIT"),
+        (libc::__WNOTHREAD, "__WNOTHREAD"),
+        (libc::__WALL, "__WALL"),
+        (libc::__WCLONE, "__WCLONE"),
     ] {
         if o & bit != 0 {
             parts.push(name);

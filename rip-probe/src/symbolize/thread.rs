@@ -53,12 +53,13 @@ enum UserSpaceOwned {
 }
 
 impl SymbolizerThread {
-    /// Starts the thread and has it warm up for `binaries` (see
-    /// [`Symbolizer::warm_up`]).
-    pub(crate) fn start(binaries: Vec<PathBuf>) -> Self {
+    /// Starts the thread and has it warm up for the binaries `binaries`
+    /// lists, listed on that thread (see [`Symbolizer::warm_up`]).
+    pub(crate) fn start(binaries: impl FnOnce() -> Vec<PathBuf> + Send + 'static) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         crate::util::background::spawn("rip-symbolize", move || {
             let mut s = Symbolizer::new();
+            let binaries = binaries();
             crate::util::timing::phase("  warm up symbolizer (background)", || {
                 s.warm_up(&binaries)
             });
