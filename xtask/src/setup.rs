@@ -216,13 +216,7 @@ fn cargo_fuzz() -> Result<()> {
 }
 
 fn apt_packages() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
-        .iter()
-        .filter(|(bin, _)| {
-            output(Command::new("sh").args(["-c", &format!("command -v {bin}")])).is_none()
-        })
-        .map(|(_, pkg)| *pkg)
-        .collect();
+    let missing = crate::util::missing_packages(APT_PACKAGES);
     if missing.is_empty() {
         eprintln!("    present");
         return Ok(());

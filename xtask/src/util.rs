@@ -56,6 +56,18 @@ pub fn cargo() -> Command {
     c
 }
 
+/// The Debian packages of `wanted` (command, package) whose command is not
+/// on PATH.
+pub fn missing_packages<'a>(wanted: &[(&str, &'a str)]) -> Vec<&'a str> {
+    wanted
+        .iter()
+        .filter(|(bin, _)| {
+            output(Command::new("sh").args(["-c", &format!("command -v {bin}")])).is_none()
+        })
+        .map(|(_, pkg)| *pkg)
+        .collect()
+}
+
 /// `apt-get install`s `packages` (as root), refreshing the package lists
 /// and trying again when the first attempt fails (a fresh machine may
 /// have stale lists).

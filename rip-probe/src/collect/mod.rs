@@ -1,6 +1,8 @@
 //! Collection: the raw facts about a target's threads, from the kernel
 //! (eBPF and /proc) and from the process's own ring file.
 
+#[cfg(test)]
+mod exec_mapping;
 pub mod kernel;
 pub mod locks;
 pub mod memory;

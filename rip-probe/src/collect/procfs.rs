@@ -350,23 +350,11 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let f = std::fs::File::open(&ab).unwrap();
-        // SAFETY: a fresh private read-exec mapping of a file we own, unmapped below.
-        let m = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        assert_ne!(m, libc::MAP_FAILED);
+        let m = crate::collect::exec_mapping::ExecMapping::of(&f);
         let t = std::time::Instant::now();
         let files = code_files(std::process::id());
         assert!(t.elapsed() < std::time::Duration::from_secs(5));
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(m, 4096) };
+        drop(m);
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let _ = maps;
         assert!(files.iter().all(|p| p != &a), "opened the FIFO: {files:?}");

@@ -173,13 +173,7 @@ pub fn run_vmtest(opts: &Options) -> Result<()> {
 
 /// Installs what is missing (as root) or says how to.
 fn tools() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
-        .iter()
-        .filter(|(bin, _)| {
-            output(Command::new("sh").args(["-c", &format!("command -v {bin}")])).is_none()
-        })
-        .map(|(_, pkg)| *pkg)
-        .collect();
+    let missing = crate::util::missing_packages(APT_PACKAGES);
     if missing.is_empty() {
         return Ok(());
     }

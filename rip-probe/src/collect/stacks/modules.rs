@@ -336,25 +336,12 @@ mod tests {
         let path = std::env::temp_dir().join(format!("rip-notelf-{}", std::process::id()));
         std::fs::write(&path, b"#!/bin/sh\necho not an ELF file\n".repeat(200)).unwrap();
         let f = File::open(&path).unwrap();
-        // SAFETY: a private read-only, executable mapping of a file we own;
-        // unmapped below, never dereferenced.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        let p = crate::collect::exec_mapping::ExecMapping::of(&f);
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let mut mods = Modules::from_maps(std::process::id(), &maps);
-        let m = mods.mapping_of(p as u64).expect("mapped").clone();
+        let m = mods.mapping_of(p.addr()).expect("mapped").clone();
         assert!(mods.binary(&m).is_none());
-        // SAFETY: unmapping what we mapped.
-        unsafe { libc::munmap(p, 4096) };
+        drop(p);
         std::fs::remove_file(&path).unwrap();
         // Garbage that starts like ELF, and an empty file, parse to nothing.
         for bytes in [
@@ -398,25 +385,13 @@ mod tests {
         std::fs::write(&path, &me).unwrap();
         let f = File::open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
-        // SAFETY: as above: mapped, never dereferenced, unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        let p = crate::collect::exec_mapping::ExecMapping::of(&f);
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let mut mods = Modules::from_maps(std::process::id(), &maps);
-        let m = mods.mapping_of(p as u64).expect("mapped").clone();
+        let m = mods.mapping_of(p.addr()).expect("mapped").clone();
         assert!(m.deleted, "{m:?}");
         let data = mods.binary(&m);
-        // SAFETY: unmapping what we mapped.
-        unsafe { libc::munmap(p, 4096) };
+        drop(p);
         assert!(data.is_some_and(|d| d.has_cfi()));
     }
 

@@ -279,19 +279,9 @@ mod tests {
         let pid = std::process::id();
         let mut stacks = Stacks::new(pid).unwrap();
         let f = std::fs::File::open("/proc/self/exe").unwrap();
-        // SAFETY: a private read-only executable mapping of our own
-        // executable; never executed nor dereferenced, unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        } as u64;
-        assert_ne!(p, libc::MAP_FAILED as u64);
+        let p = crate::collect::exec_mapping::ExecMapping::of(&f);
+        let mapping = p;
+        let p = mapping.addr();
         assert!(stacks.file_of(p).is_none());
         std::thread::sleep(REFRESH_EVERY);
         let stack = [0u64; 16];
@@ -302,8 +292,7 @@ mod tests {
         };
         stacks.unwind(&regs);
         let found = stacks.file_of(p).is_some();
-        // SAFETY: unmapping what we mapped.
-        unsafe { libc::munmap(p as *mut libc::c_void, 4096) };
+        drop(mapping);
         assert!(found);
     }
 
