@@ -338,7 +338,7 @@ fn as_condvar(mem: &dyn Memory, uaddr: u64) -> Option<AwaitedLock> {
                 kind: LockKind::Condvar,
                 mutex: None,
                 owner: Owner::NotRecorded {
-                    reason: "a condition variable has no owner: it waits for a signal".into(),
+                    reason: "it has no owner: it waits to be signalled".into(),
                 },
             });
         }
