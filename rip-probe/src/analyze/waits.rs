@@ -11,6 +11,10 @@ use crate::{
     symbolize::data::DataNames,
 };
 
+/// What identifies a wait: the syscall, the futex address, the operation
+/// and the expected value.
+type WaitArgs = (i64, u64, u64, u64);
+
 /// Fills each futex waiter's [`WaitsFor`] from process `pid`'s memory,
 /// names the locks, says what each owner is doing, and lists the
 /// deadlocks. Runs after symbolization, so owners' locations are named.
@@ -19,18 +23,27 @@ pub fn fill(report: &mut Report, pid: u32) {
     let status = |tid| locks::tid_status(pid, tid);
     let mut names = DataNames::new(pid);
     let mut edges = BTreeMap::new();
+    // Threads waiting on one lock wait with the same arguments: the lock is
+    // read and named once, whatever the number of waiters (a pool of
+    // 10,000 workers behind one mutex is one read).
+    let mut seen: HashMap<WaitArgs, Option<(locks::AwaitedLock, Option<String>)>> = HashMap::new();
     for t in &mut report.threads {
         let Some(s) = &t.syscall else { continue };
         let mut args = [0u64; 6];
         for (a, v) in args.iter_mut().zip(&s.args) {
             *a = v.raw;
         }
-        let Some(l) = locks::awaited_lock(&mem, &status, s.nr, &args) else {
+        let found = seen
+            .entry((s.nr, args[0], args[1], args[2]))
+            .or_insert_with(|| {
+                let l = locks::awaited_lock(&mem, &status, s.nr, &args)?;
+                let name = names.name(l.addr);
+                Some((l, name))
+            });
+        let (Some((l, symbol)), Ok(tid)) = (found.as_ref(), u32::try_from(t.tid)) else {
             continue;
         };
-        let (Ok(tid), owner) = (u32::try_from(t.tid), l.owner.tid()) else {
-            continue;
-        };
+        let owner = l.owner.tid();
         edges.insert(
             tid,
             WaitEdge {
@@ -41,15 +54,26 @@ pub fn fill(report: &mut Report, pid: u32) {
         t.waits_for = Some(WaitsFor {
             lock: l.addr,
             futex: l.futex,
-            symbol: names.name(l.addr),
+            symbol: symbol.clone(),
             kind: l.kind,
-            mutex: l.mutex,
-            owner: l.owner,
+            mutex: l.mutex.clone(),
+            owner: l.owner.clone(),
             owner_tid: owner,
             owner_state: None,
         });
     }
-    let doing: HashMap<u64, String> = report.threads.iter().map(|t| (t.tid, doing(t))).collect();
+    // What each owner does, described once per owner.
+    let owners: std::collections::HashSet<u64> = report
+        .threads
+        .iter()
+        .filter_map(|t| t.waits_for.as_ref()?.owner_tid.map(u64::from))
+        .collect();
+    let doing: HashMap<u64, String> = report
+        .threads
+        .iter()
+        .filter(|t| owners.contains(&t.tid))
+        .map(|t| (t.tid, doing(t)))
+        .collect();
     for t in &mut report.threads {
         if let Some(w) = &mut t.waits_for
             && let Some(o) = w.owner_tid

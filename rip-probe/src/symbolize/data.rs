@@ -14,6 +14,8 @@ pub struct DataNames {
     /// Per binary path: its load bias and data symbols (start, size, name),
     /// sorted by start. `None`: not an ELF file we could read.
     binaries: Vec<(String, Option<Binary>)>,
+    /// The mapped binaries' paths (mappings at file offset 0), once.
+    paths: Option<Vec<String>>,
 }
 
 struct Binary {
@@ -33,6 +35,7 @@ impl DataNames {
             pid,
             maps: parse_maps(&maps),
             binaries: Vec::new(),
+            paths: None,
         }
     }
 
@@ -66,16 +69,19 @@ impl DataNames {
 
     /// The data symbol holding `addr` in one of the mapped binaries.
     fn symbol(&mut self, addr: u64) -> Option<String> {
-        let paths: Vec<String> = {
-            let mut v: Vec<String> = self
-                .maps
-                .iter()
-                .filter(|m| m.file().is_some() && m.offset == 0)
-                .map(|m| m.name.clone())
-                .collect();
-            v.dedup();
-            v
-        };
+        let maps = &self.maps;
+        let paths = self
+            .paths
+            .get_or_insert_with(|| {
+                let mut v: Vec<String> = maps
+                    .iter()
+                    .filter(|m| m.file().is_some() && m.offset == 0)
+                    .map(|m| m.name.clone())
+                    .collect();
+                v.dedup();
+                v
+            })
+            .clone();
         for path in paths {
             if !self.binaries.iter().any(|(p, _)| *p == path) {
                 let b = self.load(&path);

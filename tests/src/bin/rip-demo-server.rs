@@ -1,6 +1,7 @@
 //! A small thread-pool "server" that gets stuck in every way rip-probe
-//! reports: two threads deadlock on a pair of mutexes and the pool workers
-//! pile up behind them, one thread waits on a pipe nobody writes, one
+//! reports: two threads deadlock on a pair of mutexes (pthread mutexes, as
+//! C, C++ and most native code use, which record their owner) and the pool
+//! workers pile up behind them, one thread waits on a pipe nobody writes, one
 //! sleeps, one blocks in accept, and a few spin. Every thread registers
 //! with librip and snaps just before it blocks.
 //!
@@ -11,18 +12,44 @@
 //! end-to-end tests read this file to know which line to expect.
 
 use std::{
+    cell::UnsafeCell,
     hint::black_box,
     io::{BufRead, Write},
     net::TcpListener,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    sync::{Arc, Barrier, Mutex, mpsc},
+    sync::{Arc, Barrier, mpsc},
     thread,
     time::Duration,
 };
 
+/// A pthread mutex in a static: what a C or C++ server, or a Rust one
+/// through its C libraries, waits on. Only ever locked (the demo's
+/// threads never give up what they hold).
+struct PthreadMutex(UnsafeCell<libc::pthread_mutex_t>);
+
+// SAFETY: a pthread mutex is made to be shared between threads; it is only
+// used through pthread_mutex_lock.
+unsafe impl Sync for PthreadMutex {}
+
+impl PthreadMutex {
+    const fn new() -> Self {
+        PthreadMutex(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER))
+    }
+
+    fn lock(&self) {
+        // SAFETY: a statically initialized mutex that is never moved.
+        unsafe { libc::pthread_mutex_lock(self.0.get()) };
+    }
+}
+
+/// The jobs queue's lock (the pool takes from it), and the ledger's: the
+/// two the lockers take in opposite orders.
+static JOBS_LOCK: PthreadMutex = PthreadMutex::new();
+static LEDGER_LOCK: PthreadMutex = PthreadMutex::new();
+
 /// The jobs queue the pool takes from, locked for good by the deadlock.
 struct Pool {
-    jobs: Arc<Mutex<Vec<u32>>>,
+    jobs: &'static PthreadMutex,
 }
 
 impl Pool {
@@ -30,19 +57,19 @@ impl Pool {
     #[inline(never)]
     fn take(&self) -> Option<u32> {
         librip::snap!(); // SNAP: Pool::take
-        let mut q = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        q.pop()
+        self.jobs.lock();
+        None
     }
 }
 
 /// Locks `first` then `second`; run with the order swapped on another
 /// thread, the two never get both.
 #[inline(never)]
-fn transfer(first: &Mutex<Vec<u32>>, second: &Mutex<Vec<u32>>, gate: &Barrier) {
-    let _a = first.lock().unwrap_or_else(|e| e.into_inner());
+fn transfer(first: &PthreadMutex, second: &PthreadMutex, gate: &Barrier) {
+    first.lock();
     gate.wait();
     librip::snap!(); // SNAP: transfer
-    let _b = second.lock().unwrap_or_else(|e| e.into_inner());
+    second.lock();
 }
 
 /// Waits for a message on a pipe that is never written.
@@ -154,12 +181,13 @@ fn main() {
     };
 
     // The deadlock, and the pool piling up behind it.
-    let a = Arc::new(Mutex::new(vec![1, 2, 3]));
-    let b = Arc::new(Mutex::new(Vec::new()));
     let gate = Arc::new(Barrier::new(2));
-    for (name, x, y) in [("locker-a", &a, &b), ("locker-b", &b, &a)] {
-        let (x, y, gate) = (x.clone(), y.clone(), gate.clone());
-        spawn(name.into(), Box::new(move || transfer(&x, &y, &gate)));
+    for (name, x, y) in [
+        ("locker-a", &JOBS_LOCK, &LEDGER_LOCK),
+        ("locker-b", &LEDGER_LOCK, &JOBS_LOCK),
+    ] {
+        let gate = gate.clone();
+        spawn(name.into(), Box::new(move || transfer(x, y, &gate)));
     }
     let mut fds = [0; 2];
     // SAFETY: valid array of two ints.
@@ -179,7 +207,7 @@ fn main() {
     // Workers start once the lockers hold their first lock.
     thread::sleep(Duration::from_millis(50));
     for i in 0..opts.workers {
-        let pool = Pool { jobs: a.clone() };
+        let pool = Pool { jobs: &JOBS_LOCK };
         spawn(
             format!("pool-{i}"),
             Box::new(move || {
