@@ -189,6 +189,26 @@ fn check_report(w: &Workload, text: &str, v: &serde_json::Value, sites: &[Expect
         // Text: the group line of this thread or task names the site and
         // the label.
         let want = format!("{}:{} ", e.file, e.line);
+        // JSON: each site is a group of its own (the two closures of one
+        // demangled name included).
+        let groups = if e.who.starts_with("task:") {
+            "task_groups"
+        } else {
+            "groups"
+        };
+        let here: Vec<&serde_json::Value> = v[groups]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["location"].as_str().is_some_and(|l| l.contains(&want)))
+            .collect();
+        assert_eq!(here.len(), 1, "{what}: one group at {want}: {}", v[groups]);
+        assert!(
+            here[0]["ids"].as_array().unwrap().iter().any(|i| i == id),
+            "{what}: {} in the group at {want}: {}",
+            e.who,
+            here[0]
+        );
         let line = text
             .lines()
             .find(|l| l.contains(&want))
