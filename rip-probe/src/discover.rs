@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 
 /// Reads `/proc/<pid>/task/<tid>/<file>` (or `/proc/<pid>/<file>` for
 /// tid 0) to a string.
-fn read(pid: u32, tid: u32, file: &str) -> std::io::Result<String> {
+pub(crate) fn read_proc(pid: u32, tid: u32, file: &str) -> std::io::Result<String> {
     let p = if tid == 0 {
         format!("/proc/{pid}/{file}")
     } else {
@@ -56,7 +56,7 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
 
 /// `stat` of a thread (tid 0: of the process).
 pub(crate) fn stat(pid: u32, tid: u32) -> Option<Stat> {
-    parse_stat(&read(pid, tid, "stat").ok()?)
+    parse_stat(&read_proc(pid, tid, "stat").ok()?)
 }
 
 /// The executable path of a process.

@@ -5,18 +5,10 @@
 use std::{cell::RefCell, collections::HashMap, path::PathBuf};
 
 use super::Lookup;
-use crate::error::{Error, Result};
-
-/// Reads `/proc/<pid>/task/<tid>/<file>` (or `/proc/<pid>/<file>` for
-/// tid 0) to a string.
-fn read(pid: u32, tid: u32, file: &str) -> std::io::Result<String> {
-    let p = if tid == 0 {
-        format!("/proc/{pid}/{file}")
-    } else {
-        format!("/proc/{pid}/task/{tid}/{file}")
-    };
-    std::fs::read_to_string(p)
-}
+use crate::{
+    discover::read_proc as read,
+    error::{Error, Result},
+};
 
 /// The distinct files a process has mapped executable (its binary and
 /// shared libraries), from /proc/PID/maps (paths may hold spaces), as
