@@ -84,6 +84,11 @@ pub fn fill(report: &mut Report, pid: u32) {
     report.deadlocks = wait_graph(&edges).deadlocks;
 }
 
+/// The report's threads by id, for [`chain_sentence`].
+pub fn by_tid(report: &Report) -> HashMap<u64, &Thread> {
+    report.threads.iter().map(|t| (t.tid, t)).collect()
+}
+
 /// What a thread is doing, in a few words: `blocked in read(…) for ≥41s`,
 /// `running`, `sleeping`.
 pub fn doing(t: &Thread) -> String {
@@ -104,8 +109,8 @@ pub fn doing(t: &Thread) -> String {
 /// `mutex g_a held by 12 (worker-2), which waits for mutex g_b held by 13
 /// (worker-3), sleeping in read(…) for ≥4.1s`. A chain that comes back to
 /// a thread already in it ends with `… held by 12 (worker-2): deadlock`.
-pub fn chain_sentence(report: &Report, start: &Thread) -> Option<String> {
-    let by_tid: HashMap<u64, &Thread> = report.threads.iter().map(|t| (t.tid, t)).collect();
+/// `by_tid` is [`by_tid`] of the report: built once for all sentences.
+pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<String> {
     let mut out = String::new();
     let mut seen = BTreeSet::from([start.tid]);
     let mut at = start;

@@ -27,20 +27,20 @@ use super::memory::Memory;
 use crate::model::{LockKind, MutexFlavor, Owner};
 
 /// `futex(2)`.
-pub(crate) const SYS_FUTEX: i64 = 202;
+pub(crate) const SYS_FUTEX: i64 = libc::SYS_futex;
 /// `futex_waitv(2)` (5.16).
-pub(crate) const SYS_FUTEX_WAITV: i64 = 449;
+pub(crate) const SYS_FUTEX_WAITV: i64 = libc::SYS_futex_waitv;
 
-const FUTEX_WAIT: u32 = 0;
-const FUTEX_LOCK_PI: u32 = 6;
-const FUTEX_TRYLOCK_PI: u32 = 8;
-const FUTEX_WAIT_BITSET: u32 = 9;
-const FUTEX_WAIT_REQUEUE_PI: u32 = 11;
-const FUTEX_LOCK_PI2: u32 = 13;
+const FUTEX_WAIT: u32 = libc::FUTEX_WAIT as u32;
+const FUTEX_LOCK_PI: u32 = libc::FUTEX_LOCK_PI as u32;
+const FUTEX_TRYLOCK_PI: u32 = libc::FUTEX_TRYLOCK_PI as u32;
+const FUTEX_WAIT_BITSET: u32 = libc::FUTEX_WAIT_BITSET as u32;
+const FUTEX_WAIT_REQUEUE_PI: u32 = libc::FUTEX_WAIT_REQUEUE_PI as u32;
+const FUTEX_LOCK_PI2: u32 = libc::FUTEX_LOCK_PI2 as u32;
 /// The operation without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
-const FUTEX_CMD_MASK: u32 = !(128 | 256);
-const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
-const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+const FUTEX_CMD_MASK: u32 = libc::FUTEX_CMD_MASK as u32;
+const FUTEX_OWNER_DIED: u32 = libc::FUTEX_OWNER_DIED;
+const FUTEX_TID_MASK: u32 = libc::FUTEX_TID_MASK;
 
 /// glibc's `__kind` bits.
 const KIND_TYPE_MASK: u32 = 3;
@@ -449,7 +449,7 @@ mod tests {
         }
     }
 
-    const FUTEX_WAITERS: u32 = 0x8000_0000;
+    const FUTEX_WAITERS: u32 = libc::FUTEX_WAITERS;
     const LIVE: u32 = 101;
     const OTHER: u32 = 202;
     fn status(tid: u32) -> TidStatus {

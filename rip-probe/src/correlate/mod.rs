@@ -371,13 +371,8 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
                     .map(|s| s.iter().map(|&a| raw(a)).collect())
                     .unwrap_or_default(),
                 location: slot
-                    .and_then(|s| s.entries.last())
-                    .map(|&(seq, addr)| Location {
-                        source: LocationSource::Ring,
-                        seq: Some(seq),
-                        ago_ns: None,
-                        frame: raw(addr),
-                    }),
+                    .filter(|s| !s.entries.is_empty())
+                    .map(|s| ring_location(&s.entries, s.entries.len() - 1)),
                 history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
                 polling_task: None,

@@ -2,7 +2,10 @@
 //! grouped dump view, and per-thread history. The tasks part is in
 //! [`super::tasks`].
 
-use std::io::{self, Write};
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+};
 
 use super::{
     tasks,
@@ -200,14 +203,15 @@ pub(crate) fn group_sentence(g: &Group) -> String {
 pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     let r = &terminal_safe(r);
     header(r, &mut w)?;
-    deadlocks(r, &mut w)?;
+    let by_tid = crate::analyze::waits::by_tid(r);
+    deadlocks(r, &by_tid, &mut w)?;
     writeln!(w)?;
     writeln!(w, "SUMMARY")?;
     for g in &r.groups {
         writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      tids: {}", ids(&g.ids))?;
     }
-    locks(r, &mut w)?;
+    locks(r, &by_tid, &mut w)?;
     tasks::section(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "THREADS")?;
@@ -224,14 +228,14 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
 
 /// Each deadlock, first thing after the header: every thread and lock in
 /// the cycle.
-fn deadlocks(r: &Report, w: &mut impl Write) -> io::Result<()> {
+fn deadlocks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::Result<()> {
     for cycle in &r.deadlocks {
-        let Some(first) = r.threads.iter().find(|t| t.tid == u64::from(cycle[0])) else {
+        let Some(&first) = by_tid.get(&u64::from(cycle[0])) else {
             continue;
         };
         let who: Vec<String> = cycle
             .iter()
-            .filter_map(|&tid| r.threads.iter().find(|t| t.tid == u64::from(tid)))
+            .filter_map(|&tid| by_tid.get(&u64::from(tid)))
             .map(|t| format!("{} ({})", t.tid, t.name))
             .collect();
         writeln!(w)?;
@@ -241,7 +245,7 @@ fn deadlocks(r: &Report, w: &mut impl Write) -> io::Result<()> {
             cycle.len(),
             who.join(", ")
         )?;
-        if let Some(s) = crate::analyze::waits::chain_sentence(r, first) {
+        if let Some(s) = crate::analyze::waits::chain_sentence(by_tid, first) {
             writeln!(w, "  {} ({}) waits for {s}", first.tid, first.name)?;
         }
     }
@@ -250,7 +254,7 @@ fn deadlocks(r: &Report, w: &mut impl Write) -> io::Result<()> {
 
 /// Who holds the locks the threads wait for: one sentence per lock,
 /// following its owner's own waits, with the waiters' tids.
-fn locks(r: &Report, w: &mut impl Write) -> io::Result<()> {
+fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::Result<()> {
     // Threads in a deadlock were shown at the top.
     let in_cycle: std::collections::HashSet<u64> = r
         .deadlocks
@@ -275,7 +279,7 @@ fn locks(r: &Report, w: &mut impl Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "LOCKS")?;
     for waiters in &locks {
-        let Some(s) = crate::analyze::waits::chain_sentence(r, waiters[0]) else {
+        let Some(s) = crate::analyze::waits::chain_sentence(by_tid, waiters[0]) else {
             continue;
         };
         let tids: Vec<u64> = waiters.iter().map(|t| t.tid).collect();
