@@ -92,6 +92,15 @@ pub enum Error {
         #[source]
         source: aya::maps::MapError,
     },
+    /// A whole map could not be read or written in batches.
+    #[error("BPF: {op}")]
+    MapBatch {
+        /// The operation, e.g. `seeding THREADS`.
+        op: String,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+    },
     /// A link (an attachment) could not be turned into what was asked of it.
     #[error("BPF: {op}")]
     Link {
@@ -135,6 +144,14 @@ impl Error {
     /// A map operation's error, or [`Error::NotPrivileged`] on EPERM.
     pub(crate) fn map(op: impl Into<String>, source: aya::maps::MapError) -> Self {
         Self::unless_denied(Error::Map {
+            op: op.into(),
+            source,
+        })
+    }
+
+    /// A batch map operation's error, or [`Error::NotPrivileged`] on EPERM.
+    pub(crate) fn map_batch(op: impl Into<String>, source: std::io::Error) -> Self {
+        Self::unless_denied(Error::MapBatch {
             op: op.into(),
             source,
         })

@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{Follow, ReadError, RegularFile};
+use super::{Follow, ProcessMaps, ReadError, RegularFile};
 use crate::format::MAGIC;
 
 /// One line of /proc/PID/maps.
@@ -102,14 +102,16 @@ fn parse_line(line: &str) -> Option<MapsLine> {
 /// rights for that, by path without following a symlink and only if it is
 /// still the mapped inode.
 pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
-    let maps = PathBuf::from(format!("/proc/{pid}/maps"));
-    let text = match std::fs::read_to_string(&maps) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ReadError::NoSuchProcess(pid)),
-        Err(e) => return Err(ReadError::io(maps, e)),
-    };
+    let maps = ProcessMaps::open(pid).map_err(|e| no_such_process_or(pid, e))?;
+    find_rings_in(pid, &maps)
+}
+
+/// [`find_rings`] over a map already open. Rings are shared file
+/// mappings, so only file-backed ones are looked at.
+pub fn find_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<PathBuf>, ReadError> {
+    let files = maps.file_backed().map_err(|e| no_such_process_or(pid, e))?;
     let mut rings: Vec<PathBuf> = Vec::new();
-    for m in parse_maps(&text) {
+    for m in files {
         let Some(path) = m.file() else { continue };
         if !rings.iter().any(|r| r == path) && has_magic(pid, &m) {
             rings.push(path.to_path_buf());
@@ -119,6 +121,16 @@ pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
         return Err(ReadError::NoRing(pid));
     }
     Ok(rings)
+}
+
+/// An error reading /proc/PID/maps: the process is gone, or another.
+fn no_such_process_or(pid: u32, e: io::Error) -> ReadError {
+    // ESRCH: the process exited between the open and the read.
+    if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) {
+        ReadError::NoSuchProcess(pid)
+    } else {
+        ReadError::io(PathBuf::from(format!("/proc/{pid}/maps")), e)
+    }
 }
 
 /// Opens the file a maps line names: through map_files, or by path if it

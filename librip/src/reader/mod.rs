@@ -9,6 +9,7 @@
 
 mod error;
 mod find;
+mod maps;
 mod open;
 pub mod original;
 mod parse;
@@ -17,7 +18,8 @@ mod ranges;
 use std::{path::Path, path::PathBuf};
 
 pub use error::ReadError;
-pub use find::{MapsLine, find_rings, open_mapped, parse_maps};
+pub use find::{MapsLine, find_rings, find_rings_in, open_mapped, parse_maps};
+pub use maps::ProcessMaps;
 pub use open::{Follow, OpenError, RegularFile};
 pub use original::OriginalRing;
 pub use ranges::RangeIndex;

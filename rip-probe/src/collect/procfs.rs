@@ -17,22 +17,33 @@ use crate::{
 /// Only regular files: a FIFO or device put in a mapped file's place is
 /// left out.
 pub(crate) fn code_files(pid: u32) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let files = librip::reader::ProcessMaps::open(pid)
+        .and_then(|m| m.file_backed())
+        .unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     let mut v = Vec::new();
-    for m in librip::reader::parse_maps(&text) {
+    for m in files {
         let Some(path) = m.file() else { continue };
         if !m.is_exec() || !seen.insert(path.to_path_buf()) {
             continue;
         }
-        let via = m.map_files(pid);
-        if librip::reader::RegularFile::open(&via, librip::reader::Follow::Yes).is_ok() {
-            v.push(via);
-        } else if librip::reader::open_mapped(pid, &m).is_some() {
-            v.push(path.to_path_buf());
-        }
+        v.extend(code_path(pid, &m));
     }
     v
+}
+
+/// The path through which a file mapping of process `pid` is read:
+/// `/proc/PID/map_files/…` where this process may use it, else the path
+/// itself if it is still the mapped inode. The symbolizer caches what it
+/// parsed by path, so the warm-up and the reports name each binary the
+/// same way.
+pub(crate) fn code_path(pid: u32, m: &librip::reader::MapsLine) -> Option<PathBuf> {
+    let via = m.map_files(pid);
+    if librip::reader::RegularFile::open(&via, librip::reader::Follow::Yes).is_ok() {
+        Some(via)
+    } else {
+        librip::reader::open_mapped(pid, m).and_then(|_| Some(m.file()?.to_path_buf()))
+    }
 }
 
 /// Whether a file owned by `uid` may speak for process `pid`: the owner

@@ -5,12 +5,15 @@
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::ReadCache};
 
-use librip::reader::{MapsLine, open_mapped, parse_maps};
+use librip::reader::{MapsLine, ProcessMaps, open_mapped};
 
 /// Names data addresses of one process; parses each binary at most once.
 pub struct DataNames {
     pid: u32,
-    maps: Vec<MapsLine>,
+    /// Asked per address (two lines per thread make the whole text slow).
+    maps: Option<ProcessMaps>,
+    /// The file-backed mappings, read when first needed.
+    files: Option<Vec<MapsLine>>,
     /// Per binary path: its load bias and data symbols (start, size, name),
     /// sorted by start. `None`: not an ELF file we could read.
     binaries: Vec<(String, Option<Binary>)>,
@@ -28,12 +31,13 @@ struct Binary {
 }
 
 impl DataNames {
-    /// Reads `/proc/PID/maps` now; binaries are parsed when first needed.
+    /// Opens `/proc/PID/maps`; mappings are asked for and binaries parsed
+    /// when first needed.
     pub fn new(pid: u32) -> Self {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         DataNames {
             pid,
-            maps: parse_maps(&maps),
+            maps: ProcessMaps::open(pid).ok(),
+            files: None,
             binaries: Vec::new(),
             paths: None,
         }
@@ -45,10 +49,7 @@ impl DataNames {
         if let Some(n) = self.symbol(addr) {
             return Some(n);
         }
-        let m = self
-            .maps
-            .iter()
-            .find(|m| (m.start..m.end).contains(&addr))?;
+        let m = self.maps.as_ref()?.containing(addr).ok()??;
         let shared = m.perms.as_bytes().get(3) == Some(&b's');
         Some(match (m.name.as_str(), m.file()) {
             ("[heap]", _) => format!("heap {addr:#x}"),
@@ -69,19 +70,17 @@ impl DataNames {
 
     /// The data symbol holding `addr` in one of the mapped binaries.
     fn symbol(&mut self, addr: u64) -> Option<String> {
-        let maps = &self.maps;
-        let paths = self
-            .paths
-            .get_or_insert_with(|| {
-                let mut v: Vec<String> = maps
-                    .iter()
-                    .filter(|m| m.file().is_some() && m.offset == 0)
-                    .map(|m| m.name.clone())
-                    .collect();
-                v.dedup();
-                v
-            })
-            .clone();
+        if self.paths.is_none() {
+            let mut v: Vec<String> = self
+                .file_backed()
+                .iter()
+                .filter(|m| m.file().is_some() && m.offset == 0)
+                .map(|m| m.name.clone())
+                .collect();
+            v.dedup();
+            self.paths = Some(v);
+        }
+        let paths = self.paths.clone().unwrap_or_default();
         for path in paths {
             if !self.binaries.iter().any(|(p, _)| *p == path) {
                 let b = self.load(&path);
@@ -110,10 +109,21 @@ impl DataNames {
         None
     }
 
+    /// The file-backed mappings, read once.
+    fn file_backed(&mut self) -> &[MapsLine] {
+        let maps = &self.maps;
+        self.files.get_or_insert_with(|| {
+            maps.as_ref()
+                .and_then(|m| m.file_backed().ok())
+                .unwrap_or_default()
+        })
+    }
+
     /// Parses the binary mapped from `path` (through map_files) for its
     /// bias, segments and data symbols.
     fn load(&self, path: &str) -> Option<Binary> {
-        let first = self.maps.iter().find(|m| m.name == path && m.offset == 0)?;
+        let files = self.files.as_deref().unwrap_or_default();
+        let first = files.iter().find(|m| m.name == path && m.offset == 0)?;
         let file = open_mapped(self.pid, first)?;
         let f = std::fs::File::open(file.proc_path()).ok()?;
         let cache = ReadCache::new(f);

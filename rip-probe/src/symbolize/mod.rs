@@ -11,14 +11,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use librip::reader::{Follow, OpenError, RangeIndex, RegularFile};
+use librip::reader::{Follow, MapsLine, OpenError, ProcessMaps, RangeIndex, RegularFile};
 
-use blazesym::{
-    Pid,
-    symbolize::{
-        Input, Symbolized, Symbolizer as Blaze,
-        source::{Elf, Kernel, Process, Source},
-    },
+use blazesym::symbolize::{
+    Input, Symbolized, Symbolizer as Blaze,
+    source::{Elf, Kernel, Source},
 };
 
 pub(crate) mod data;
@@ -133,61 +130,94 @@ impl Symbolizer {
     }
 
     fn live(&mut self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
-        let mut p = Process::new(Pid::from(pid));
-        // Binaries through /proc/PID/map_files (the mapped inodes, not
-        // paths the process may have swapped), and no /tmp/perf-PID.map:
-        // a file the target writes, which root would otherwise open.
-        p.map_files = true;
-        p.perf_map = false;
-        let src = Source::Process(p);
-        let mut out = self.absolute(&src, addrs, &format!("pid {pid}'s addresses"));
-        if addrs.is_empty() {
-            return out;
+        let mut out = HashMap::with_capacity(addrs.len());
+        // The mappings holding the addresses, asked one by one (sorted
+        // addresses: one question per mapping): the whole of
+        // /proc/PID/maps has two lines per thread.
+        let maps = ProcessMaps::open(pid).ok();
+        let mut groups: Vec<(MapsLine, Vec<(u64, u64)>)> = Vec::new();
+        for &a in addrs {
+            if let Some((m, v)) = groups.last_mut()
+                && (m.start..m.end).contains(&a)
+            {
+                v.push((a, a - m.start + m.offset));
+                continue;
+            }
+            let m = maps
+                .as_ref()
+                .and_then(|maps| maps.containing(a).ok().flatten());
+            match m {
+                Some(m) if m.file().is_some() => match (a - m.start).checked_add(m.offset) {
+                    Some(off) => groups.push((m, vec![(a, off)])),
+                    None => {
+                        out.insert(a, bare(a));
+                    }
+                },
+                _ => {
+                    out.insert(a, bare(a));
+                }
+            }
         }
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let maps = librip::reader::parse_maps(&maps);
-        let index = RangeIndex::new(maps.iter().map(|m| (m.start, m.end)));
-        // Each mapped binary opened once, through map_files.
-        let mut mapped: HashMap<(u64, u64), Option<RegularFile>> = HashMap::new();
-        for f in out.values_mut() {
-            let Some(m) = index.find(f.addr).map(|i| &maps[i]) else {
-                continue;
-            };
-            let Some(off) = (f.addr - m.start).checked_add(m.offset) else {
-                continue;
-            };
+        for (m, pairs) in groups {
+            self.live_mapping(pid, &m, &pairs, &mut out);
+        }
+        out
+    }
+
+    /// Symbolizes `(address, file offset)` pairs of one file mapping of a
+    /// live process, from the mapped file itself.
+    fn live_mapping(
+        &mut self,
+        pid: u32,
+        m: &MapsLine,
+        pairs: &[(u64, u64)],
+        out: &mut HashMap<u64, Frame>,
+    ) {
+        let name = m.name.clone();
+        let file = crate::collect::procfs::code_path(pid, m);
+        let syms = file.as_ref().and_then(|path| {
+            let offsets: Vec<u64> = pairs.iter().map(|p| p.1).collect();
+            let src = Source::Elf(Elf::new(path));
+            self.blaze.symbolize(&src, Input::FileOffset(&offsets)).ok()
+        });
+        match syms {
+            Some(syms) => {
+                for (&(a, off), s) in pairs.iter().zip(syms) {
+                    let mut f = to_frame(a, &s, Some((&name, off)));
+                    f.module = Some(name.clone());
+                    out.insert(a, f);
+                }
+            }
             // An address in a binary without symbols (stripped, as
             // shipped) still names its module and offset, so that distinct
             // places stay distinct and can be looked up later
             // (`addr2line -e`).
-            if f.function.is_none()
-                && f.module.is_none()
-                && let Some(path) = m.file()
-            {
-                *f = module_only(f.addr, &path.to_string_lossy(), off);
-            }
-            // A snap's site, from the site table of the very file mapped.
-            if !m.is_exec() || m.inode == 0 {
-                continue;
-            }
-            let file = mapped
-                .entry((m.start, m.end))
-                .or_insert_with(|| librip::reader::open_mapped(pid, m));
-            let Some(file) = file else { continue };
-            let name = m.name.clone();
-            match self.sites.get(file) {
-                Ok(Some(t)) => {
-                    if let Some(site) = t.table.find(off) {
-                        sites::apply(f, site);
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.warnings.insert(format!("{name}: {e}; it is ignored"));
+            None => {
+                for &(a, off) in pairs {
+                    out.insert(a, module_only(a, &name, off));
                 }
             }
         }
-        out
+        // A snap's site, from the site table of the very file mapped.
+        if !m.is_exec() {
+            return;
+        }
+        let Some(file) = librip::reader::open_mapped(pid, m) else {
+            return;
+        };
+        match self.sites.get(&file) {
+            Ok(Some(t)) => {
+                for &(a, off) in pairs {
+                    if let (Some(site), Some(f)) = (t.table.find(off), out.get_mut(&a)) {
+                        sites::apply(f, site);
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.warnings.insert(format!("{name}: {e}; it is ignored"));
+            }
+        }
     }
 
     /// Symbolizes absolute addresses through `src`; on failure, warns once

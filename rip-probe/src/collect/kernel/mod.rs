@@ -5,6 +5,7 @@
 //! thread group; its record layout comes from tracefs and the offsets into
 //! `struct pt_regs` from BTF, both passed to the program as globals.
 
+pub(crate) mod batch;
 pub(crate) mod btf;
 pub mod features;
 pub(crate) mod privileges;
@@ -15,7 +16,7 @@ use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, RingBuf, StackTraceMap},
+    maps::{MapData, RingBuf, StackTraceMap},
     programs::{Iter, TracePoint},
 };
 use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, ThreadRecord, names};
@@ -132,18 +133,12 @@ impl KernelProbe {
 
         // Seed the thread table so that switches *onto* a CPU are recognised
         // for threads that have not yet been seen leaving one.
-        {
-            let mut threads: BpfHashMap<_, u32, ThreadRecord> = BpfHashMap::try_from(
-                ebpf.map_mut(names::THREADS)
-                    .ok_or_else(|| missing(names::THREADS))?,
-            )
-            .map_err(|e| Error::map("opening THREADS", e))?;
-            for tid in tids {
-                threads
-                    .insert(tid, ThreadRecord::default(), 0)
-                    .map_err(|e| Error::map("seeding THREADS", e))?;
-            }
-        }
+        let threads = ebpf
+            .map(names::THREADS)
+            .and_then(batch::hash_map_data)
+            .ok_or_else(|| missing(names::THREADS))?;
+        batch::update_all(threads, &tids, ThreadRecord::default())
+            .map_err(|e| Error::map_batch("seeding THREADS", e))?;
 
         let prog: &mut TracePoint = program(&mut ebpf, switch_prog)?;
         prog.load()
@@ -200,13 +195,15 @@ impl KernelProbe {
     }
 
     /// A whole `HashMap<u32, V>` map of the programs, copied out.
-    fn read_table<V: aya::Pod>(&self, name: &str) -> Result<HashMap<u32, V>> {
-        let map: BpfHashMap<_, u32, V> =
-            BpfHashMap::try_from(self.ebpf.map(name).ok_or_else(|| missing(name))?)
-                .map_err(|e| Error::map(format!("opening {name}"), e))?;
-        map.iter()
-            .map(|kv| kv.map_err(|e| Error::map(format!("reading {name}"), e)))
-            .collect()
+    fn read_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
+        let map = self
+            .ebpf
+            .map(name)
+            .and_then(batch::hash_map_data)
+            .ok_or_else(|| missing(name))?;
+        let entries =
+            batch::lookup_all(map).map_err(|e| Error::map_batch(format!("reading {name}"), e))?;
+        Ok(entries.into_iter().collect())
     }
 
     /// The kernel stack recorded under `id` (innermost first), if any.
