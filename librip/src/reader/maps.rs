@@ -101,11 +101,10 @@ impl ProcessMaps {
 
     /// The mapping holding `addr`, if any.
     pub fn containing(&self, addr: u64) -> io::Result<Option<MapsLine>> {
-        if self.query.load(std::sync::atomic::Ordering::Relaxed) {
-            match self.ask(addr, 0) {
-                Ok(m) => return Ok(m),
-                Err(Unanswered) => {}
-            }
+        if self.query.load(std::sync::atomic::Ordering::Relaxed)
+            && let Ok(m) = self.ask(addr, 0)
+        {
+            return Ok(m);
         }
         let all = self.all()?;
         let i = all.partition_point(|m| m.end <= addr);
@@ -250,7 +249,7 @@ mod tests {
     #[test]
     fn the_mapping_holding_an_address() {
         let maps = ProcessMaps::open(std::process::id()).unwrap();
-        let here = the_mapping_holding_an_address as usize as u64;
+        let here = the_mapping_holding_an_address as *const () as u64;
         let m = maps.containing(here).unwrap().expect("code is mapped");
         assert!(m.start <= here && here < m.end);
         assert!(m.is_exec(), "{m:?}");
@@ -267,7 +266,7 @@ mod tests {
         let maps = ProcessMaps::open(std::process::id()).unwrap();
         maps.query
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        let here = the_text_answers_the_same as usize as u64;
+        let here = the_text_answers_the_same as *const () as u64;
         let m = maps.containing(here).unwrap().unwrap();
         assert!(m.start <= here && here < m.end && m.is_exec());
         assert!(!maps.file_backed().unwrap().is_empty());
