@@ -51,7 +51,9 @@ fn first_line(s: &str) -> String {
 /// status (0 ok, 1 error, 2 usage).
 pub fn main() -> i32 {
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    // Reports of 100,000 threads are hundreds of megabytes of JSON: large
+    // writes keep the syscalls few.
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     match run(std::env::args(), &mut out) {
         Ok(()) => 0,
         Err(Error::Help(text)) => {

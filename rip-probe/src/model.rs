@@ -155,8 +155,9 @@ pub struct Thread {
     pub syscall: Option<Syscall>,
     /// How long the thread has been off CPU.
     pub blocked: Option<Blocked>,
-    /// Kernel stack, innermost first, symbolized.
-    pub kernel_stack: Vec<Frame>,
+    /// Kernel stack, innermost first, symbolized. Shared by the threads
+    /// with the same stack (thousands of workers usually wait in one).
+    pub kernel_stack: std::sync::Arc<[Frame]>,
     /// The thread's last known user-space location.
     pub location: Option<Location>,
     /// Older locations, oldest first (dump `--threads` only).

@@ -16,7 +16,7 @@
 
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
-use librip::reader::ReadError;
+use librip::reader::{ProcessMaps, ReadError};
 use rip_ebpf::SwitchEvent;
 
 use crate::{
@@ -89,6 +89,8 @@ pub struct Session {
     /// A symbolizer loading kallsyms and the target's debug information on
     /// another thread while the session observes.
     symbolizer: SymbolizerThread,
+    /// The symbolizer was asked to warm up.
+    warming: bool,
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
@@ -112,10 +114,7 @@ impl Session {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
         }
         let events = probe.take_events()?;
-        // Listing the binaries reads /proc/PID/maps (two lines per
-        // thread): on the symbolizer's thread, off the attach's path.
-        let pid = opts.pid;
-        let symbolizer = SymbolizerThread::start(move || procfs::code_files(pid));
+        let symbolizer = SymbolizerThread::start();
         Ok(Session {
             target,
             probe,
@@ -125,6 +124,7 @@ impl Session {
             opts: opts.clone(),
             probes: sites.len(),
             symbolizer,
+            warming: false,
         })
     }
 
@@ -146,6 +146,15 @@ impl Session {
     /// Watches for `window`, handing each context switch to `obs`. Returns
     /// early if the target exits.
     pub fn observe(&mut self, window: Duration, obs: &mut dyn Observer) -> Result<()> {
+        // The symbolizer loads kallsyms and the binaries' debug information
+        // while the session waits. Without a window there is nothing to
+        // hide that work in: the report then loads only what it needs.
+        if !window.is_zero() && !self.warming {
+            self.warming = true;
+            let pid = self.target.pid();
+            // Listing the binaries walks /proc/PID/maps: on that thread too.
+            self.symbolizer.warm_up(move || procfs::code_files(pid));
+        }
         let deadline = std::time::Instant::now() + window;
         loop {
             if let Some(lost) = self.target.lost() {
@@ -185,8 +194,12 @@ impl Session {
         self.lost.as_ref()
     }
 
-    /// The ring the options name, or the process's own.
-    fn ring(opts: &SessionOptions, pid: u32) -> Result<Option<RingView>> {
+    /// The ring the options name, or the process's own (found in `maps`).
+    fn ring(
+        opts: &SessionOptions,
+        pid: u32,
+        maps: Option<&ProcessMaps>,
+    ) -> Result<Option<RingView>> {
         if opts.no_ring {
             return Ok(None);
         }
@@ -195,7 +208,10 @@ impl Session {
         }
         // The first ring the process maps whose header names this process
         // (a forked child may still map its parent's ring).
-        let found = match RingView::find(pid) {
+        let Some(maps) = maps else {
+            return Ok(None);
+        };
+        let found = match RingView::find_in(pid, maps) {
             Ok(v) => v,
             // No ring is normal for --pid: kernel state and the user pc
             // still tell a lot. So is a process that just exited.
@@ -239,8 +255,12 @@ impl Session {
         // is asked for its side (on 100,000 threads, each takes a third of
         // a second).
         let (opts, pid) = (&self.opts, self.target.pid());
+        // One view of the process's map for the stages that need it (the
+        // ring finder, lock names): its file mappings are listed once.
+        let maps = ProcessMaps::open(pid).ok();
         let (ring, kernel) = std::thread::scope(|s| {
-            let ring = s.spawn(|| timing::phase("read ring", || Self::ring(opts, pid)));
+            let ring =
+                s.spawn(|| timing::phase("read ring", || Self::ring(opts, pid, maps.as_ref())));
             let kernel = (|| {
                 let switches = timing::phase("read thread map", || self.probe.threads())?;
                 let hits = self.probe.uprobe_hits()?;
@@ -300,7 +320,7 @@ impl Session {
         });
         if !lost_now {
             timing::phase("locks", || {
-                analyze::waits::fill(&mut report, self.target.pid())
+                analyze::waits::fill(&mut report, self.target.pid(), maps.as_ref())
             });
         }
         Ok(report)

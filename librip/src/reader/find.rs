@@ -113,7 +113,7 @@ pub fn find_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<PathBuf>, ReadE
     let mut rings: Vec<PathBuf> = Vec::new();
     for m in files {
         let Some(path) = m.file() else { continue };
-        if !rings.iter().any(|r| r == path) && has_magic(pid, &m) {
+        if !rings.iter().any(|r| r == path) && has_magic(pid, m) {
             rings.push(path.to_path_buf());
         }
     }

@@ -60,6 +60,8 @@ pub struct ProcessMaps {
     query: std::sync::atomic::AtomicBool,
     /// The parsed text, read at most once, when the ioctl is missing.
     text: OnceLock<Vec<MapsLine>>,
+    /// The file-backed mappings, listed at most once.
+    files: OnceLock<Vec<MapsLine>>,
     /// Held while the text is read: the handle has one file position.
     reading: std::sync::Mutex<()>,
 }
@@ -71,12 +73,23 @@ impl ProcessMaps {
             file: File::open(format!("/proc/{pid}/maps"))?,
             query: std::sync::atomic::AtomicBool::new(true),
             text: OnceLock::new(),
+            files: OnceLock::new(),
             reading: std::sync::Mutex::new(()),
         })
     }
 
-    /// Every file-backed mapping, in address order.
-    pub fn file_backed(&self) -> io::Result<Vec<MapsLine>> {
+    /// Every file-backed mapping, in address order, as listed the first
+    /// time this is called on this [`ProcessMaps`] (open another for a
+    /// fresh list).
+    pub fn file_backed(&self) -> io::Result<&[MapsLine]> {
+        if let Some(v) = self.files.get() {
+            return Ok(v);
+        }
+        let v = self.list_file_backed()?;
+        Ok(self.files.get_or_init(|| v))
+    }
+
+    fn list_file_backed(&self) -> io::Result<Vec<MapsLine>> {
         if self.query.load(std::sync::atomic::Ordering::Relaxed) {
             let mut out = Vec::new();
             let mut addr = 0u64;

@@ -186,11 +186,12 @@ mod tests {
             state,
             syscall: None,
             blocked: Some(Blocked { ns, exact: true }),
-            kernel_stack: vec![Frame {
+            kernel_stack: [Frame {
                 addr: 1,
                 function: Some("pipe_read".into()),
                 ..Default::default()
-            }],
+            }]
+            .into(),
             location: loc.map(|f| Location {
                 source: LocationSource::Ring,
                 seq: None,

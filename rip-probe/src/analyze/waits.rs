@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use librip::reader::ProcessMaps;
+
 use crate::{
     collect::{locks, memory::ProcessMemory},
     model::{Owner, Report, Thread, WaitsFor},
@@ -18,10 +20,12 @@ type WaitArgs = (i64, u64, u64, u64);
 /// Fills each futex waiter's [`WaitsFor`] from process `pid`'s memory,
 /// names the locks, says what each owner is doing, and lists the
 /// deadlocks. Runs after symbolization, so owners' locations are named.
-pub fn fill(report: &mut Report, pid: u32) {
+/// `maps` is the process's map, shared with the other stages of the
+/// snapshot (`None`: locks are left unnamed).
+pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
     let mem = ProcessMemory::new(pid);
     let status = |tid| locks::tid_status(pid, tid);
-    let mut names = DataNames::new(pid);
+    let mut names = DataNames::new(pid, maps);
     let mut edges = BTreeMap::new();
     // Threads waiting on one lock wait with the same arguments: the lock is
     // read and named once, whatever the number of waiters (a pool of

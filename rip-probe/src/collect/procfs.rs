@@ -18,7 +18,7 @@ use crate::{
 /// left out.
 pub(crate) fn code_files(pid: u32) -> Vec<PathBuf> {
     let files = librip::reader::ProcessMaps::open(pid)
-        .and_then(|m| m.file_backed())
+        .and_then(|m| m.file_backed().map(<[_]>::to_vec))
         .unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     let mut v = Vec::new();

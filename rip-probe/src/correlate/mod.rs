@@ -9,7 +9,7 @@
 pub(crate) mod decode;
 pub(crate) mod tasks;
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use rip_ebpf::{FnHit, TaskRecord, ThreadRecord, task_state};
 
@@ -177,6 +177,8 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         }
     }
 
+    // One copy of each distinct kernel stack, shared by its threads.
+    let mut kstacks: HashMap<&[u64], Arc<[Frame]>> = HashMap::new();
     let mut threads: Vec<Thread> = inp
         .tasks
         .iter()
@@ -191,12 +193,13 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
                 None
             };
             let kernel_stack = if blocked {
-                t.kstack[..(t.kstack_len as usize).min(t.kstack.len())]
-                    .iter()
-                    .map(|&a| raw(a))
-                    .collect()
+                let addrs = &t.kstack[..(t.kstack_len as usize).min(t.kstack.len())];
+                kstacks
+                    .entry(addrs)
+                    .or_insert_with(|| addrs.iter().map(|&a| raw(a)).collect())
+                    .clone()
             } else {
-                Vec::new()
+                Default::default()
             };
             let location = if let Some(s) = slot.filter(|s| !s.entries.is_empty()) {
                 Some(ring_location(&s.entries, s.entries.len() - 1))
@@ -458,7 +461,7 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
                 },
                 syscall: None,
                 blocked: None,
-                kernel_stack: Vec::new(),
+                kernel_stack: Default::default(),
                 location: (n > 0).then(|| ring_location(&s.entries, n - 1)),
                 history: if opts.history && n > 1 {
                     (0..n - 1).map(|i| ring_location(&s.entries, i)).collect()

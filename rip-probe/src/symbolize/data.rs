@@ -8,12 +8,10 @@ use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::ReadCache};
 use librip::reader::{MapsLine, ProcessMaps, open_mapped};
 
 /// Names data addresses of one process; parses each binary at most once.
-pub struct DataNames {
+pub struct DataNames<'m> {
     pid: u32,
     /// Asked per address (two lines per thread make the whole text slow).
-    maps: Option<ProcessMaps>,
-    /// The file-backed mappings, read when first needed.
-    files: Option<Vec<MapsLine>>,
+    maps: Option<&'m ProcessMaps>,
     /// Per binary path: its load bias and data symbols (start, size, name),
     /// sorted by start. `None`: not an ELF file we could read.
     binaries: Vec<(String, Option<Binary>)>,
@@ -30,14 +28,13 @@ struct Binary {
     symbols: Vec<(u64, u64, String)>,
 }
 
-impl DataNames {
-    /// Opens `/proc/PID/maps`; mappings are asked for and binaries parsed
-    /// when first needed.
-    pub fn new(pid: u32) -> Self {
+impl<'m> DataNames<'m> {
+    /// Names addresses of process `pid`, whose map is `maps`; mappings
+    /// are asked for and binaries parsed when first needed.
+    pub fn new(pid: u32, maps: Option<&'m ProcessMaps>) -> Self {
         DataNames {
             pid,
-            maps: ProcessMaps::open(pid).ok(),
-            files: None,
+            maps,
             binaries: Vec::new(),
             paths: None,
         }
@@ -49,7 +46,7 @@ impl DataNames {
         if let Some(n) = self.symbol(addr) {
             return Some(n);
         }
-        let m = self.maps.as_ref()?.containing(addr).ok()??;
+        let m = self.maps?.containing(addr).ok()??;
         let shared = m.perms.as_bytes().get(3) == Some(&b's');
         Some(match (m.name.as_str(), m.file()) {
             ("[heap]", _) => format!("heap {addr:#x}"),
@@ -109,21 +106,20 @@ impl DataNames {
         None
     }
 
-    /// The file-backed mappings, read once.
-    fn file_backed(&mut self) -> &[MapsLine] {
-        let maps = &self.maps;
-        self.files.get_or_insert_with(|| {
-            maps.as_ref()
-                .and_then(|m| m.file_backed().ok())
-                .unwrap_or_default()
-        })
+    /// The file-backed mappings (listed once by [`ProcessMaps`]).
+    fn file_backed(&self) -> &[MapsLine] {
+        self.maps
+            .and_then(|m| m.file_backed().ok())
+            .unwrap_or_default()
     }
 
     /// Parses the binary mapped from `path` (through map_files) for its
     /// bias, segments and data symbols.
     fn load(&self, path: &str) -> Option<Binary> {
-        let files = self.files.as_deref().unwrap_or_default();
-        let first = files.iter().find(|m| m.name == path && m.offset == 0)?;
+        let first = self
+            .file_backed()
+            .iter()
+            .find(|m| m.name == path && m.offset == 0)?;
         let file = open_mapped(self.pid, first)?;
         let f = std::fs::File::open(file.proc_path()).ok()?;
         let cache = ReadCache::new(f);
@@ -171,7 +167,8 @@ mod tests {
 
     #[test]
     fn globals_by_symbol_heap_and_stack_by_memory() {
-        let mut names = DataNames::new(std::process::id());
+        let maps = ProcessMaps::open(std::process::id()).unwrap();
+        let mut names = DataNames::new(std::process::id(), Some(&maps));
         let g = &GLOBAL_LOCK as *const _ as u64;
         let name = names.name(g).expect("a global is named");
         assert!(name.contains("GLOBAL_LOCK"), "{name}");

@@ -38,6 +38,9 @@ pub(crate) struct SymbolizerThread {
 }
 
 enum Job {
+    /// Load what symbolizing the listed binaries will need (at background
+    /// priority: the observed process comes first).
+    WarmUp(Box<dyn FnOnce() -> Vec<PathBuf> + Send>),
     User(
         UserSpaceOwned,
         Vec<u64>,
@@ -53,20 +56,24 @@ enum UserSpaceOwned {
 }
 
 impl SymbolizerThread {
-    /// Starts the thread and has it warm up for the binaries `binaries`
-    /// lists, listed on that thread (see [`Symbolizer::warm_up`]).
-    pub(crate) fn start(binaries: impl FnOnce() -> Vec<PathBuf> + Send + 'static) -> Self {
+    /// Starts the thread; it waits for work at normal priority.
+    pub(crate) fn start() -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         crate::util::background::spawn("rip-symbolize", move || {
             let mut s = Symbolizer::new();
-            let binaries = binaries();
-            crate::util::timing::phase("  warm up symbolizer (background)", || {
-                s.warm_up(&binaries)
-            });
             crate::util::background::normal_priority();
             for job in rx {
                 // A send fails only if the requester gave up; nothing to do.
                 let _ = match job {
+                    Job::WarmUp(binaries) => {
+                        crate::util::background::lower_priority();
+                        let binaries = binaries();
+                        crate::util::timing::phase("  warm up symbolizer (background)", || {
+                            s.warm_up(&binaries)
+                        });
+                        crate::util::background::normal_priority();
+                        Ok(())
+                    }
                     Job::User(UserSpaceOwned::Live(pid), addrs, reply) => {
                         reply.send(s.user(&UserSpace::Live(pid), &addrs))
                     }
@@ -84,6 +91,15 @@ impl SymbolizerThread {
             }
         });
         SymbolizerThread { jobs: tx }
+    }
+
+    /// Has the thread load, while the caller waits on something else,
+    /// what symbolizing the binaries `binaries` lists will need (listed on
+    /// that thread; see [`Symbolizer::warm_up`]). Jobs sent after it wait
+    /// for it.
+    pub(crate) fn warm_up(&self, binaries: impl FnOnce() -> Vec<PathBuf> + Send + 'static) {
+        // A closed channel means the thread is gone; asks then get nothing.
+        let _ = self.jobs.send(Job::WarmUp(Box::new(binaries)));
     }
 
     fn ask<T: Default>(&self, job: impl FnOnce(std::sync::mpsc::Sender<T>) -> Job) -> T {

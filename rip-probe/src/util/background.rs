@@ -26,6 +26,11 @@ pub(crate) fn normal_priority() {
     set_nice(0);
 }
 
+/// Puts the calling thread at background priority again.
+pub(crate) fn lower_priority() {
+    set_nice(NICE);
+}
+
 /// Sets the calling thread's nice value: on Linux, PRIO_PROCESS with a
 /// thread id applies to that thread alone. Failing costs only time.
 fn set_nice(nice: i32) {

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use librip::reader::{Follow, RingFile, SlotKind, SlotState};
+use librip::reader::{Follow, ProcessMaps, RingFile, SlotKind, SlotState};
 
 use super::ModuleMap;
 use super::{RingSlot, RingView};
@@ -25,6 +25,11 @@ impl RingView {
     /// The rings a live process has mapped (`/proc/PID/maps`).
     pub fn find(pid: u32) -> Result<Vec<PathBuf>, Error> {
         librip::reader::find_rings(pid).map_err(Error::Ring)
+    }
+
+    /// [`Self::find`] in a map already open.
+    pub fn find_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<PathBuf>, Error> {
+        librip::reader::find_rings_in(pid, maps).map_err(Error::Ring)
     }
 
     fn from_ring(path: &Path, ring: &RingFile) -> Self {
