@@ -41,6 +41,27 @@ pub struct Report {
     pub deadlocks: Vec<Vec<u32>>,
 }
 
+impl Report {
+    /// Rewrites every frame of the threads' kernel stacks with `f`, once
+    /// per distinct shared stack: threads that shared a stack share the
+    /// rewritten one.
+    pub(crate) fn map_kernel_frames(&mut self, mut f: impl FnMut(&mut Frame)) {
+        // Keyed by address; the original is kept in the map so that its
+        // address is not reused while the map lives.
+        type Rewritten = (std::sync::Arc<[Frame]>, std::sync::Arc<[Frame]>);
+        let mut done: std::collections::HashMap<*const Frame, Rewritten> =
+            std::collections::HashMap::new();
+        for t in &mut self.threads {
+            let (_, new) = done.entry(t.kernel_stack.as_ptr()).or_insert_with(|| {
+                let mut frames = t.kernel_stack.to_vec();
+                frames.iter_mut().for_each(&mut f);
+                (t.kernel_stack.clone(), frames.into())
+            });
+            t.kernel_stack = new.clone();
+        }
+    }
+}
+
 /// How the report was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

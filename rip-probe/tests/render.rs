@@ -22,7 +22,7 @@ fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
     t.waits_for = None;
     if !state.is_blocked() {
         t.syscall = None;
-        t.kernel_stack.clear();
+        t.kernel_stack = Default::default();
     }
     t
 }
@@ -87,7 +87,7 @@ fn grouped_and_history_views() {
         t.state = ThreadState::Unknown;
         t.blocked = None;
         t.syscall = None;
-        t.kernel_stack.clear();
+        t.kernel_stack = Default::default();
     }
     r.threads[2].location = None;
     r.threads[0].history = vec![Location {

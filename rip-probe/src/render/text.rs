@@ -5,7 +5,6 @@
 use std::{
     collections::HashMap,
     io::{self, Write},
-    sync::Arc,
 };
 
 use super::{
@@ -88,9 +87,8 @@ fn terminal_safe(r: &Report) -> Report {
         escape_in_place(&mut ring.path);
     }
     r.warnings.iter_mut().for_each(escape_in_place);
-    // Each shared kernel stack is escaped once (the original is kept in
-    // the map so that its address stays its own while the map lives).
-    let mut stacks: HashMap<*const Frame, (Arc<[Frame]>, Arc<[Frame]>)> = HashMap::new();
+    // Each shared kernel stack once.
+    r.map_kernel_frames(escape_frame);
     for t in &mut r.threads {
         escape_in_place(&mut t.name);
         if let Some(sys) = &mut t.syscall {
@@ -100,12 +98,6 @@ fn terminal_safe(r: &Report) -> Report {
                 escape_in_place(&mut a.text);
             }
         }
-        let (_, escaped) = stacks.entry(t.kernel_stack.as_ptr()).or_insert_with(|| {
-            let mut ks = t.kernel_stack.to_vec();
-            ks.iter_mut().for_each(escape_frame);
-            (t.kernel_stack.clone(), ks.into())
-        });
-        t.kernel_stack = escaped.clone();
         escape_locations(&mut t.location, &mut t.history);
         if let Some(w) = &mut t.waits_for {
             for s in [&mut w.symbol, &mut w.owner_state].into_iter().flatten() {

@@ -9,7 +9,6 @@ use std::{
     collections::{BTreeSet, HashMap},
     io::BufRead,
     path::{Path, PathBuf},
-    sync::Arc,
 };
 
 use librip::reader::{Follow, MapsLine, OpenError, ProcessMaps, RangeIndex, RegularFile};
@@ -529,20 +528,12 @@ pub(crate) fn fill(
             *f = s.clone();
         }
     };
-    // Each distinct kernel stack is symbolized once and shared again (the
-    // unsymbolized one is kept in the map so its address stays its own).
-    let mut stacks: HashMap<*const Frame, (Arc<[Frame]>, Arc<[Frame]>)> = HashMap::new();
     for t in &mut report.threads {
         for l in t.location.iter_mut().chain(t.history.iter_mut()) {
             put(&mut l.frame, &user);
         }
-        let (_, named) = stacks.entry(t.kernel_stack.as_ptr()).or_insert_with(|| {
-            let mut frames = t.kernel_stack.to_vec();
-            frames.iter_mut().for_each(|f| put(f, &kernel));
-            (t.kernel_stack.clone(), frames.into())
-        });
-        t.kernel_stack = named.clone();
     }
+    report.map_kernel_frames(|f| put(f, &kernel));
     for t in &mut report.tasks {
         for l in t.location.iter_mut().chain(t.history.iter_mut()) {
             put(&mut l.frame, &user);

@@ -79,7 +79,7 @@ pub fn full_report() -> Report {
                 ns: 1,
                 exact: false,
             }),
-            kernel_stack: vec![frame()],
+            kernel_stack: [frame()].into(),
             location: Some(location()),
             history: vec![location()],
             snaps: Some(3),
