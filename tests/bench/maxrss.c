@@ -1,7 +1,9 @@
 /*
- * maxrss OUT PROG [ARGS...]: runs PROG and writes its peak RSS and wall
- * time to OUT, as "maxrss_kib N" and "wall_ns T" lines, plus "status S"
- * (its exit status, or 128 + the signal that killed it).
+ * maxrss OUT PROG [ARGS...]: runs PROG and writes its peak RSS, wall
+ * time and CPU time (user + system) to OUT, as "maxrss_kib N", "wall_ns T"
+ * and "cpu_ns C" lines, plus "status S" (its exit status, or 128 + the
+ * signal that killed it). CPU time does not grow when other work shares
+ * the machine; wall time does.
  *
  * Why a helper: Linux carries the parent's peak RSS into a child's
  * ru_maxrss across fork and exec, so a large parent would overstate every
@@ -44,7 +46,10 @@ int main(int argc, char **argv)
         perror(argv[1]);
         return 1;
     }
-    fprintf(out, "maxrss_kib %ld\nwall_ns %llu\nstatus %d\n", ru.ru_maxrss,
-            (unsigned long long)wall, status);
+    unsigned long long cpu =
+        (unsigned long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ULL +
+        (unsigned long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ULL;
+    fprintf(out, "maxrss_kib %ld\nwall_ns %llu\ncpu_ns %llu\nstatus %d\n", ru.ru_maxrss,
+            (unsigned long long)wall, cpu, status);
     return fclose(out) == 0 ? status : 1;
 }

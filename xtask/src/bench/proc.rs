@@ -250,6 +250,8 @@ pub struct Usage {
     pub wall: Duration,
     /// Peak resident set size, in KiB (`ru_maxrss`).
     pub max_rss_kib: u64,
+    /// User plus system CPU time (`ru_utime + ru_stime`), if measured.
+    pub cpu: Option<Duration>,
     /// Whether it exited with status 0.
     pub success: bool,
 }
@@ -294,6 +296,7 @@ pub fn parse_usage(text: &str) -> Option<Usage> {
     Some(Usage {
         wall: Duration::from_nanos(field("wall_ns")?),
         max_rss_kib: field("maxrss_kib")?,
+        cpu: field("cpu_ns").map(Duration::from_nanos),
         success: field("status")? == 0,
     })
 }
@@ -390,10 +393,11 @@ mod tests {
     #[test]
     fn usage_lines() {
         assert_eq!(
-            parse_usage("maxrss_kib 1612\nwall_ns 1241658\nstatus 0\n"),
+            parse_usage("maxrss_kib 1612\nwall_ns 1241658\ncpu_ns 1000000\nstatus 0\n"),
             Some(Usage {
                 wall: Duration::from_nanos(1_241_658),
                 max_rss_kib: 1612,
+                cpu: Some(Duration::from_millis(1)),
                 success: true
             })
         );

@@ -44,6 +44,16 @@ impl ToolRuns {
         super::stats::median(&secs).map(Duration::from_secs_f64)
     }
 
+    /// The median CPU time (user + system), if measured.
+    pub fn median_cpu(&self) -> Option<Duration> {
+        let secs: Vec<f64> = self
+            .runs
+            .iter()
+            .filter_map(|u| u.cpu.map(|c| c.as_secs_f64()))
+            .collect();
+        super::stats::median(&secs).map(Duration::from_secs_f64)
+    }
+
     /// The largest peak RSS of the runs, in KiB.
     pub fn max_rss_kib(&self) -> Option<u64> {
         self.runs.iter().map(|u| u.max_rss_kib).max()
