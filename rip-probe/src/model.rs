@@ -4,6 +4,8 @@
 //! The JSON form is documented in `docs/JSON.md`; [`SCHEMA_VERSION`] changes
 //! whenever a field is removed or changes meaning (adding fields does not).
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -171,6 +173,25 @@ pub struct Thread {
     /// For a thread blocked in a futex wait: the lock it waits for and who
     /// holds it (`--pid` only).
     pub waits_for: Option<WaitsFor>,
+    /// The thread's user stack, innermost first (`--pid`): unwound from
+    /// its saved registers when it is blocked, its hottest sampled stack
+    /// when it ran during the window. Empty when none was taken
+    /// (`--no-stacks`, a kernel thread, a thread that did not run in the
+    /// window). Threads with one stack share one list.
+    pub frames: Arc<[Frame]>,
+    /// For a stack sampled on CPU: how many samples had it.
+    pub stack_samples: Option<StackSamples>,
+}
+
+/// How often a running thread's stack was seen in the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct StackSamples {
+    /// Samples whose stack was this one (same functions, outermost to
+    /// innermost).
+    pub count: u64,
+    /// Samples taken of the thread (or of the group's threads) in the
+    /// window.
+    pub total: u64,
 }
 
 /// The lock a blocked thread waits for, read from the target's memory.
@@ -382,6 +403,10 @@ pub struct Group {
     pub location: Option<String>,
     /// Where the location came from.
     pub source: Option<LocationSource>,
+    /// The members' shared user stack, innermost first (empty: none).
+    pub frames: Arc<[Frame]>,
+    /// For stacks sampled on CPU: the members' samples, added up.
+    pub stack_samples: Option<StackSamples>,
 }
 
 /// What kind of lock a thread waits for.

@@ -25,6 +25,7 @@ use crate::{
         kernel::{EventStream, KernelProbe, uprobe},
         procfs::{self, ProcLookup},
         ring::RingView,
+        stacks::threads as stacks,
     },
     correlate::{self, AfterExit, Clock, LiveInputs},
     discover::{Lost, Target},
@@ -50,6 +51,8 @@ pub struct SessionOptions {
     /// default: a report needs only the per-thread table, and streaming
     /// every switch costs the target more.
     pub events: bool,
+    /// Take every thread's user stack (on by default; `--no-stacks`).
+    pub stacks: bool,
 }
 
 impl SessionOptions {
@@ -61,6 +64,7 @@ impl SessionOptions {
             ring: None,
             no_ring: false,
             events: false,
+            stacks: true,
         }
     }
 }
@@ -89,6 +93,8 @@ pub struct Session {
     /// A symbolizer loading kallsyms and the target's debug information on
     /// another thread while the session observes.
     symbolizer: SymbolizerThread,
+    /// User stacks, when asked for.
+    stacks: Option<stacks::Collector>,
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
@@ -125,6 +131,7 @@ impl Session {
             opts: opts.clone(),
             probes: sites.len(),
             symbolizer,
+            stacks: opts.stacks.then(|| stacks::Collector::new(pid)),
         })
     }
 
@@ -147,7 +154,13 @@ impl Session {
     /// early if the target exits.
     pub fn observe(&mut self, window: Duration, obs: &mut dyn Observer) -> Result<()> {
         let deadline = std::time::Instant::now() + window;
+        if let Some(c) = self.stacks.as_mut().filter(|_| !window.is_zero()) {
+            c.start_sampling();
+        }
         loop {
+            if let Some(c) = &mut self.stacks {
+                c.drain();
+            }
             if let Some(lost) = self.target.lost() {
                 obs.on_lost(&lost);
                 self.lost = Some(lost);
@@ -254,6 +267,7 @@ impl Session {
             (ring.join().expect("the ring reader does not panic"), kernel)
         });
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
+        let user_stacks = self.collect_stacks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
         let lost_now = self.lost().is_some();
@@ -298,11 +312,44 @@ impl Session {
         timing::phase("symbolize", || {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
+        if let Some(user) = user_stacks {
+            self.attach_stacks(&mut report, &user, &space);
+        }
         if !lost_now {
             timing::phase("locks", || {
                 analyze::waits::fill(&mut report, self.target.pid())
             });
         }
         Ok(report)
+    }
+}
+
+/// The user stacks stage: collect (unwind the blocked threads now, take
+/// the running ones' samples), symbolize each distinct stack once, give
+/// each thread its stack.
+impl Session {
+    fn collect_stacks(&mut self, tasks: &[rip_ebpf::TaskRecord]) -> Option<stacks::UserStacks> {
+        if self.target.lost().is_some() {
+            return None;
+        }
+        let collector = self.stacks.as_mut()?;
+        let blocked = |t: &rip_ebpf::TaskRecord| {
+            t.on_cpu == 0 && correlate::thread_state(t.state, t.on_cpu).is_blocked()
+        };
+        Some(timing::phase("unwind stacks", || {
+            collector.snapshot(tasks, blocked)
+        }))
+    }
+
+    fn attach_stacks(
+        &mut self,
+        report: &mut Report,
+        user: &stacks::UserStacks,
+        space: &UserSpace<'_>,
+    ) {
+        let frames = timing::phase("symbolize stacks", || {
+            symbolize::stacks::frames_of(&user.stacks, space, &mut self.symbolizer)
+        });
+        analyze::stacks::attach(report, user, &frames);
     }
 }

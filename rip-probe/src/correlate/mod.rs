@@ -234,6 +234,8 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
                 snaps: slot.map(|s| s.snaps),
                 polling_task: None,
                 waits_for: None,
+                frames: Default::default(),
+                stack_samples: None,
                 exited: false,
             }
         })
@@ -377,6 +379,8 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
                 snaps: slot.map(|s| s.snaps),
                 polling_task: None,
                 waits_for: None,
+                frames: Default::default(),
+                stack_samples: None,
                 exited: true,
             }
         })
@@ -468,6 +472,8 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
                 snaps: Some(s.snaps),
                 polling_task: None,
                 waits_for: None,
+                frames: Default::default(),
+                stack_samples: None,
                 exited: s.exited,
             }
         })

@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{
-    tasks,
+    stack, tasks,
     words::{ids, location_text, plural, source_word, truncate},
 };
 use crate::{
@@ -61,6 +61,24 @@ fn escape_frame(f: &mut Frame) {
     }
 }
 
+/// A stack with its strings escaped; stacks shared by many threads are
+/// escaped once (`done`, by the shared list's address).
+fn escape_stack(
+    frames: &mut std::sync::Arc<[Frame]>,
+    done: &mut HashMap<*const Frame, std::sync::Arc<[Frame]>>,
+) {
+    let key = frames.as_ptr();
+    if let Some(e) = done.get(&key) {
+        *frames = e.clone();
+        return;
+    }
+    let mut v = frames.to_vec();
+    v.iter_mut().for_each(escape_frame);
+    let e: std::sync::Arc<[Frame]> = v.into();
+    done.insert(key, e.clone());
+    *frames = e;
+}
+
 fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
     for l in last.iter_mut().chain(hist.iter_mut()) {
         escape_frame(&mut l.frame);
@@ -87,8 +105,10 @@ fn terminal_safe(r: &Report) -> Report {
         escape_in_place(&mut ring.path);
     }
     r.warnings.iter_mut().for_each(escape_in_place);
+    let mut stacks = HashMap::new();
     for t in &mut r.threads {
         escape_in_place(&mut t.name);
+        escape_stack(&mut t.frames, &mut stacks);
         if let Some(sys) = &mut t.syscall {
             escape_in_place(&mut sys.name);
             escape_in_place(&mut sys.text);
@@ -115,6 +135,9 @@ fn terminal_safe(r: &Report) -> Report {
     }
     r.groups.iter_mut().for_each(escape_group);
     r.task_groups.iter_mut().for_each(escape_group);
+    for g in &mut r.groups {
+        escape_stack(&mut g.frames, &mut stacks);
+    }
     r
 }
 
@@ -210,6 +233,7 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     for g in &r.groups {
         writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      tids: {}", ids(&g.ids))?;
+        stack::write(&g.frames, g.stack_samples, "      ", &mut w)?;
     }
     locks(r, &by_tid, &mut w)?;
     tasks::section(r, &mut w)?;
