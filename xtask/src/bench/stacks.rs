@@ -53,11 +53,23 @@ pub struct Tool {
 
 impl Tool {
     fn median_wall(&self) -> Option<f64> {
-        median(&self.runs.iter().map(|u| u.wall.as_secs_f64()).collect::<Vec<_>>())
+        median(
+            &self
+                .runs
+                .iter()
+                .map(|u| u.wall.as_secs_f64())
+                .collect::<Vec<_>>(),
+        )
     }
 
     fn median_pause(&self) -> Option<f64> {
-        median(&self.pauses.iter().map(Duration::as_secs_f64).collect::<Vec<_>>())
+        median(
+            &self
+                .pauses
+                .iter()
+                .map(Duration::as_secs_f64)
+                .collect::<Vec<_>>(),
+        )
     }
 
     fn max_rss_kib(&self) -> Option<u64> {
@@ -187,14 +199,20 @@ fn build() -> Result<(PathBuf, Vec<String>)> {
             bail!("`{}` failed", shell_words(c));
         }
     }
-    Ok((root().join(exe), cmds.iter().map(|c| shell_words(c)).collect()))
+    Ok((
+        root().join(exe),
+        cmds.iter().map(|c| shell_words(c)).collect(),
+    ))
 }
 
 /// How many stacks of `text` reach `stk_thread`: threads of a rip-probe
 /// JSON report whose frames name it, or a debugger's backtrace lines.
 fn full_stacks(text: &str) -> usize {
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-        let threads = v["threads"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let threads = v["threads"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         return threads
             .iter()
             .filter(|t| {
@@ -259,8 +277,23 @@ pub fn run(w: &Workloads, peers: &Peers, reps: usize) -> Result<StacksResult> {
                 continue;
             }
             let args: Vec<String> = match i {
-                0 => vec![rip.clone(), "--pid".into(), pid.clone(), "--duration".into(), "0".into(), "--json".into()],
-                1 => vec![rip.clone(), "--pid".into(), pid.clone(), "--duration".into(), "0".into(), "--json".into(), "--no-stacks".into()],
+                0 => vec![
+                    rip.clone(),
+                    "--pid".into(),
+                    pid.clone(),
+                    "--duration".into(),
+                    "0".into(),
+                    "--json".into(),
+                ],
+                1 => vec![
+                    rip.clone(),
+                    "--pid".into(),
+                    pid.clone(),
+                    "--duration".into(),
+                    "0".into(),
+                    "--json".into(),
+                    "--no-stacks".into(),
+                ],
                 2 => super::scale::gdb_args(&pid),
                 _ => vec!["eu-stack".into(), "-p".into(), pid.clone()],
             };
@@ -278,7 +311,8 @@ pub fn run(w: &Workloads, peers: &Peers, reps: usize) -> Result<StacksResult> {
             let text = std::fs::read_to_string(&out).unwrap_or_default();
             tool.stacks = full_stacks(&text);
             if i == 0 {
-                phases = super::scale::parse_phases(&std::fs::read_to_string(&err).unwrap_or_default());
+                phases =
+                    super::scale::parse_phases(&std::fs::read_to_string(&err).unwrap_or_default());
             }
             eprintln!(
                 "    {}: {:.2}s, {} MiB, {} full stacks, target paused {:.1} ms",
@@ -318,36 +352,44 @@ fn ms(secs: f64) -> String {
 pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
     let _ = writeln!(
         s,
-        "## User stacks of 10,000 blocked threads
-
-         `tests/c/user_stacks.c` built `-O2 -fomit-frame-pointer` and stripped,          its {THREADS} extra threads blocked in read, futex, epoll_wait and          nanosleep under a chain of five functions across the executable and a          library of its own. Each tool prints every thread's stack; "full          stacks" counts those that reach the threads' start function          (`stk_thread`). The target's pause is the longest gap of a ticker          thread in it between 1 ms sleeps while the tool runs (median over          the runs). Peak RSS: `ru_maxrss` through `tests/bench/maxrss.c`. Cost          per stack: wall time / full stacks.
-"
+        "## User stacks of 10,000 blocked threads\n\n\
+         `tests/c/user_stacks.c` built `-O2 -fomit-frame-pointer` and stripped, \
+         its {THREADS} extra threads blocked in read, futex, epoll_wait and \
+         nanosleep under a chain of five functions across the executable and a \
+         library of its own. Each tool prints every thread's stack; \"full \
+         stacks\" counts those that reach the threads' start function \
+         (`stk_thread`). The target's pause is the longest gap of a ticker \
+         thread in it between 1 ms sleeps while the tool runs (median over \
+         the runs). Peak RSS: `ru_maxrss` through `tests/bench/maxrss.c`. Cost \
+         per stack: wall time / full stacks.\n"
     );
     let r = match r {
         Ok(r) => r,
         Err(e) => {
-            let _ = writeln!(s, "Not measured: {e}
-");
+            let _ = writeln!(s, "Not measured: {e}\n");
             return;
         }
     };
     let _ = writeln!(
         s,
-        "The target had {} threads; its ticker's longest gap with no tool          running: {:.1} ms.
-",
+        "The target had {} threads; its ticker's longest gap with no tool \
+         running: {:.1} ms.\n",
         super::report::thousands(r.threads as u64),
         r.idle_gap.as_secs_f64() * 1e3
     );
     let _ = writeln!(
         s,
-        "| tool | runs | wall (median) | peak RSS | full stacks | cost per stack | target paused (median) |\n         | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| tool | runs | wall (median) | peak RSS | full stacks | cost per stack | target paused (median) |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for t in &r.tools {
         if let Some(why) = &t.missing {
             let _ = writeln!(s, "| {} | 0 | — | — | — | — | not run: {why} |", t.name);
             continue;
         }
-        let (Some(wall), Some(pause), Some(rss)) = (t.median_wall(), t.median_pause(), t.max_rss_kib()) else {
+        let (Some(wall), Some(pause), Some(rss)) =
+            (t.median_wall(), t.median_pause(), t.max_rss_kib())
+        else {
             continue;
         };
         let per = if t.stacks > 0 {
@@ -367,13 +409,14 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
         );
     }
     if let Some(rip) = r.tools.first() {
-        let (wall, rss) = (rip.median_wall().unwrap_or(f64::NAN), rip.max_rss_kib().unwrap_or(0));
+        let wall = rip.median_wall().unwrap_or(f64::NAN);
+        let rss = rip.max_rss_kib().unwrap_or(0);
         let met = wall <= WALL.as_secs_f64() && rss <= RSS_KIB;
         let _ = writeln!(
             s,
-            "
-Requirement: every stack of {} blocked threads in at most {} ms and {} MB              peak RSS, without pausing the target. Measured: {}, {} MiB, {} full stacks — {}.
-",
+            "\nRequirement: every stack of {} blocked threads in at most {} ms and \
+             {} MB peak RSS, without pausing the target. Measured: {}, {} MiB, {} \
+             full stacks — {}.\n",
             super::report::thousands(THREADS as u64),
             WALL.as_millis(),
             RSS_KIB * 1024 / 1_000_000,
@@ -384,19 +427,17 @@ Requirement: every stack of {} blocked threads in at most {} ms and {} MB       
         );
     }
     if !r.phases.is_empty() {
-        let _ = writeln!(s, "rip-probe's phases in its last run (`RIP_PROBE_TIMING=1`):
-
-| phase | ms |
-| --- | ---: |");
+        let _ = writeln!(
+            s,
+            "rip-probe's phases in its last run (`RIP_PROBE_TIMING=1`):\n\n\
+             | phase | ms |\n| --- | ---: |"
+        );
         for (p, v) in &r.phases {
             let _ = writeln!(s, "| {} | {v:.1} |", p.replace("  ", "&nbsp;&nbsp;"));
         }
-        s.push('
-');
+        s.push('\n');
     }
-    let _ = writeln!(s, "Commands (`PID`: the target's pid):
-
-```");
+    let _ = writeln!(s, "Commands (`PID`: the target's pid):\n\n```");
     for b in &r.built_by {
         let _ = writeln!(s, "{b}");
     }
@@ -404,8 +445,7 @@ Requirement: every stack of {} blocked threads in at most {} ms and {} MB       
     for t in &r.tools {
         let _ = writeln!(s, "{}", t.command);
     }
-    let _ = writeln!(s, "```
-");
+    let _ = writeln!(s, "```\n");
 }
 
 #[cfg(test)]
