@@ -312,8 +312,8 @@ impl Session {
         timing::phase("symbolize", || {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
-        if let Some(user) = user_stacks {
-            self.attach_stacks(&mut report, &user, &space);
+        if let Some(pending) = user_stacks {
+            self.attach_stacks(&mut report, pending, &space);
         }
         if !lost_now {
             timing::phase("locks", || {
@@ -324,29 +324,45 @@ impl Session {
     }
 }
 
+/// The user stacks being read, and the collector to put back after.
+type PendingStacks = std::thread::JoinHandle<(stacks::Collector, stacks::UserStacks)>;
+
 /// The user stacks stage: collect (unwind the blocked threads now, take
 /// the running ones' samples), symbolize each distinct stack once, give
 /// each thread its stack.
 impl Session {
-    fn collect_stacks(&mut self, tasks: &[rip_ebpf::TaskRecord]) -> Option<stacks::UserStacks> {
+    /// Starts reading the blocked threads' stacks now, on a thread of its
+    /// own, while the rest of the report is made.
+    fn collect_stacks(&mut self, tasks: &[rip_ebpf::TaskRecord]) -> Option<PendingStacks> {
         if self.target.lost().is_some() {
             return None;
         }
-        let collector = self.stacks.as_mut()?;
-        let blocked = |t: &rip_ebpf::TaskRecord| {
-            t.on_cpu == 0 && correlate::thread_state(t.state, t.on_cpu).is_blocked()
-        };
-        Some(timing::phase("unwind stacks", || {
-            collector.snapshot(tasks, blocked)
+        let mut collector = self.stacks.take()?;
+        let blocked: Vec<(u32, rip_ebpf::UserRegs)> = tasks
+            .iter()
+            .filter(|t| t.on_cpu == 0 && correlate::thread_state(t.state, t.on_cpu).is_blocked())
+            .map(|t| (t.tid, t.regs))
+            .collect();
+        Some(std::thread::spawn(move || {
+            let user = timing::phase("unwind stacks", || collector.snapshot(&blocked));
+            (collector, user)
         }))
     }
 
     fn attach_stacks(
         &mut self,
         report: &mut Report,
-        user: &stacks::UserStacks,
+        pending: PendingStacks,
         space: &UserSpace<'_>,
     ) {
+        let Ok((collector, user)) = pending.join() else {
+            report
+                .warnings
+                .push("no user stacks: reading them failed".into());
+            return;
+        };
+        self.stacks = Some(collector);
+        let user = &user;
         let frames = timing::phase("symbolize stacks", || {
             symbolize::stacks::frames_of(&user.stacks, space, &mut self.symbolizer)
         });

@@ -92,7 +92,8 @@ fn stacks_in_text_json_and_folded_reports() {
     }
     // The spinning thread: its hottest stack in the window, sampled.
     let t = thread(&report, spinner);
-    assert_eq!(t["state"], "running", "{t}");
+    // On a CPU, or waiting for one on a busy machine.
+    assert!(t["state"] == "running" || t["state"] == "runnable", "{t}");
     assert_chain(&names(&t["frames"]), "stk_block_spin", "spinner");
     let (count, total) = (
         t["stack_samples"]["count"].as_u64().unwrap(),
@@ -104,21 +105,31 @@ fn stacks_in_text_json_and_folded_reports() {
     // Text: each group with its stack, frames named with their modules.
     let text = rip_probe_ok(CLI, &["--pid", &pid, "--duration", "1s"]);
     let read_tid = roles.iter().find(|r| r.0 == "read").unwrap().1;
-    let group = text
-        .split("\n  ")
-        .find(|g| g.contains(&format!("tids: {read_tid}\n")))
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == format!("      tids: {read_tid}"))
         .unwrap_or_else(|| panic!("no group of tid {read_tid}:\n{text}"));
-    assert!(group.starts_with("1 thread blocked in read"), "{group}");
-    for want in [
-        " stk_block_read (user_stacks)\n",
-        " stk_lib_inner (libstkchain.so)\n",
-        " stk_thread (user_stacks)\n",
-    ] {
-        assert!(group.contains(want), "{want:?} in\n{group}");
+    assert!(
+        lines[at - 1].starts_with("  1 thread blocked in read"),
+        "{}",
+        lines[at - 1]
+    );
+    let stack: Vec<&str> = lines[at + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("      #"))
+        .copied()
+        .collect();
+    assert!(stack[0].starts_with("      #0  "), "{stack:#?}");
+    for want in [" stk_block_read+0x", " stk_lib_inner+0x", " stk_thread+0x"] {
+        assert!(
+            stack.iter().any(|l| l.contains(want)),
+            "{want:?} in {stack:#?}"
+        );
     }
     assert!(
-        group.lines().any(|l| l.trim_start().starts_with("#0 ")),
-        "{group}"
+        stack.iter().any(|l| l.ends_with(" (libstkchain.so)")),
+        "{stack:#?}"
     );
     assert!(
         text.contains("hottest stack in the window, "),
@@ -274,7 +285,7 @@ fn debians_perl_sleeping() {
         &["Perl_pp_sleep", "Perl_runops_standard", "perl_run"],
         "perl",
     );
-    assert!(text.contains(" Perl_pp_sleep ("), "{text}");
+    assert!(text.contains(" Perl_pp_sleep+0x"), "{text}");
 }
 
 /// Debian's python3 (installed by `cargo xtask setup`): the eval loop's

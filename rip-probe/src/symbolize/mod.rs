@@ -165,6 +165,11 @@ impl Symbolizer {
                 && let Some(path) = m.file()
             {
                 *f = module_only(f.addr, &path.to_string_lossy(), off);
+            } else if let Some(path) = m.file() {
+                // blazesym names the module by the file it opened,
+                // /proc/PID/map_files/START-END: the user knows it by the
+                // path the process mapped.
+                f.module = Some(path.to_string_lossy().into_owned());
             }
             // A snap's site, from the site table of the very file mapped.
             if !m.is_exec() || m.inode == 0 {

@@ -38,8 +38,10 @@ pub const RSS_KIB: u64 = 200 * 1000 * 1000 / 1024;
 pub struct Tool {
     /// How the table names it.
     pub name: &'static str,
-    /// Its command line (`PID` for the pid).
+    /// Its command line (`PID` for the pid), as the table shows it.
     pub command: String,
+    /// The same, as run (relative paths from the workspace root).
+    pub args: Vec<String>,
     /// Each run's wall time and peak RSS.
     pub runs: Vec<Usage>,
     /// The ticker's longest gap during each run.
@@ -245,58 +247,50 @@ pub fn run(w: &Workloads, peers: &Peers, reps: usize) -> Result<StacksResult> {
 
     let rip = w.rip_probe.path.to_string_lossy().into_owned();
     let rip_rel = rel(&w.rip_probe.path);
+    let rip_args = |extra: &[&str]| {
+        let mut a = vec![rip.clone()];
+        a.extend(["--pid", "PID", "--duration", "0", "--json"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let tool = |name, args: Vec<String>, missing| Tool {
+        name,
+        command: shell_words(&args).replace(&rip, &rip_rel),
+        args,
+        missing,
+        ..Tool::default()
+    };
     let mut tools = vec![
-        Tool {
-            name: "rip-probe --pid --duration 0 --json",
-            command: format!("{rip_rel} --pid PID --duration 0 --json"),
-            ..Tool::default()
-        },
-        Tool {
-            name: "rip-probe --pid --duration 0 --json --no-stacks",
-            command: format!("{rip_rel} --pid PID --duration 0 --json --no-stacks"),
-            ..Tool::default()
-        },
-        Tool {
-            name: "gdb thread apply all bt",
-            command: shell_words(&super::scale::gdb_args("PID")),
-            missing: peers.need(&["gdb"]).err(),
-            ..Tool::default()
-        },
-        Tool {
-            name: "eu-stack",
-            command: "eu-stack -p PID".into(),
-            missing: peers.need(&["elfutils"]).err(),
-            ..Tool::default()
-        },
+        tool("rip-probe --pid --duration 0 --json", rip_args(&[]), None),
+        tool(
+            "rip-probe --pid --duration 0 --json --no-stacks",
+            rip_args(&["--no-stacks"]),
+            None,
+        ),
+        tool(
+            "gdb thread apply all bt",
+            super::scale::gdb_args("PID"),
+            peers.need(&["gdb"]).err(),
+        ),
+        tool(
+            "eu-stack",
+            ["eu-stack", "-p", "PID"].map(String::from).to_vec(),
+            peers.need(&["elfutils"]).err(),
+        ),
     ];
     let mut phases = Vec::new();
     let dir = super::out_dir();
     for round in 0..reps {
         for (i, tool) in tools.iter_mut().enumerate() {
+            // gdb and eu-stack stop the target for seconds: once each.
             if tool.missing.is_some() || (i >= 2 && round > 0) {
                 continue;
             }
-            let args: Vec<String> = match i {
-                0 => vec![
-                    rip.clone(),
-                    "--pid".into(),
-                    pid.clone(),
-                    "--duration".into(),
-                    "0".into(),
-                    "--json".into(),
-                ],
-                1 => vec![
-                    rip.clone(),
-                    "--pid".into(),
-                    pid.clone(),
-                    "--duration".into(),
-                    "0".into(),
-                    "--json".into(),
-                    "--no-stacks".into(),
-                ],
-                2 => super::scale::gdb_args(&pid),
-                _ => vec!["eu-stack".into(), "-p".into(), pid.clone()],
-            };
+            let args: Vec<String> = tool
+                .args
+                .iter()
+                .map(|a| if a == "PID" { pid.clone() } else { a.clone() })
+                .collect();
             let out = dir.join(format!("stacks-{i}.out"));
             let err = dir.join(format!("stacks-{i}.err"));
             target.reset()?;

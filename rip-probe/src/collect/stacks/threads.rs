@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use rip_ebpf::TaskRecord;
+use rip_ebpf::UserRegs;
 
 use super::{
     sample::{Sampler, Samples},
@@ -124,21 +124,17 @@ impl Collector {
         Ok(self.stacks.as_mut().expect("made above"))
     }
 
-    /// The stacks of the threads `blocked` picks among `tasks` (threads
-    /// asleep in the kernel, whose saved registers and stack agree), read
-    /// now, while they run on; for the others, the stacks their samples
-    /// had in the window.
-    pub(crate) fn snapshot(
-        &mut self,
-        tasks: &[TaskRecord],
-        blocked: impl Fn(&TaskRecord) -> bool,
-    ) -> UserStacks {
+    /// The stacks of the `blocked` threads (asleep in the kernel, so that
+    /// their saved registers and their stack agree: thread id and
+    /// registers), read now, while they run on; for the others, the stacks
+    /// their samples had in the window.
+    pub(crate) fn snapshot(&mut self, blocked: &[(u32, UserRegs)]) -> UserStacks {
         self.drain();
         let (sampled, lost) = match &mut self.sampler {
             Some(s) => s.take(),
             None => Default::default(),
         };
-        let mut out = self.build(tasks, blocked, sampled);
+        let mut out = self.build(blocked, sampled);
         if let Some(why) = self.sampling_failed.take() {
             out.warnings.push(why);
         }
@@ -151,12 +147,7 @@ impl Collector {
     }
 
     /// [`Self::snapshot`] with the samples given.
-    fn build(
-        &mut self,
-        tasks: &[TaskRecord],
-        blocked: impl Fn(&TaskRecord) -> bool,
-        sampled: Samples,
-    ) -> UserStacks {
+    fn build(&mut self, blocked: &[(u32, UserRegs)], sampled: Samples) -> UserStacks {
         let mut out = UserStacks::default();
         let mut interner = Interner::default();
         let stacks = match self.unwinder() {
@@ -168,11 +159,11 @@ impl Collector {
         };
         if let Some(stacks) = stacks {
             let cut_before = stacks.cut_stacks();
-            for t in tasks.iter().filter(|t| blocked(t)) {
-                let addrs = stacks.unwind(&t.regs);
+            for (tid, regs) in blocked {
+                let addrs = stacks.unwind(regs);
                 if !addrs.is_empty() {
                     out.threads
-                        .insert(t.tid, ThreadStacks::Unwound(interner.intern(addrs)));
+                        .insert(*tid, ThreadStacks::Unwound(interner.intern(addrs)));
                 }
             }
             let cut = stacks.cut_stacks() - cut_before;
@@ -222,19 +213,12 @@ mod tests {
         let mut c = Collector::new(pid);
         let code = identical_stacks_are_one as *const () as u64;
         let stack = [0u64; 64];
-        let task = |tid, ip| {
-            // SAFETY: TaskRecord is plain old data (integers and arrays).
-            let mut t: TaskRecord = unsafe { std::mem::zeroed() };
-            t.tid = tid;
-            t.state = 1;
-            t.regs = regs(ip, stack.as_ptr() as u64, 0);
-            t
-        };
-        let tasks = [task(1, code), task(2, code), task(3, 0), task(4, code)];
+        let task = |tid, ip| (tid, regs(ip, stack.as_ptr() as u64, 0));
+        let blocked = [task(1, code), task(2, code), task(3, 0)];
         let mut sampled = HashMap::new();
         sampled.insert(4, HashMap::from([(vec![7, 8], 3)]));
         sampled.insert(5, HashMap::from([(vec![7, 8], 3), (vec![9], 1)]));
-        let got = c.build(&tasks, |t| t.tid != 4, sampled);
+        let got = c.build(&blocked, sampled);
         let one = got.threads[&1].clone();
         assert_eq!(got.threads[&2], one);
         assert!(!got.threads.contains_key(&3), "no registers, no stack");
