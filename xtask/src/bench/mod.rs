@@ -46,7 +46,7 @@ pub fn run_stacks_only() -> Result<()> {
     step("bench: build the workloads");
     let w = workloads::build(&peers)?;
     step("bench: user stacks of 10,000 blocked threads");
-    let r = stacks::run(&w, &peers, 3).map_err(|e| format!("{e:#}"));
+    let r = stacks::run(&w, &peers, false).map_err(|e| format!("{e:#}"));
     let mut s = String::new();
     stacks::render(&r, &mut s);
     let md = out_dir().join("stacks.md");
@@ -156,7 +156,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
     }
 
     step("bench: user stacks of 10,000 blocked threads");
-    let stacks = stacks::run(&w, &peers, if quick { 1 } else { 3 }).map_err(|e| format!("{e:#}"));
+    let stacks = stacks::run(&w, &peers, quick).map_err(|e| format!("{e:#}"));
     if let Err(e) = &stacks {
         eprintln!("    failed: {e}");
     }

@@ -49,6 +49,9 @@ pub struct Tool {
     /// Stacks in its last output that reach `stk_thread`, the threads'
     /// start function (through the library and the executable).
     pub stacks: usize,
+    /// Threads the target had after its last run (fewer than before:
+    /// the tool made some threads' blocking calls fail).
+    pub threads_after: usize,
     /// Why it did not run.
     pub missing: Option<String>,
 }
@@ -207,6 +210,11 @@ fn build() -> Result<(PathBuf, Vec<String>)> {
     ))
 }
 
+/// Threads of process `pid` now.
+fn task_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count)
+}
+
 /// How many stacks of `text` reach `stk_thread`: threads of a rip-probe
 /// JSON report whose frames name it, or a debugger's backtrace lines.
 fn full_stacks(text: &str) -> usize {
@@ -231,16 +239,21 @@ fn full_stacks(text: &str) -> usize {
         .count()
 }
 
-/// Runs every tool against one target: rip-probe `reps` times, with and
-/// without stacks; gdb and eu-stack once each (each stops the target for
-/// seconds), in rounds.
-pub fn run(w: &Workloads, peers: &Peers, reps: usize) -> Result<StacksResult> {
+/// Runs every tool against one target: rip-probe three times (once with
+/// `quick`), with and without stacks; gdb and eu-stack once each (not with
+/// `quick`), in rounds.
+pub fn run(w: &Workloads, peers: &Peers, quick: bool) -> Result<StacksResult> {
+    let reps = if quick { 1 } else { 3 };
+    // gdb and eu-stack hold 10,000 threads for many seconds.
+    let peer = |pkg: &str| match peers.need(&[pkg]) {
+        Ok(()) if quick => Some("skipped by --quick".to_string()),
+        r => r.err(),
+    };
     let _headroom = Headroom::raise(THREADS)?;
     let (exe, built_by) = build()?;
     let mut target = Target::start(&exe, THREADS)?;
-    let pid = target.child.id().to_string();
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))?.count();
-    eprintln!("    user_stacks {THREADS}: pid {pid}, {threads} threads");
+    let threads = task_count(target.child.id());
+    eprintln!("    user_stacks {THREADS}: {threads} threads");
     target.reset()?;
     std::thread::sleep(Duration::from_millis(500));
     let idle_gap = target.gap()?;
@@ -270,58 +283,68 @@ pub fn run(w: &Workloads, peers: &Peers, reps: usize) -> Result<StacksResult> {
         tool(
             "gdb thread apply all bt",
             super::scale::gdb_args("PID"),
-            peers.need(&["gdb"]).err(),
+            peer("gdb"),
         ),
         tool(
             "eu-stack",
             ["eu-stack", "-p", "PID"].map(String::from).to_vec(),
-            peers.need(&["elfutils"]).err(),
+            peer("elfutils"),
         ),
     ];
     let mut phases = Vec::new();
     let dir = super::out_dir();
-    for round in 0..reps {
-        for (i, tool) in tools.iter_mut().enumerate() {
-            // gdb and eu-stack stop the target for seconds: once each.
-            if tool.missing.is_some() || (i >= 2 && round > 0) {
-                continue;
-            }
-            let args: Vec<String> = tool
-                .args
-                .iter()
-                .map(|a| if a == "PID" { pid.clone() } else { a.clone() })
-                .collect();
-            let out = dir.join(format!("stacks-{i}.out"));
-            let err = dir.join(format!("stacks-{i}.err"));
-            target.reset()?;
-            let u = measure(
-                &w.maxrss.path,
-                &args,
-                &[("RIP_PROBE_TIMING", "1")],
-                File::create(&out)?,
-                File::create(&err)?,
-            )?;
-            let pause = target.gap()?;
-            let text = std::fs::read_to_string(&out).unwrap_or_default();
-            tool.stacks = full_stacks(&text);
-            if i == 0 {
-                phases =
-                    super::scale::parse_phases(&std::fs::read_to_string(&err).unwrap_or_default());
-            }
-            eprintln!(
-                "    {}: {:.2}s, {} MiB, {} full stacks, target paused {:.1} ms",
-                tool.name,
-                u.wall.as_secs_f64(),
-                u.max_rss_kib / 1024,
-                tool.stacks,
-                pause.as_secs_f64() * 1e3
-            );
-            if !u.success && i < 2 {
-                bail!("{} failed: see {}", tool.name, rel(&err));
-            }
-            tool.runs.push(u);
-            tool.pauses.push(pause);
+    // rip-probe with and without stacks, in turn, on one target; then
+    // eu-stack and gdb once each, each on a fresh target: a ptrace stop
+    // makes blocking calls that are never restarted (epoll_wait) fail with
+    // EINTR, and those threads move on.
+    let mut schedule: Vec<usize> = (0..reps).flat_map(|_| [0, 1]).collect();
+    schedule.extend([3, 2]);
+    for i in schedule {
+        let tool = &mut tools[i];
+        if tool.missing.is_some() {
+            continue;
         }
+        if i >= 2 {
+            drop(target);
+            target = Target::start(&exe, THREADS)?;
+        }
+        let pid = target.child.id().to_string();
+        let args: Vec<String> = tool
+            .args
+            .iter()
+            .map(|a| if a == "PID" { pid.clone() } else { a.clone() })
+            .collect();
+        let out = dir.join(format!("stacks-{i}.out"));
+        let err = dir.join(format!("stacks-{i}.err"));
+        target.reset()?;
+        let u = measure(
+            &w.maxrss.path,
+            &args,
+            &[("RIP_PROBE_TIMING", "1")],
+            File::create(&out)?,
+            File::create(&err)?,
+        )?;
+        let pause = target.gap()?;
+        tool.threads_after = task_count(target.child.id());
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        tool.stacks = full_stacks(&text);
+        if i == 0 {
+            phases = super::scale::parse_phases(&std::fs::read_to_string(&err).unwrap_or_default());
+        }
+        eprintln!(
+            "    {}: {:.2}s, {} MiB, {} full stacks, target paused {:.1} ms, {} threads after",
+            tool.name,
+            u.wall.as_secs_f64(),
+            u.max_rss_kib / 1024,
+            tool.stacks,
+            pause.as_secs_f64() * 1e3,
+            tool.threads_after
+        );
+        if !u.success && i < 2 {
+            bail!("{} failed: see {}", tool.name, rel(&err));
+        }
+        tool.runs.push(u);
+        tool.pauses.push(pause);
     }
     Ok(StacksResult {
         threads,
@@ -355,7 +378,12 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
          (`stk_thread`). The target's pause is the longest gap of a ticker \
          thread in it between 1 ms sleeps while the tool runs (median over \
          the runs). Peak RSS: `ru_maxrss` through `tests/bench/maxrss.c`. Cost \
-         per stack: wall time / full stacks.\n"
+         per stack: wall time / full stacks. rip-probe runs with and without \
+         stacks in turn on one target; eu-stack and gdb once each, each on a \
+         fresh target, since a ptrace stop makes the blocking calls that are \
+         never restarted (epoll_wait) fail with EINTR: \"threads left after\" \
+         counts the target's threads after the tool (its epoll threads return \
+         and exit).\n"
     );
     let r = match r {
         Ok(r) => r,
@@ -373,12 +401,12 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
     );
     let _ = writeln!(
         s,
-        "| tool | runs | wall (median) | peak RSS | full stacks | cost per stack | target paused (median) |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| tool | runs | wall (median) | peak RSS | full stacks | cost per stack | target paused (median) | threads left after |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for t in &r.tools {
         if let Some(why) = &t.missing {
-            let _ = writeln!(s, "| {} | 0 | — | — | — | — | not run: {why} |", t.name);
+            let _ = writeln!(s, "| {} | 0 | — | — | — | — | — | not run: {why} |", t.name);
             continue;
         }
         let (Some(wall), Some(pause), Some(rss)) =
@@ -393,13 +421,14 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | **{}** | {} MiB | {} | {per} | {} |",
+            "| {} | {} | **{}** | {} MiB | {} | {per} | {} | {} |",
             t.name,
             t.runs.len(),
             ms(wall),
             rss / 1024,
             super::report::thousands(t.stacks as u64),
-            ms(pause)
+            ms(pause),
+            super::report::thousands(t.threads_after as u64)
         );
     }
     if let Some(rip) = r.tools.first() {
@@ -474,9 +503,11 @@ mod tests {
                 Tool {
                     name: "rip-probe --pid --duration 0 --json",
                     command: "rip-probe --pid PID".into(),
+                    args: Vec::new(),
                     runs: vec![usage(0.4), usage(0.3), usage(0.5)],
                     pauses: vec![Duration::from_millis(2); 3],
                     stacks: 10_005,
+                    threads_after: 10_006,
                     missing: None,
                 },
                 Tool {
@@ -491,7 +522,7 @@ mod tests {
         let mut s = String::new();
         render(&Ok(r), &mut s);
         assert!(
-            s.contains("| rip-probe --pid --duration 0 --json | 3 | **400 ms** | 100 MiB | 10,005 | 40.0 µs | 2 ms |"),
+            s.contains("| rip-probe --pid --duration 0 --json | 3 | **400 ms** | 100 MiB | 10,005 | 40.0 µs | 2 ms | 10,006 |"),
             "{s}"
         );
         assert!(s.contains("| eu-stack | 0 |"), "{s}");
