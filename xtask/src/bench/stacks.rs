@@ -30,8 +30,10 @@ use crate::util::root;
 pub const THREADS: usize = 10_000;
 /// What rip-probe must stay within at [`THREADS`]: wall time.
 pub const WALL: Duration = Duration::from_millis(500);
-/// See [`WALL`]: peak RSS in KiB (200 MB).
-pub const RSS_KIB: u64 = 200 * 1000 * 1000 / 1024;
+/// See [`WALL`]: peak RSS in MB.
+pub const RSS_MB: u64 = 200;
+/// [`RSS_MB`] in KiB.
+pub const RSS_KIB: u64 = RSS_MB * 1000 * 1000 / 1024;
 
 /// One tool's runs.
 #[derive(Clone, Debug, Default)]
@@ -95,6 +97,9 @@ pub struct StacksResult {
     pub built_by: Vec<String>,
     /// rip-probe's phases in its last run (`RIP_PROBE_TIMING=1`).
     pub phases: Vec<(String, f64)>,
+    /// The load average before and after the run: the machine's other
+    /// work slows every tool alike.
+    pub load: (String, String),
 }
 
 /// The target: `user_stacks THREADS`, its ticker driven over stdin.
@@ -210,6 +215,13 @@ fn build() -> Result<(PathBuf, Vec<String>)> {
     ))
 }
 
+/// The 1, 5 and 15 minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Threads of process `pid` now.
 fn task_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count)
@@ -250,6 +262,7 @@ pub fn run(w: &Workloads, peers: &Peers, quick: bool) -> Result<StacksResult> {
         r => r.err(),
     };
     let _headroom = Headroom::raise(THREADS)?;
+    let load_before = loadavg();
     let (exe, built_by) = build()?;
     let mut target = Target::start(&exe, THREADS)?;
     let threads = task_count(target.child.id());
@@ -352,6 +365,7 @@ pub fn run(w: &Workloads, peers: &Peers, quick: bool) -> Result<StacksResult> {
         tools,
         built_by,
         phases,
+        load: (load_before, loadavg()),
     })
 }
 
@@ -395,9 +409,12 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
     let _ = writeln!(
         s,
         "The target had {} threads; its ticker's longest gap with no tool \
-         running: {:.1} ms.\n",
+         running: {:.1} ms. Load average (1, 5, 15 min) before the run: {}; \
+         after: {}.\n",
         super::report::thousands(r.threads as u64),
-        r.idle_gap.as_secs_f64() * 1e3
+        r.idle_gap.as_secs_f64() * 1e3,
+        r.load.0,
+        r.load.1
     );
     let _ = writeln!(
         s,
@@ -431,6 +448,18 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
             super::report::thousands(t.threads_after as u64)
         );
     }
+    if let [with, without, ..] = &r.tools[..]
+        && let (Some(a), Some(b)) = (with.median_wall(), without.median_wall())
+        && with.stacks > 0
+    {
+        let _ = writeln!(
+            s,
+            "\nStacks add {} to the report (median with, minus median without): \
+             {:.1} µs per stack.",
+            ms(a - b),
+            (a - b) * 1e6 / with.stacks as f64
+        );
+    }
     if let Some(rip) = r.tools.first() {
         let wall = rip.median_wall().unwrap_or(f64::NAN);
         let rss = rip.max_rss_kib().unwrap_or(0);
@@ -442,7 +471,7 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
              full stacks — {}.\n",
             super::report::thousands(THREADS as u64),
             WALL.as_millis(),
-            RSS_KIB * 1024 / 1_000_000,
+            RSS_MB,
             ms(wall),
             rss / 1024,
             super::report::thousands(rip.stacks as u64),
@@ -518,6 +547,7 @@ mod tests {
             ],
             built_by: vec!["cc ...".into()],
             phases: vec![("unwind stacks".into(), 120.0)],
+            load: ("1.00 1.00 1.00".into(), "2.00 2.00 2.00".into()),
         };
         let mut s = String::new();
         render(&Ok(r), &mut s);
