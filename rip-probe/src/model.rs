@@ -4,6 +4,8 @@
 //! The JSON form is documented in `docs/JSON.md`; [`SCHEMA_VERSION`] changes
 //! whenever a field is removed or changes meaning (adding fields does not).
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -41,24 +43,32 @@ pub struct Report {
     pub deadlocks: Vec<Vec<u32>>,
 }
 
+/// Rewrites every frame of `stacks` with `f`, once per distinct shared
+/// stack: holders of one stack share the rewritten one.
+pub(crate) fn rewrite_shared<'a>(
+    stacks: impl IntoIterator<Item = &'a mut Arc<[Frame]>>,
+    mut f: impl FnMut(&mut Frame),
+) {
+    // Keyed by address; the original is kept in the map so that its
+    // address is not reused while the map lives.
+    type Rewritten = (Arc<[Frame]>, Arc<[Frame]>);
+    let mut done: std::collections::HashMap<*const Frame, Rewritten> =
+        std::collections::HashMap::new();
+    for stack in stacks {
+        let (_, new) = done.entry(stack.as_ptr()).or_insert_with(|| {
+            let mut frames = stack.to_vec();
+            frames.iter_mut().for_each(&mut f);
+            (stack.clone(), frames.into())
+        });
+        *stack = new.clone();
+    }
+}
+
 impl Report {
     /// Rewrites every frame of the threads' kernel stacks with `f`, once
-    /// per distinct shared stack: threads that shared a stack share the
-    /// rewritten one.
-    pub(crate) fn map_kernel_frames(&mut self, mut f: impl FnMut(&mut Frame)) {
-        // Keyed by address; the original is kept in the map so that its
-        // address is not reused while the map lives.
-        type Rewritten = (std::sync::Arc<[Frame]>, std::sync::Arc<[Frame]>);
-        let mut done: std::collections::HashMap<*const Frame, Rewritten> =
-            std::collections::HashMap::new();
-        for t in &mut self.threads {
-            let (_, new) = done.entry(t.kernel_stack.as_ptr()).or_insert_with(|| {
-                let mut frames = t.kernel_stack.to_vec();
-                frames.iter_mut().for_each(&mut f);
-                (t.kernel_stack.clone(), frames.into())
-            });
-            t.kernel_stack = new.clone();
-        }
+    /// per distinct shared stack (see [`rewrite_shared`]).
+    pub(crate) fn map_kernel_frames(&mut self, f: impl FnMut(&mut Frame)) {
+        rewrite_shared(self.threads.iter_mut().map(|t| &mut t.kernel_stack), f);
     }
 }
 
@@ -193,6 +203,25 @@ pub struct Thread {
     /// For a thread blocked in a futex wait: the lock it waits for and who
     /// holds it (`--pid` only).
     pub waits_for: Option<WaitsFor>,
+    /// The thread's user stack, innermost first (`--pid`): unwound from
+    /// its saved registers when it is blocked, its hottest sampled stack
+    /// when it ran during the window. Empty when none was taken
+    /// (`--no-stacks`, a kernel thread, a thread that did not run in the
+    /// window). Threads with one stack share one list.
+    pub frames: Arc<[Frame]>,
+    /// For a stack sampled on CPU: how many samples had it.
+    pub stack_samples: Option<StackSamples>,
+}
+
+/// How often a running thread's stack was seen in the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct StackSamples {
+    /// Samples whose stack was this one (same functions, outermost to
+    /// innermost).
+    pub count: u64,
+    /// Samples taken of the thread (or of the group's threads) in the
+    /// window.
+    pub total: u64,
 }
 
 /// The lock a blocked thread waits for, read from the target's memory.
@@ -404,6 +433,10 @@ pub struct Group {
     pub location: Option<String>,
     /// Where the location came from.
     pub source: Option<LocationSource>,
+    /// The members' shared user stack, innermost first (empty: none).
+    pub frames: Arc<[Frame]>,
+    /// For stacks sampled on CPU: the members' samples, added up.
+    pub stack_samples: Option<StackSamples>,
 }
 
 /// What kind of lock a thread waits for.

@@ -25,6 +25,7 @@ use crate::{
         kernel::{EventStream, KernelProbe, uprobe},
         procfs::{self, ProcLookup},
         ring::RingView,
+        stacks::threads as stacks,
     },
     correlate::{self, AfterExit, Clock, LiveInputs},
     discover::{Lost, Target},
@@ -50,6 +51,8 @@ pub struct SessionOptions {
     /// default: a report needs only the per-thread table, and streaming
     /// every switch costs the target more.
     pub events: bool,
+    /// Take every thread's user stack (on by default; `--no-stacks`).
+    pub stacks: bool,
 }
 
 impl SessionOptions {
@@ -61,6 +64,7 @@ impl SessionOptions {
             ring: None,
             no_ring: false,
             events: false,
+            stacks: true,
         }
     }
 }
@@ -91,6 +95,8 @@ pub struct Session {
     symbolizer: SymbolizerThread,
     /// The symbolizer was asked to warm up.
     warming: bool,
+    /// User stacks, when asked for.
+    stacks: Option<stacks::Collector>,
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
@@ -125,6 +131,7 @@ impl Session {
             probes: sites.len(),
             symbolizer,
             warming: false,
+            stacks: opts.stacks.then(|| stacks::Collector::new(opts.pid)),
         })
     }
 
@@ -156,7 +163,13 @@ impl Session {
             self.symbolizer.warm_up(move || procfs::code_files(pid));
         }
         let deadline = std::time::Instant::now() + window;
+        if let Some(c) = self.stacks.as_mut().filter(|_| !window.is_zero()) {
+            c.start_sampling();
+        }
         loop {
+            if let Some(c) = &mut self.stacks {
+                c.drain();
+            }
             if let Some(lost) = self.target.lost() {
                 obs.on_lost(&lost);
                 self.lost = Some(lost);
@@ -274,6 +287,7 @@ impl Session {
             (ring.join().expect("the ring reader does not panic"), kernel)
         });
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
+        let user_stacks = self.collect_stacks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
         let lost_now = self.lost().is_some();
@@ -318,11 +332,60 @@ impl Session {
         timing::phase("symbolize", || {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
+        if let Some(pending) = user_stacks {
+            self.attach_stacks(&mut report, pending, &space);
+        }
         if !lost_now {
             timing::phase("locks", || {
                 analyze::waits::fill(&mut report, self.target.pid(), maps.as_ref())
             });
         }
         Ok(report)
+    }
+}
+
+/// The user stacks being read, and the collector to put back after.
+type PendingStacks = std::thread::JoinHandle<(stacks::Collector, stacks::UserStacks)>;
+
+/// The user stacks stage: collect (unwind the blocked threads now, take
+/// the running ones' samples), symbolize each distinct stack once, give
+/// each thread its stack.
+impl Session {
+    /// Starts reading the blocked threads' stacks now, on a thread of its
+    /// own, while the rest of the report is made.
+    fn collect_stacks(&mut self, tasks: &[rip_ebpf::TaskRecord]) -> Option<PendingStacks> {
+        if self.target.lost().is_some() {
+            return None;
+        }
+        let mut collector = self.stacks.take()?;
+        let blocked: Vec<(u32, rip_ebpf::UserRegs)> = tasks
+            .iter()
+            .filter(|t| t.on_cpu == 0 && correlate::thread_state(t.state, t.on_cpu).is_blocked())
+            .map(|t| (t.tid, t.regs))
+            .collect();
+        Some(std::thread::spawn(move || {
+            let user = timing::phase("unwind stacks", || collector.snapshot(&blocked));
+            (collector, user)
+        }))
+    }
+
+    fn attach_stacks(
+        &mut self,
+        report: &mut Report,
+        pending: PendingStacks,
+        space: &UserSpace<'_>,
+    ) {
+        let Ok((collector, user)) = pending.join() else {
+            report
+                .warnings
+                .push("no user stacks: reading them failed".into());
+            return;
+        };
+        self.stacks = Some(collector);
+        let user = &user;
+        let frames = timing::phase("symbolize stacks", || {
+            symbolize::stacks::frames_of(&user.stacks, space, &mut self.symbolizer)
+        });
+        analyze::stacks::attach(report, user, &frames);
     }
 }

@@ -20,9 +20,21 @@ fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
     t.history.clear();
     t.polling_task = None;
     t.waits_for = None;
-    if !state.is_blocked() {
+    if state.is_blocked() {
+        // Unwound, not sampled.
+        t.stack_samples = None;
+    } else {
         t.syscall = None;
         t.kernel_stack = Default::default();
+        t.frames = vec![Frame {
+            addr: 0x1300,
+            function: Some("spin".into()),
+            file: Some("src/spin.rs".into()),
+            line: Some(7),
+            module: Some("/usr/bin/server".into()),
+            ..Frame::default()
+        }]
+        .into();
     }
     t
 }
@@ -64,8 +76,13 @@ ring /dev/shm/x.ring (layout v1, depth 32)
 SUMMARY
   2 threads blocked in futex for ≥4.2s — last snap src/inner.rs:3 inner
       tids: 10 11
+      #0  0x7f0000001000 __futex_abstimed_wait_common+0x10e (libc.so.6)
+      #1  inlined        inner at src/inner.rs:3 (server)
+      #2  0x1234         Pool::take at src/pool.rs:88 (server)
   1 thread running — last snap src/inner.rs:3 inner
       tids: 12
+      hottest stack in the window, 3 of 4 samples:
+      #0  0x1300         spin at src/spin.rs:7 (server)
 
 THREADS
   TID      NAME             STATE             BLOCKED  SYSCALL                                          LOCATION
@@ -76,6 +93,44 @@ THREADS
   12       spinner          running                 -  -                                                src/inner.rs:3 inner (5ns ago)
 ";
     assert_eq!(got, want, "\n{got}");
+}
+
+/// Folded stacks: one line per distinct stack, outermost first, inlined
+/// functions after the function they are in, the kernel stack last.
+#[test]
+fn folded_view() {
+    let mut r = live_report();
+    r.threads[1].tid = 13;
+    let got = render(render::folded, &r);
+    let want = "\
+server;Pool::take;inner;__futex_abstimed_wait_common;Pool::take_[k] 2
+server;spin 1
+";
+    assert_eq!(got, want, "\n{got}");
+    // No stack, no line; a `;` or a control character in a name cannot
+    // break a line.
+    r.threads[0].frames = Default::default();
+    let mut evil = r.threads[2].frames.to_vec();
+    evil[0].function = Some("a;b\nc".into());
+    r.threads[2].frames = evil.into();
+    let got = render(render::folded, &r);
+    assert_eq!(
+        got,
+        "server;Pool::take;inner;__futex_abstimed_wait_common;Pool::take_[k] 1\nserver;a:b\\nc 1\n"
+    );
+}
+
+/// A control character in a frame of a stack is escaped in the text view.
+#[test]
+fn stack_frames_are_escaped() {
+    let mut r = live_report();
+    let mut evil = r.threads[2].frames.to_vec();
+    evil[0].function = Some("spin\x1b[2J".into());
+    r.threads[2].frames = evil.into();
+    r.groups = analyze::group_threads(&r.threads);
+    let got = render(render::live, &r);
+    assert!(got.contains(" spin\\x1b[2J at src/spin.rs:7"), "{got}");
+    assert!(!got.contains('\x1b'));
 }
 
 #[test]

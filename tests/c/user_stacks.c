@@ -15,9 +15,12 @@
  *   libc read, stk_signal_wait, stk_on_signal, __restore_rt, libc pause,
  *   stk_block_pause, ... as above.
  *
- * Usage: user_stacks [WORKERS]. Prints `role <kind> <tid>` for one thread
- * of each kind, `worker <kind> <tid>` for WORKERS more (kinds in turn),
- * `ticker <tid>`, then `ready`. A ticker thread sleeps 1 ms at a time and
+ * With `spin` after WORKERS, one more thread runs forever in
+ * stk_spin_step, called in a loop by stk_block_spin, under the same chain.
+ *
+ * Usage: user_stacks [WORKERS [spin]]. Prints `role <kind> <tid>` for one
+ * thread of each kind, `worker <kind> <tid>` for WORKERS more (kinds in
+ * turn), `spinner spin <tid>` with `spin`, `ticker <tid>`, then `ready`. A ticker thread sleeps 1 ms at a time and
  * keeps the longest gap between its ticks: on stdin, `reset` clears it (and
  * prints `ok`), `gap` prints `gap <ns>`. EOF on stdin exits.
  */
@@ -34,8 +37,8 @@
 
 int stk_lib_outer(int (*cb)(int), int x);
 
-enum { K_READ, K_FUTEX, K_EPOLL, K_SLEEP, K_PAUSE, K_COUNT };
-static const char *kind_name[K_COUNT] = { "read", "futex", "epoll", "sleep", "signal" };
+enum { K_READ, K_FUTEX, K_EPOLL, K_SLEEP, K_PAUSE, K_SPIN, K_COUNT };
+static const char *kind_name[K_COUNT] = { "read", "futex", "epoll", "sleep", "signal", "spin" };
 
 static int never[2];      /* a pipe never written */
 static int sigpipe[2];    /* the signal handler blocks reading this */
@@ -107,8 +110,25 @@ __attribute__((noinline, noipa)) void stk_on_signal(int sig)
 	__asm__ volatile("" ::: "memory");
 }
 
+__attribute__((noinline, noipa)) int stk_spin_step(int x)
+{
+	for (int i = 0; i < 100000; i++)
+		sink += i ^ x;
+	return sink;
+}
+
+__attribute__((noinline, noipa)) int stk_block_spin(int x)
+{
+	for (;;) {
+		x += stk_spin_step(x);
+		__asm__ volatile("" ::: "memory");
+	}
+	return x;
+}
+
 static int (*const blockers[K_COUNT])(int) = {
 	stk_block_read, stk_block_futex, stk_block_epoll, stk_block_sleep, stk_block_pause,
+	stk_block_spin,
 };
 
 __attribute__((noinline, noipa)) int stk_chain_b(int kind)
@@ -208,9 +228,10 @@ int main(int argc, char **argv)
 	sa.sa_handler = stk_on_signal;
 	sigaction(SIGUSR1, &sa, NULL);
 
+	int spin = argc > 2 && strcmp(argv[2], "spin") == 0;
 	struct start roles[K_COUNT];
 	pthread_t role_threads[K_COUNT];
-	for (int k = 0; k < K_COUNT; k++) {
+	for (int k = 0; k < K_SPIN + spin; k++) {
 		roles[k].kind = k;
 		atomic_store(&roles[k].tid, 0);
 		role_threads[k] = spawn(&roles[k], 256 << 10);
@@ -224,8 +245,10 @@ int main(int argc, char **argv)
 	pthread_t tt;
 	pthread_create(&tt, NULL, ticker, &ticker_tid);
 
-	for (int k = 0; k < K_COUNT; k++)
+	for (int k = 0; k < K_SPIN; k++)
 		printf("role %s %d\n", kind_name[k], wait_tid(&roles[k].tid));
+	if (spin)
+		printf("spinner spin %d\n", wait_tid(&roles[K_SPIN].tid));
 	for (int i = 0; i < workers; i++)
 		printf("worker %s %d\n", kind_name[many[i].kind], wait_tid(&many[i].tid));
 	printf("ticker %d\n", wait_tid(&ticker_tid));

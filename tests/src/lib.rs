@@ -10,6 +10,8 @@ use std::{
 
 use librip::reader::{RingFile, Slot};
 
+pub mod user_stacks;
+
 /// Set to `1` to skip the tests that load BPF programs (for unprivileged
 /// local runs). CI never sets it: there, a test that cannot load BPF fails
 /// with the reason.

@@ -4,13 +4,7 @@
 //! program built `-O2 -fomit-frame-pointer` (so frame pointers cannot be
 //! what works), calling through a shared library of its own, and stripped.
 
-use std::{
-    io::{BufRead, BufReader, Write},
-    path::{Path, PathBuf},
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use rip_ebpf::TaskRecord;
 use rip_probe::{
@@ -21,185 +15,10 @@ use rip_probe::{
     },
     model::Frame,
 };
-use rip_tests::{bpf_tests_enabled, target_dir};
-
-/// The chain every blocked thread has under its blocking function,
-/// innermost first (the library's two frames in the middle).
-const CHAIN: [&str; 5] = [
-    "stk_lib_inner",
-    "stk_lib_outer",
-    "stk_chain_b",
-    "stk_chain_a",
-    "stk_thread",
-];
-
-/// How user_stacks.c and its library are built.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Build {
-    /// `-O2 -fomit-frame-pointer`, then `strip --strip-all`: no .symtab,
-    /// no DWARF; .dynsym and .eh_frame stay. How programs ship.
-    Stripped,
-    /// The same, not stripped: DWARF lines.
-    Full,
-    /// As `Stripped`, the executable not position-independent (`-no-pie`:
-    /// its stated addresses are its addresses, a load bias of 0).
-    NonPie,
-    /// Frame pointers and no CFI for our code (`-fno-asynchronous-unwind-
-    /// tables -fno-unwind-tables`): only the saved `bp` can start the walk
-    /// through it.
-    FramePointersOnly,
-}
-
-/// Builds user_stacks.c and its library, once per test process and build.
-fn build(how: Build) -> PathBuf {
-    static BUILT: Mutex<Vec<(Build, PathBuf)>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(b, _)| *b == how) {
-        return p.clone();
-    }
-    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
-    let dir = target_dir().join(format!(
-        "c-build/{}/user_stacks-{how:?}",
-        std::process::id(),
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let flags: &[&str] = match how {
-        Build::Stripped | Build::Full | Build::NonPie => &["-O2", "-g", "-fomit-frame-pointer"],
-        Build::FramePointersOnly => &[
-            "-O2",
-            "-fno-omit-frame-pointer",
-            "-fno-asynchronous-unwind-tables",
-            "-fno-unwind-tables",
-        ],
-    };
-    let lib = dir.join("libstkchain.so");
-    let exe = dir.join("user_stacks");
-    let ok = |cmd: &mut Command| {
-        let st = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-        assert!(st.success(), "{cmd:?} failed");
-    };
-    ok(Command::new("cc")
-        .args(flags)
-        .args(["-Wall", "-Werror", "-fPIC", "-shared", "-o"])
-        .arg(&lib)
-        .arg(c.join("user_stacks_lib.c")));
-    ok(Command::new("cc")
-        .args(flags)
-        .args(["-Wall", "-Werror", "-pthread", "-rdynamic", "-o"])
-        .arg(&exe)
-        .args(if how == Build::NonPie {
-            &["-no-pie"][..]
-        } else {
-            &[]
-        })
-        .arg(c.join("user_stacks.c"))
-        .arg(format!("-L{}", dir.display()))
-        .args(["-lstkchain", "-Wl,-rpath,$ORIGIN"]));
-    let sections = |f: &Path| {
-        let out = Command::new("readelf").arg("-S").arg(f).output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    };
-    match how {
-        Build::Stripped | Build::NonPie => {
-            ok(Command::new("strip").arg("--strip-all").arg(&exe).arg(&lib));
-            let s = sections(&exe);
-            assert!(!s.contains(".symtab") && !s.contains(".debug_info"), "{s}");
-            assert!(s.contains(".eh_frame_hdr"), "{s}");
-        }
-        Build::Full => {}
-        Build::FramePointersOnly => {
-            // The executable keeps the C runtime's CFI (crt1.o's
-            // `_start`), which covers none of our functions; the library
-            // has an .eh_frame without a single FDE.
-            let frames = Command::new("readelf")
-                .arg("--debug-dump=frames")
-                .arg(&lib)
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            assert!(!frames.contains("FDE"), "{frames}");
-        }
-    }
-    built.push((how, exe.clone()));
-    exe
-}
-
-/// A running user_stacks, killed on drop, that can be sent commands.
-struct Target {
-    child: Child,
-    stdin: ChildStdin,
-    out: BufReader<ChildStdout>,
-    lines: Vec<String>,
-}
-
-impl Target {
-    fn start(how: Build, workers: usize) -> Target {
-        let mut child = Command::new(build(how))
-            .arg(workers.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start user_stacks");
-        let stdin = child.stdin.take().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            assert!(out.read_line(&mut l).unwrap() > 0, "exited: {lines:?}");
-            if l.trim() == "ready" {
-                break;
-            }
-            lines.push(l.trim().to_string());
-        }
-        Target {
-            child,
-            stdin,
-            out,
-            lines,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// (kind, tid) of the lines `<prefix> <kind> <tid>`.
-    fn threads(&self, prefix: &str) -> Vec<(String, u32)> {
-        self.lines
-            .iter()
-            .filter_map(|l| {
-                let mut w = l.strip_prefix(prefix)?.split_whitespace();
-                Some((w.next()?.to_string(), w.next()?.parse().ok()?))
-            })
-            .collect()
-    }
-
-    fn command(&mut self, cmd: &str) -> String {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut l = String::new();
-        self.out.read_line(&mut l).unwrap();
-        l.trim().to_string()
-    }
-
-    /// The ticker's longest gap since the last reset.
-    fn gap(&mut self) -> Duration {
-        let l = self.command("gap");
-        let ns = l
-            .strip_prefix("gap ")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("bad reply {l:?}"));
-        Duration::from_nanos(ns)
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use rip_tests::{
+    bpf_tests_enabled,
+    user_stacks::{Build, CHAIN, Target},
+};
 
 /// The task iterator's records of `pid`, with the registers build asked.
 fn tasks(pid: u32, regs: Option<RegsSource>) -> Vec<TaskRecord> {
@@ -272,7 +91,7 @@ fn assert_chain(frames: &[Frame], at: usize, innermost: &str, stacks: &Stacks, w
 /// chain of functions, across the library (named from .dynsym when
 /// stripped).
 fn known_stacks(how: Build) {
-    let target = Target::start(how, 0);
+    let target = Target::start(how, 0, false);
     let pid = target.pid();
     let records = tasks(pid, None);
     let mut stacks = Stacks::new(pid).expect("stacks");
@@ -370,7 +189,7 @@ fn both_iterator_builds_read_the_same_registers_with_bp() {
     if !bpf_tests_enabled("both_iterator_builds_read_the_same_registers_with_bp") {
         return;
     }
-    let target = Target::start(Build::Stripped, 0);
+    let target = Target::start(Build::Stripped, 0, false);
     let pid = target.pid();
     let helper = tasks(pid, Some(RegsSource::Helper));
     let kstack = tasks(pid, Some(RegsSource::KernelStack));
@@ -388,7 +207,7 @@ fn a_thread_blocked_in_a_signal_handler() {
     if !bpf_tests_enabled("a_thread_blocked_in_a_signal_handler") {
         return;
     }
-    let target = Target::start(Build::Stripped, 0);
+    let target = Target::start(Build::Stripped, 0, false);
     let pid = target.pid();
     let tid = target
         .threads("role ")
@@ -426,7 +245,7 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
         return;
     }
     const N: usize = 1000;
-    let mut target = Target::start(Build::Stripped, N);
+    let mut target = Target::start(Build::Stripped, N, false);
     let pid = target.pid();
     let workers = target.threads("worker ");
     assert_eq!(workers.len(), N);

@@ -40,6 +40,11 @@ enum Cmd {
         /// A shorter run (fewer calls and rounds, no gdb at 10,000 threads).
         #[arg(long)]
         quick: bool,
+        /// Only the user stacks comparison (10,000 threads: rip-probe, gdb,
+        /// eu-stack): its section is printed and written to
+        /// target/bench/stacks.md; docs/BENCHMARKS.md is left as it is.
+        #[arg(long, conflicts_with = "quick")]
+        stacks_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -72,7 +77,10 @@ fn main() {
         Cmd::Setup => setup::run_setup().map(|_| eprintln!("setup: done")),
         Cmd::Test => test::run_tests(),
         Cmd::Demo => demo::run_demo(),
-        Cmd::Bench { quick } => bench::run_bench(quick),
+        Cmd::Bench {
+            stacks_only: true, ..
+        } => bench::run_stacks_only(),
+        Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Vmtest {
             kernels,

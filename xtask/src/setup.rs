@@ -18,12 +18,15 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The cargo-fuzz release that runs the reader's fuzz target.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Debian packages the tests call (bpftool to check nothing is left
-/// attached, valgrind for instruction counts, gdb as a peer; qemu,
-/// busybox-static and cpio for the guest kernels of `vmtest`).
+/// attached, valgrind for instruction counts, gdb and eu-stack as peers;
+/// qemu, busybox-static and cpio for the guest kernels of `vmtest`;
+/// python3, a program of Debian's whose user stacks the tests read).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
     ("gdb", "gdb"),
+    ("eu-stack", "elfutils"),
+    ("python3", "python3"),
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("busybox", "busybox-static"),
     ("cpio", "cpio"),

@@ -1,12 +1,16 @@
-//! Threads grouped by (state, wait reason, location). The keys are typed:
-//! a [`ThreadState`], a [`Wait`] (a futex wait kind, a syscall number or a
-//! kernel function) and a [`Place`] (source line, function, module and
-//! offset, or address), so two places that happen to print alike stay two
+//! Threads grouped by (state, wait reason, location, user stack). The
+//! keys are typed: a [`ThreadState`], a [`Wait`] (a futex wait kind, a
+//! syscall number or a kernel function), a [`Place`] (source line,
+//! function, module and offset, or address) and a [`StackKey`] (the
+//! stack's addresses), so two places that happen to print alike stay two
 //! groups, and the rendered words are made once per group.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    hash::{Hash, Hasher},
+};
 
-use crate::model::{Frame, Group, Thread, ThreadState};
+use crate::model::{Frame, Group, StackSamples, Thread, ThreadState};
 
 /// What a group of threads waits in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -107,17 +111,41 @@ impl Place {
     }
 }
 
-/// The key threads are grouped on.
-type ThreadKey = (ThreadState, Option<Wait>, Option<Place>);
+/// A user stack as an identity: its addresses, innermost first. Two
+/// threads stopped at the same instructions through the same calls have
+/// the same addresses (code does not move), whatever their stacks' own
+/// addresses; an empty stack is a stack too (none was taken).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StackKey<'a>(&'a [Frame]);
 
-/// Groups threads by (state, wait reason, location), most populated first,
-/// then longest blocked. Runs after symbolization so that locations with
-/// different addresses on the same line group together.
+impl PartialEq for StackKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(other.0).all(|(a, b)| a.addr == b.addr)
+    }
+}
+
+impl Eq for StackKey<'_> {}
+
+impl Hash for StackKey<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.len().hash(h);
+        for f in self.0 {
+            f.addr.hash(h);
+        }
+    }
+}
+
+/// The key threads are grouped on.
+type ThreadKey<'a> = (ThreadState, Option<Wait>, Option<Place>, StackKey<'a>);
+
+/// Groups threads by (state, wait reason, location, user stack), most
+/// populated first, then longest blocked. Runs after symbolization so that
+/// locations with different addresses on the same line group together.
 pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
-    let mut map: HashMap<ThreadKey, Group> = HashMap::new();
+    let mut map: HashMap<ThreadKey<'_>, Group> = HashMap::new();
     for t in threads {
         let place = t.location.as_ref().map(|l| Place::of(&l.frame));
-        let key = (t.state, Wait::of(t), place);
+        let key = (t.state, Wait::of(t), place, StackKey(&t.frames));
         let g = map.entry(key).or_insert_with(|| Group {
             count: 0,
             ids: Vec::new(),
@@ -127,9 +155,16 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
             lower_bound: false,
             location: t.location.as_ref().map(|l| l.frame.describe()),
             source: t.location.as_ref().map(|l| l.source),
+            frames: t.frames.clone(),
+            stack_samples: None,
         });
         g.count += 1;
         g.ids.push(t.tid);
+        if let Some(s) = t.stack_samples {
+            let sum = g.stack_samples.get_or_insert_with(StackSamples::default);
+            sum.count += s.count;
+            sum.total += s.total;
+        }
         if let Some(b) = t.blocked {
             g.min_ns = Some(g.min_ns.map_or(b.ns, |m| m.min(b.ns)));
             g.lower_bound |= !b.exact;
@@ -207,6 +242,8 @@ mod tests {
             polling_task: None,
             waits_for: None,
             exited: false,
+            frames: Default::default(),
+            stack_samples: None,
         }
     }
 

@@ -29,6 +29,8 @@ pub fn group_tasks(tasks: &[Task]) -> Vec<Group> {
             lower_bound: false,
             location: t.location.as_ref().map(|l| l.frame.describe()),
             source: t.location.as_ref().map(|l| l.source),
+            frames: Default::default(),
+            stack_samples: None,
         });
         g.count += 1;
         g.ids.push(t.id);

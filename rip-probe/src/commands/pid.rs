@@ -49,6 +49,15 @@ pub(crate) struct LiveArgs {
     /// Ignore the process's ring.
     #[arg(long)]
     no_ring: bool,
+    /// Do not take user stacks: kernel state and locations only, the
+    /// cheapest report.
+    #[arg(long)]
+    no_stacks: bool,
+    /// Print the user stacks in Brendan Gregg's folded format, one line
+    /// per distinct stack (`comm;outer;...;inner COUNT`, COUNT threads),
+    /// for flame graph tools.
+    #[arg(long, conflicts_with_all = ["json", "no_stacks"])]
+    folded: bool,
 }
 
 pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
@@ -59,6 +68,7 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
     opts.uprobe = a.uprobe.clone();
     opts.ring = a.ring.clone();
     opts.no_ring = a.no_ring;
+    opts.stacks = !a.no_stacks;
     let mut session = Session::attach(&opts)?;
     loop {
         session.observe(a.duration, &mut ())?;
@@ -68,7 +78,12 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
         let mut report = session.snapshot_ungrouped()?;
         filter(&mut report, a.min_blocked, a.min_idle);
         timing::phase("group", || analyze::groups(&mut report));
-        timing::phase("render", || emit(&report, a.json, out, render::live))?;
+        let text = if a.folded {
+            render::folded
+        } else {
+            render::live
+        };
+        timing::phase("render", || emit(&report, a.json, out, text))?;
         if !a.watch || session.lost().is_some() {
             return Ok(());
         }

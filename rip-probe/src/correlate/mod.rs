@@ -237,6 +237,8 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
                 snaps: slot.map(|s| s.snaps),
                 polling_task: None,
                 waits_for: None,
+                frames: Default::default(),
+                stack_samples: None,
                 exited: false,
             }
         })
@@ -380,6 +382,8 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
                 snaps: slot.map(|s| s.snaps),
                 polling_task: None,
                 waits_for: None,
+                frames: Default::default(),
+                stack_samples: None,
                 exited: true,
             }
         })
@@ -471,6 +475,8 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
                 snaps: Some(s.snaps),
                 polling_task: None,
                 waits_for: None,
+                frames: Default::default(),
+                stack_samples: None,
                 exited: s.exited,
             }
         })

@@ -1,11 +1,14 @@
-//! Rendering: the report model as text (grouped summary, thread table,
-//! per-thread history) or JSON. Every renderer writes to any
+//! Rendering: the report model as text (grouped summary with each group's
+//! user stack, thread table, per-thread history), folded stacks or JSON. Every renderer writes to any
 //! [`std::io::Write`], so output is tested byte for byte.
 
+mod folded;
 mod json;
+mod stack;
 mod tasks;
 mod text;
 mod words;
 
+pub use folded::folded;
 pub use json::json;
 pub use text::{escape, grouped, history, live};

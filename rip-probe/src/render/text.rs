@@ -8,11 +8,11 @@ use std::{
 };
 
 use super::{
-    tasks,
+    stack, tasks,
     words::{ids, location_text, plural, source_word, truncate},
 };
 use crate::{
-    model::{Frame, Group, Location, Mode, Report, Thread, ThreadState},
+    model::{Frame, Group, Location, Mode, Report, Thread, ThreadState, rewrite_shared},
     util::timefmt::duration,
 };
 
@@ -87,8 +87,15 @@ fn terminal_safe(r: &Report) -> Report {
         escape_in_place(&mut ring.path);
     }
     r.warnings.iter_mut().for_each(escape_in_place);
-    // Each shared kernel stack once.
+    // Each shared stack once.
     r.map_kernel_frames(escape_frame);
+    rewrite_shared(
+        r.threads
+            .iter_mut()
+            .map(|t| &mut t.frames)
+            .chain(r.groups.iter_mut().map(|g| &mut g.frames)),
+        escape_frame,
+    );
     for t in &mut r.threads {
         escape_in_place(&mut t.name);
         if let Some(sys) = &mut t.syscall {
@@ -211,6 +218,7 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     for g in &r.groups {
         writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      tids: {}", ids(&g.ids))?;
+        stack::write(&g.frames, g.stack_samples, "      ", &mut w)?;
     }
     locks(r, &by_tid, &mut w)?;
     tasks::section(r, &mut w)?;

@@ -3,7 +3,9 @@
 //! single locations: blazesym via `/proc/PID/map_files`, module and file
 //! offset where no symbol names an address.
 
-use super::{Symbolizer, UserSpace};
+use std::sync::Arc;
+
+use super::{Resolve, Symbolizer, UserSpace};
 use crate::model::Frame;
 
 /// Symbolizes the stacks of one live process, caching parsed binaries
@@ -37,26 +39,51 @@ impl StackSymbolizer {
     /// the caller's function rather than the next one. [`Frame::addr`]
     /// keeps the address itself.
     pub fn frames_of_many(&mut self, stacks: &[&[u64]]) -> Vec<Vec<Frame>> {
-        let lookup = |i: usize, a: u64| if i == 0 { a } else { a.saturating_sub(1) };
-        let addrs: Vec<u64> = stacks
-            .iter()
-            .flat_map(|s| s.iter().enumerate().map(|(i, &a)| lookup(i, a)))
-            .collect();
-        let table = self.sym.user(&UserSpace::Live(self.pid), &addrs);
-        stacks
-            .iter()
-            .map(|s| {
-                s.iter()
-                    .enumerate()
-                    .map(|(i, &a)| {
-                        let mut f = table.get(&lookup(i, a)).cloned().unwrap_or_default();
-                        f.addr = a;
-                        f
-                    })
-                    .collect()
-            })
+        let space = UserSpace::Live(self.pid);
+        frames_of(stacks, &space, &mut self.sym)
+            .into_iter()
+            .map(|f| f.to_vec())
             .collect()
     }
+}
+
+/// The address a stack's `i`-th entry is looked up at: the first is where
+/// the thread is; the others are return addresses, the instruction after
+/// the call.
+fn lookup(i: usize, a: u64) -> u64 {
+    if i == 0 { a } else { a.saturating_sub(1) }
+}
+
+/// The frames of many stacks (see [`StackSymbolizer::frames_of_many`]):
+/// every distinct address of all of them symbolized in one request, each
+/// stack's frames made once, whatever the number of threads that share it.
+pub(crate) fn frames_of<S: AsRef<[u64]>>(
+    stacks: &[S],
+    space: &UserSpace<'_>,
+    sym: &mut dyn Resolve,
+) -> Vec<Arc<[Frame]>> {
+    let addrs: Vec<u64> = stacks
+        .iter()
+        .flat_map(|s| s.as_ref().iter().enumerate().map(|(i, &a)| lookup(i, a)))
+        .collect();
+    if addrs.is_empty() {
+        return stacks.iter().map(|_| Arc::from(Vec::new())).collect();
+    }
+    let table = sym.user(space, &addrs);
+    stacks
+        .iter()
+        .map(|s| {
+            s.as_ref()
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| {
+                    let mut f = table.get(&lookup(i, a)).cloned().unwrap_or_default();
+                    f.addr = a;
+                    f
+                })
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]

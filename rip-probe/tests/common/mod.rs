@@ -29,6 +29,19 @@ pub fn location() -> Location {
     }
 }
 
+/// A user stack of two frames: a libc function without a line, then
+/// `frame()` (with an inlined function).
+pub fn stack() -> std::sync::Arc<[Frame]> {
+    let libc = Frame {
+        addr: 0x7f00_0000_1000,
+        function: Some("__futex_abstimed_wait_common".into()),
+        module: Some("/usr/lib/x86_64-linux-gnu/libc.so.6".into()),
+        function_offset: Some(0x10e),
+        ..Frame::default()
+    };
+    vec![libc, frame()].into()
+}
+
 /// A report with every optional part filled in.
 pub fn full_report() -> Report {
     let group = Group {
@@ -40,6 +53,8 @@ pub fn full_report() -> Report {
         lower_bound: true,
         location: Some("src/pool.rs:88 Pool::take".into()),
         source: Some(LocationSource::Ring),
+        frames: stack(),
+        stack_samples: Some(StackSamples { count: 3, total: 4 }),
     };
     Report {
         schema: SCHEMA_VERSION,
@@ -98,6 +113,8 @@ pub fn full_report() -> Report {
                 owner_state: None,
             }),
             exited: false,
+            frames: stack(),
+            stack_samples: Some(StackSamples { count: 3, total: 4 }),
         }],
         tasks: vec![Task {
             id: 9,

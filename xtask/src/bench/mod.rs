@@ -12,6 +12,7 @@ mod proc;
 mod report;
 mod rows;
 mod scale;
+mod stacks;
 mod stats;
 mod suites;
 mod tracers;
@@ -35,6 +36,24 @@ pub fn out_dir() -> PathBuf {
 /// The README's lines between these markers are the bench's headline.
 const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
 const HEADLINE_END: &str = "<!-- /bench-headline -->";
+
+/// Runs the user stacks comparison alone and prints its section (also
+/// written to target/bench/stacks.md).
+pub fn run_stacks_only() -> Result<()> {
+    crate::setup::run_setup()?;
+    step("bench: peers (Debian packages)");
+    let peers = peers::Peers::ensure();
+    step("bench: build the workloads");
+    let w = workloads::build(&peers)?;
+    step("bench: user stacks of 10,000 blocked threads");
+    let r = stacks::run(&w, &peers, false).map_err(|e| format!("{e:#}"));
+    let mut s = String::new();
+    stacks::render(&r, &mut s);
+    let md = out_dir().join("stacks.md");
+    std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;
+    println!("{s}");
+    Ok(())
+}
 
 /// Runs the whole bench and writes its results.
 pub fn run_bench(quick: bool) -> Result<()> {
@@ -136,6 +155,12 @@ pub fn run_bench(quick: bool) -> Result<()> {
         scale_results.push(r.map_err(|e| format!("{e:#}")));
     }
 
+    step("bench: user stacks of 10,000 blocked threads");
+    let stacks = stacks::run(&w, &peers, quick).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &stacks {
+        eprintln!("    failed: {e}");
+    }
+
     step("bench: write docs/BENCHMARKS.md, docs/bench-per-call.svg, README.md");
     let builds = {
         let mut b = vec![w.rip_probe.built_by.clone()];
@@ -182,6 +207,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
         callgrind: (n1, n2, callgrind_example),
         overhead,
         scale: scale_results,
+        stacks,
         notes,
     };
     let docs = root().join("docs");

@@ -12,6 +12,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("lttng-tools", "LTTng sessions"),
     ("liblttng-ust-dev", "LTTng-UST tracepoints"),
     ("gdb", "breakpoint row, thread apply all bt"),
+    ("elfutils", "eu-stack: every thread's stack"),
     ("valgrind", "instruction counts (callgrind)"),
 ];
 

@@ -39,6 +39,8 @@ pub struct Report {
     pub overhead: Vec<Measured>,
     /// Scale runs (or why one failed).
     pub scale: Vec<Result<ScaleResult, String>>,
+    /// The user stacks comparison (or why it failed).
+    pub stacks: Result<super::stacks::StacksResult, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
 }
@@ -151,6 +153,7 @@ impl Report {
         self.per_call_table(&mut s);
         self.overhead_table(&mut s);
         self.scale_table(&mut s);
+        super::stacks::render(&self.stacks, &mut s);
         self.commands(&mut s);
         self.method(&mut s);
         s
@@ -722,6 +725,7 @@ mod tests {
                     ..ToolRuns::default()
                 },
             })],
+            stacks: Err("not measured in this sample".into()),
             notes: vec!["a note".into()],
         }
     }

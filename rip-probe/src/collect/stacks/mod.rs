@@ -21,10 +21,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Not wired into reports yet (issue 12): this is the core they will use.
+//! A session collects the stacks of every report through
+//! [`threads::Collector`]: blocked threads unwound from their saved
+//! registers, running ones from the perf samples of the window.
 
 pub(crate) mod memory;
 pub(crate) mod modules;
+pub(crate) mod sample;
+pub(crate) mod threads;
 pub(crate) mod unwind;
 
 pub use unwind::{MAX_FRAMES, Stacks, StacksError};

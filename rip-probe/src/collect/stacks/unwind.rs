@@ -53,6 +53,31 @@ pub struct Stacks {
     cut: u64,
 }
 
+/// Registers to start a walk from (a perf sample's, or a test's).
+pub(crate) fn regs(ip: u64, sp: u64, bp: u64) -> UserRegs {
+    UserRegs {
+        ip,
+        sp,
+        bp,
+        ..UserRegs::default()
+    }
+}
+
+/// A copy of the top of a stack, from `sp` up.
+#[derive(Clone, Copy)]
+struct StackCopy<'a> {
+    sp: u64,
+    bytes: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    fn read_u64(self, addr: u64) -> Option<u64> {
+        let at = usize::try_from(addr.checked_sub(self.sp)?).ok()?;
+        let b = self.bytes.get(at..at.checked_add(8)?)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+}
+
 /// Why a process's stacks cannot be unwound at all.
 #[derive(Debug, thiserror::Error)]
 pub enum StacksError {
@@ -131,19 +156,33 @@ impl Stacks {
     /// its last kernel entry and the walk is garbage, cut short by the
     /// checks above.
     pub fn unwind(&mut self, regs: &UserRegs) -> Vec<u64> {
+        // Each thread's stack is read fresh: the cache only saves repeated
+        // reads within one walk.
+        self.memory.clear();
+        self.unwind_over(regs, None)
+    }
+
+    /// The user stack of a sample: as [`Stacks::unwind`], over `stack`, the
+    /// copy of the stack from `regs.sp` up that was taken with the
+    /// registers (a perf sample's `PERF_SAMPLE_STACK_USER`). Words beyond
+    /// the copy end the walk: the live stack has moved on since.
+    pub fn unwind_copy(&mut self, regs: &UserRegs, stack: &[u8]) -> Vec<u64> {
+        self.unwind_over(regs, Some(stack))
+    }
+
+    fn unwind_over(&mut self, regs: &UserRegs, copy: Option<&[u8]>) -> Vec<u64> {
         let mut out = Vec::new();
         if regs.ip == 0 || regs.sp == 0 {
             return out;
         }
-        // Each thread's stack is read fresh: the cache only saves repeated
-        // reads within one walk.
-        self.memory.clear();
         // The CFI parsers see the target's bytes. Known ways to make them
         // panic are closed off when binaries are loaded (see
         // `modules::hdr_is_sound`); should another remain, one thread
         // loses the rest of its stack rather than the report being lost.
-        let walked =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.walk(regs, &mut out)));
+        let stack = copy.map(|bytes| StackCopy { sp: regs.sp, bytes });
+        let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.walk(regs, stack, &mut out)
+        }));
         if walked.is_err() {
             self.cut += 1;
             // The rule cache may hold a half-made entry: start afresh.
@@ -152,14 +191,23 @@ impl Stacks {
         out
     }
 
-    fn walk(&mut self, regs: &UserRegs, out: &mut Vec<u64>) {
+    /// A word of the stack: from the copy when there is one, else read
+    /// live.
+    fn word(memory: &mut Memory, copy: Option<StackCopy<'_>>, addr: u64) -> Option<u64> {
+        match copy {
+            Some(c) => c.read_u64(addr),
+            None => memory.read_u64(addr).ok(),
+        }
+    }
+
+    fn walk(&mut self, regs: &UserRegs, copy: Option<StackCopy<'_>>, out: &mut Vec<u64>) {
         let mut r = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = FrameAddress::from_instruction_pointer(regs.ip);
         out.push(regs.ip);
         while out.len() < MAX_FRAMES {
             self.add_module_of(addr.address_for_lookup());
             let memory = &mut self.memory;
-            let mut read = |a: u64| memory.read_u64(a).map_err(|_| ());
+            let mut read = |a: u64| Self::word(memory, copy, a).ok_or(());
             let next = match self
                 .unwinder
                 .unwind_frame(addr, &mut r, &mut self.cache, &mut read)
@@ -186,7 +234,7 @@ impl Stacks {
                 // (`uc_mcontext`, at 40) hold rbp at 120, rsp at 160 and
                 // rip at 168 (x86-64 ABI).
                 let uc = r.sp();
-                let mut rd = |off: u64| self.memory.read_u64(uc.wrapping_add(off)).ok();
+                let mut rd = |off: u64| Self::word(&mut self.memory, copy, uc.wrapping_add(off));
                 let (Some(bp), Some(sp), Some(ip)) = (rd(120), rd(160), rd(168)) else {
                     break;
                 };

@@ -1,0 +1,64 @@
+//! Brendan Gregg's folded stacks (the input of flamegraph.pl and
+//! inferno): one line per distinct stack, `comm;outer;...;inner COUNT`,
+//! COUNT the threads that have it. Functions inlined at an address are
+//! frames of their own; a blocked thread's kernel stack follows its user
+//! stack, each kernel function marked `_[k]` as `perf script` collapsers
+//! do. Threads without a user stack are left out.
+
+use std::{
+    collections::BTreeMap,
+    io::{self, Write},
+};
+
+use super::text::escape;
+use crate::model::{Frame, Report};
+
+/// A frame's name in a folded line: no `;` (the separator) and no control
+/// character.
+fn clean(s: &str) -> String {
+    escape(s).replace(';', ":")
+}
+
+/// The names of a user frame, outermost first: the function, then the
+/// functions inlined in it; else module+offset, else the address.
+fn names(f: &Frame, out: &mut Vec<String>) {
+    match (&f.function, &f.module, f.module_offset) {
+        (Some(func), _, _) => out.push(clean(func)),
+        (None, Some(m), Some(off)) => {
+            let base = m.rsplit('/').next().unwrap_or(m);
+            out.push(clean(&format!("{base}+{off:#x}")));
+        }
+        _ => out.push(format!("{:#x}", f.addr)),
+    }
+    out.extend(f.inlined.iter().map(|i| clean(&i.function)));
+}
+
+/// The folded stacks of a report.
+pub fn folded(r: &Report, w: &mut dyn Write) -> io::Result<()> {
+    let comm = r
+        .process
+        .comm
+        .as_deref()
+        .map(clean)
+        .unwrap_or_else(|| format!("pid {}", r.process.pid));
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for t in r.threads.iter().filter(|t| !t.frames.is_empty()) {
+        let mut names = vec![comm.clone()];
+        for f in t.frames.iter().rev() {
+            self::names(f, &mut names);
+        }
+        for k in t.kernel_stack.iter().rev() {
+            let name = k
+                .function
+                .as_deref()
+                .map(clean)
+                .unwrap_or_else(|| format!("{:#x}", k.addr));
+            names.push(format!("{name}_[k]"));
+        }
+        *lines.entry(names.join(";")).or_default() += 1;
+    }
+    for (stack, n) in lines {
+        writeln!(w, "{stack} {n}")?;
+    }
+    Ok(())
+}
