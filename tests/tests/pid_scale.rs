@@ -1,6 +1,6 @@
 //! 10,000 blocked threads: every one is in `rip-probe --pid --json`, with
-//! its state, syscall and last snap, and the report costs little beyond the
-//! observation window.
+//! its state, syscall and last snap (what it costs is `cargo xtask
+//! bench`'s to measure).
 
 use std::{process::Command, time::Instant};
 
@@ -67,8 +67,7 @@ fn ten_thousand_blocked_threads() {
         "{} threads: report in {beyond:.3}s beyond the 1s window ({profile} build of rip-probe)",
         threads.len()
     );
-    // 0.5 s is the release build's budget (cargo xtask bench measures it);
-    // the test profile is less optimized.
-    let budget = if cfg!(debug_assertions) { 1.5 } else { 0.5 };
-    assert!(beyond < budget, "{beyond:.3}s beyond the window");
+    // The time is printed, not asserted: on a machine shared with other
+    // work it says nothing about rip-probe. `cargo xtask bench` measures
+    // it, side by side with gdb, on the release build.
 }
