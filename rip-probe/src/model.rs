@@ -7,6 +7,8 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
+pub mod contention;
+
 /// Version of the JSON schema (`docs/JSON.md`).
 pub const SCHEMA_VERSION: u32 = 1;
 

@@ -2,8 +2,10 @@
 //! grouped by what they are doing and where (over typed keys, never the
 //! rendered text), and the filters the commands offer. Grouping is done
 //! once, here, and every renderer reads the same groups. Who waits for
-//! whom: [`waits`].
+//! whom: [`waits`]; contention over a window (`rip-probe locks`):
+//! [`contention`].
 
+pub(crate) mod contention;
 pub(crate) mod group;
 pub(crate) mod tasks;
 pub(crate) mod waits;

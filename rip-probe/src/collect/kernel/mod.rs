@@ -6,6 +6,7 @@
 //! `struct pt_regs` from BTF, both passed to the program as globals.
 
 pub(crate) mod btf;
+pub mod contention;
 pub mod features;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
