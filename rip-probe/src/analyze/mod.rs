@@ -7,6 +7,7 @@
 
 pub(crate) mod contention;
 pub(crate) mod group;
+mod rust_locks;
 pub(crate) mod tasks;
 pub(crate) mod waits;
 

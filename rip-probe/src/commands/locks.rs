@@ -40,7 +40,7 @@ pub(crate) struct LocksArgs {
 pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
     if a.duration.is_zero() {
         return Err(Error::Usage(
-            "--duration 0: locks counts contention over a window; give one, e.g. --duration 5s"
+            "--duration 0: locks counts contention over a window, so a window is needed: e.g. --duration 5s"
                 .into(),
         ));
     }
