@@ -72,6 +72,8 @@ impl Evidence {
 /// The lock type whose slow path one of `functions` is.
 fn lock_type<'a>(functions: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
     functions.into_iter().find_map(|f| {
+        // Rust's v0 mangling demangles methods as `<path::Type>::method`.
+        let f = f.replace(['<', '>'], "");
         SLOW_PATHS
             .iter()
             .find(|(parts, _)| parts.iter().all(|p| f.contains(p)))
@@ -104,10 +106,14 @@ mod tests {
         let std_mutex = [
             "syscall",
             "std::sys::pal::unix::futex::futex_wait",
-            "std::sys::sync::mutex::futex::Mutex::lock_contended",
+            "<std::sys::sync::mutex::futex::Mutex>::lock_contended",
             "std::sync::poison::mutex::Mutex<T>::lock",
         ];
         assert_eq!(lock_type(std_mutex), Some("Rust std::sync::Mutex"));
+        assert_eq!(
+            lock_type(["<std::sys::sync::rwlock::futex::RwLock>::write_contended"]),
+            Some("Rust std::sync::RwLock")
+        );
         assert_eq!(
             lock_type(["std::sys::unix::locks::futex_mutex::Mutex::lock_contended"]),
             Some("Rust std::sync::Mutex")

@@ -28,7 +28,7 @@ use crate::{
 pub(crate) struct LocksArgs {
     /// The process whose lock contention to count.
     #[arg(long, short)]
-    pid: u32,
+    pid: Option<u32>,
     /// How long to count (e.g. 500ms, 5s).
     #[arg(long, short, default_value = "5s", value_parser = parse_duration)]
     duration: Duration,
@@ -38,14 +38,17 @@ pub(crate) struct LocksArgs {
 }
 
 pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
+    let pid = a
+        .pid
+        .ok_or_else(|| Error::Usage("say which process: rip-probe locks --pid PID".into()))?;
     if a.duration.is_zero() {
         return Err(Error::Usage(
             "--duration 0: locks counts contention over a window, so a window is needed: e.g. --duration 5s"
                 .into(),
         ));
     }
-    let target = Target::open(a.pid)?;
-    let mut probe = timing::phase("load and attach", || LockProbe::attach(a.pid))?;
+    let target = Target::open(pid)?;
+    let mut probe = timing::phase("load and attach", || LockProbe::attach(pid))?;
     let start = monotonic_ns();
     let deadline = Instant::now() + a.duration;
     let mut lost = None;
@@ -64,11 +67,11 @@ pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
     drop(probe);
     let lost = lost.or_else(|| target.lost());
     let process = ProcessInfo {
-        pid: a.pid,
+        pid,
         exe: target.exe().map(str::to_string),
         comm: Some(target.comm().to_string()),
         alive: lost.is_none(),
-        lost: lost.map(|l| l.describe(a.pid)),
+        lost: lost.map(|l| l.describe(pid)),
     };
     let report = timing::phase("analyze", || {
         analyze::contention::report(&counted, process, window_ns)
