@@ -274,7 +274,10 @@ unsafe fn pt_regs_of<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -
 /// task an iterator hands us after a null check); trusted (BTF) when
 /// `HELPER`.
 #[inline(always)]
-pub(crate) unsafe fn user_regs<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -> UserRegs {
+pub(crate) unsafe fn user_regs<const HELPER: bool>(
+    task: *mut task_struct,
+    cfg: &Config,
+) -> UserRegs {
     let off = &cfg.regs;
     let mut out = UserRegs {
         syscall_nr: -1,

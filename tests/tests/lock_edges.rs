@@ -52,7 +52,9 @@ fn changed_lock_memory_never_names_a_wrong_owner() {
         checked.push(name);
     }
     assert!(
-        ["reused", "zeroed", "corrupt"].iter().all(|n| checked.contains(n)),
+        ["reused", "zeroed", "corrupt"]
+            .iter()
+            .all(|n| checked.contains(n)),
         "{checked:?}"
     );
     // PTHREAD_PRIO_PROTECT: glibc raises the locker to the ceiling priority

@@ -33,7 +33,10 @@ fn rust_std_locks_record_no_owner() {
         eprintln!("{role}: {wf}");
         assert_eq!(wf["owner"]["status"], "not_recorded", "{role}: {wf}");
         let reason = wf["owner"]["reason"].as_str().unwrap();
-        assert!(reason.contains(ty) && reason.contains("records no owner"), "{reason}");
+        assert!(
+            reason.contains(ty) && reason.contains("records no owner"),
+            "{reason}"
+        );
         assert!(wf["owner_tid"].is_null(), "{wf}");
         assert_eq!(wf["kind"], "futex");
     }
@@ -45,5 +48,8 @@ fn rust_std_locks_record_no_owner() {
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("{waiter} (")) && l.contains("waits for"))
         .unwrap_or_else(|| panic!("no sentence for {waiter}: {text}"));
-    assert!(line.contains("Rust std::sync::Mutex") && line.contains("records no owner"), "{line}");
+    assert!(
+        line.contains("Rust std::sync::Mutex") && line.contains("records no owner"),
+        "{line}"
+    );
 }

@@ -72,11 +72,24 @@ fn contention_on_a_global_mutex_within_known_bounds() {
     // quarter of the most.
     let most = window / (HOLD_MS * MS);
     let (waits, wakes) = (u(&l["waits"]), u(&l["wakes"]));
-    assert!((most / 4..=most + THREADS as u64).contains(&waits), "{waits} waits, most {most}");
-    assert!((most / 4..=most + THREADS as u64).contains(&wakes), "{wakes} wakes, most {most}");
+    assert!(
+        (most / 4..=most + THREADS as u64).contains(&waits),
+        "{waits} waits, most {most}"
+    );
+    assert!(
+        (most / 4..=most + THREADS as u64).contains(&wakes),
+        "{wakes} wakes, most {most}"
+    );
     // About three threads wait at any time: between one and four.
-    let (total, max, p99) = (u(&l["total_wait_ns"]), u(&l["max_wait_ns"]), u(&l["p99_wait_ns"]));
-    assert!((window / 2..=THREADS as u64 * window).contains(&total), "total {total}");
+    let (total, max, p99) = (
+        u(&l["total_wait_ns"]),
+        u(&l["max_wait_ns"]),
+        u(&l["p99_wait_ns"]),
+    );
+    assert!(
+        (window / 2..=THREADS as u64 * window).contains(&total),
+        "total {total}"
+    );
     assert!((HOLD_MS * MS..window).contains(&max), "max {max}");
     assert!(p99 <= max && p99 >= MS, "p99 {p99}, max {max}");
 
@@ -107,7 +120,10 @@ fn contention_on_a_global_mutex_within_known_bounds() {
     assert_eq!(tids, workers.iter().copied().collect(), "{waiters:?}");
     assert_eq!(waiters.iter().map(|t| u(&t["waits"])).sum::<u64>(), waits);
     let totals: Vec<u64> = waiters.iter().map(|t| u(&t["total_wait_ns"])).collect();
-    assert!(totals.windows(2).all(|p| p[0] >= p[1]), "longest first: {totals:?}");
+    assert!(
+        totals.windows(2).all(|p| p[0] >= p[1]),
+        "longest first: {totals:?}"
+    );
 
     // The holders released it in hold_lock, called from worker.
     let wakers = l["wakers"].as_array().unwrap();
@@ -122,15 +138,25 @@ fn contention_on_a_global_mutex_within_known_bounds() {
         .filter_map(|f| f["function"].as_str())
         .collect();
     let at = |f: &str| functions.iter().position(|g| *g == f);
-    assert!(at("hold_lock") < at("worker") && at("worker").is_some(), "{functions:?}");
+    assert!(
+        at("hold_lock") < at("worker") && at("worker").is_some(),
+        "{functions:?}"
+    );
 
     // The text view: the lock by name, a bpftrace-style histogram, the
     // waiters and the release location.
     let text = rip_probe_ok(EXE, &["locks", "--pid", &pid, "--duration", "1s"]);
     eprintln!("{text}");
-    assert!(text.contains(&format!("mutex g_contended (normal) at {addr:#x}")), "{text}");
+    assert!(
+        text.contains(&format!("mutex g_contended (normal) at {addr:#x}")),
+        "{text}"
+    );
     assert!(text.contains("  wait (ns)\n"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("  [") && l.contains("|@")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  [") && l.contains("|@")),
+        "{text}"
+    );
     for tid in &workers {
         assert!(text.contains(&format!("    {tid} ")), "tid {tid}: {text}");
     }
@@ -156,16 +182,32 @@ fn a_process_that_exits_mid_window_keeps_its_counts() {
     let closed = Instant::now();
     drop(w.child.stdin.take());
     let out = probe.wait_with_output().unwrap();
-    assert!(closed.elapsed() < Duration::from_secs(5), "{:?}", closed.elapsed());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        closed.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        closed.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["process"]["alive"], false, "{v}");
-    assert!(v["process"]["lost"].as_str().unwrap().contains("exited"), "{v}");
+    assert!(
+        v["process"]["lost"].as_str().unwrap().contains("exited"),
+        "{v}"
+    );
     let warnings = v["warnings"].to_string();
     assert!(warnings.contains("counted until then"), "{warnings}");
     assert!(u(&v["window_ns"]) < 10_000 * MS);
     // What was counted before the exit is there: the contended futex.
-    let counted: u64 = v["locks"].as_array().unwrap().iter().map(|l| u(&l["waits"])).sum();
+    let counted: u64 = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| u(&l["waits"]))
+        .sum();
     assert!(counted >= 50, "{v}");
 
     // The text says so too, on a process that exits at once.
@@ -180,7 +222,10 @@ fn a_process_that_exits_mid_window_keeps_its_counts() {
     drop(w.child.stdin.take());
     let out = probe.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("warning: process ") && text.contains("exited"), "{text}");
+    assert!(
+        text.contains("warning: process ") && text.contains("exited"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -192,15 +237,28 @@ fn bad_input_is_one_line_with_the_fix() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(want), "{args:?}: {err}");
     };
-    one_line(&["locks", "--pid", "1", "--duration", "0"], 2, "a window is needed");
-    one_line(&["locks", "--pid", "2000000000", "--duration", "1s"], 1, "no process with pid 2000000000");
+    one_line(
+        &["locks", "--pid", "1", "--duration", "0"],
+        2,
+        "a window is needed",
+    );
+    one_line(
+        &["locks", "--pid", "2000000000", "--duration", "1s"],
+        1,
+        "no process with pid 2000000000",
+    );
     one_line(&["locks"], 2, "--pid");
     if !bpf_tests_enabled("bad_input_is_one_line_with_the_fix (privileged part)") {
         return;
     }
     let (w, _, _) = contention();
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(EXE)
         .args(["locks", "--pid", &w.pid().to_string(), "--duration", "1s"])
         .output()

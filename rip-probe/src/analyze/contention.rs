@@ -36,7 +36,8 @@ pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksR
     let mem = ProcessMemory::new(pid);
     let status = |tid| locks::tid_status(pid, tid);
     let mut names = DataNames::new(pid);
-    let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default());
+    let maps =
+        parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default());
     let mut symbolizer = StackSymbolizer::new(pid);
     let mut comms: HashMap<u32, Option<String>> = HashMap::new();
 
@@ -150,7 +151,11 @@ fn histogram(stat: &LockStat) -> Vec<HistBucket> {
     (first..=last)
         .map(|i| HistBucket {
             low_ns: if i == 0 { 0 } else { 1 << (i - 1) },
-            high_ns: if i == 0 { 1 } else { 1u64.checked_shl(i as u32).unwrap_or(u64::MAX) },
+            high_ns: if i == 0 {
+                1
+            } else {
+                1u64.checked_shl(i as u32).unwrap_or(u64::MAX)
+            },
             count: stat.hist[i],
         })
         .collect()
@@ -174,9 +179,16 @@ fn percentile(hist: &[HistBucket], total: u64, pct: u64) -> u64 {
 /// wrappers are not where a lock is released.
 fn is_libc(path: &str) -> bool {
     let file = path.rsplit('/').next().unwrap_or(path);
-    ["libc.so", "libc-", "libpthread", "ld-linux", "ld-musl", "libc.musl"]
-        .iter()
-        .any(|p| file.starts_with(p))
+    [
+        "libc.so",
+        "libc-",
+        "libpthread",
+        "ld-linux",
+        "ld-musl",
+        "libc.musl",
+    ]
+    .iter()
+    .any(|p| file.starts_with(p))
 }
 
 /// The executable mapping holding `addr`.
@@ -272,7 +284,10 @@ mod tests {
         let s = stat(&[(23, 100), (25, 1)]);
         let h = histogram(&s);
         assert_eq!(h.len(), 3);
-        assert_eq!((h[0].low_ns, h[0].high_ns, h[0].count), (1 << 22, 1 << 23, 100));
+        assert_eq!(
+            (h[0].low_ns, h[0].high_ns, h[0].count),
+            (1 << 22, 1 << 23, 100)
+        );
         assert_eq!(h[1].count, 0, "empty buckets inside the span are kept");
         assert_eq!(percentile(&h, s.waits, 99), 1 << 23);
         assert_eq!(percentile(&h, s.waits, 100), 1 << 25);

@@ -7,9 +7,7 @@
 
 use rip_ebpf::UserRegs;
 
-use crate::{
-    collect::stacks::Stacks, discover, model::Owner, symbolize::stacks::StackSymbolizer,
-};
+use crate::{collect::stacks::Stacks, discover, model::Owner, symbolize::stacks::StackSymbolizer};
 
 /// What a waiter's frames say about the lock it waits for: a function
 /// name's fragments (all must appear) and the lock type they belong to.
@@ -17,12 +15,27 @@ const SLOW_PATHS: &[(&[&str], &str)] = &[
     // std's futex locks (`sys::sync::mutex::futex`, formerly
     // `sys::unix::locks::futex_mutex`).
     (&["futex", "Mutex::lock_contended"], "Rust std::sync::Mutex"),
-    (&["futex", "RwLock::read_contended"], "Rust std::sync::RwLock"),
-    (&["futex", "RwLock::write_contended"], "Rust std::sync::RwLock"),
+    (
+        &["futex", "RwLock::read_contended"],
+        "Rust std::sync::RwLock",
+    ),
+    (
+        &["futex", "RwLock::write_contended"],
+        "Rust std::sync::RwLock",
+    ),
     (&["futex", "Condvar::wait"], "Rust std::sync::Condvar"),
-    (&["parking_lot::raw_mutex::RawMutex::lock_slow"], "parking_lot Mutex"),
-    (&["parking_lot::raw_rwlock::RawRwLock::lock_"], "parking_lot RwLock"),
-    (&["parking_lot::condvar::Condvar::wait"], "parking_lot Condvar"),
+    (
+        &["parking_lot::raw_mutex::RawMutex::lock_slow"],
+        "parking_lot Mutex",
+    ),
+    (
+        &["parking_lot::raw_rwlock::RawRwLock::lock_"],
+        "parking_lot RwLock",
+    ),
+    (
+        &["parking_lot::condvar::Condvar::wait"],
+        "parking_lot Condvar",
+    ),
 ];
 
 /// Frames looked at from the top of the waiter's stack: the slow path is

@@ -430,8 +430,11 @@ pub fn lock_at(
     let flavor = flavor_of(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
     let at_rest = lock == 0 && owner == 0;
     let held_by_thread = (1..=2).contains(&lock) && (1..PID_MAX_LIMIT).contains(&owner);
-    (!flavor.pi && !flavor.robust && !flavor.pp && (at_rest || held_by_thread))
-        .then_some((uaddr, LockKind::Mutex, Some(flavor)))
+    (!flavor.pi && !flavor.robust && !flavor.pp && (at_rest || held_by_thread)).then_some((
+        uaddr,
+        LockKind::Mutex,
+        Some(flavor),
+    ))
 }
 
 /// What thread `tid` is now, seen from process `pid`: one of its threads,
@@ -634,7 +637,11 @@ mod tests {
         let (_, kind, flavor) = lock_at(&held, &status, 0x1000, 128, 2).unwrap();
         assert_eq!((kind, flavor.unwrap().kind), (LockKind::Mutex, "adaptive"));
         // Garbage owner, unknown kind bits, an owner recorded in a free lock.
-        for m in [mutex(0, 0xdead_beef, 0), mutex(0, 0, 0x4000), mutex(0, LIVE, 0)] {
+        for m in [
+            mutex(0, 0xdead_beef, 0),
+            mutex(0, 0, 0x4000),
+            mutex(0, LIVE, 0),
+        ] {
             assert_eq!(lock_at(&m, &status, 0x1000, 128, 2), None);
         }
         // A wait that did not pass 2 is no glibc mutex wait.

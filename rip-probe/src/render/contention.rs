@@ -51,10 +51,18 @@ pub fn locks(r: &LocksReport, w: &mut dyn Write) -> io::Result<()> {
 }
 
 fn lock(l: &LockContention, w: &mut dyn Write) -> io::Result<()> {
-    let name = l.symbol.as_deref().map_or_else(|| format!("{:#x}", l.lock), escape);
+    let name = l
+        .symbol
+        .as_deref()
+        .map_or_else(|| format!("{:#x}", l.lock), escape);
     let flavor = l.mutex.as_ref().map_or(String::new(), |m| {
         let mut f = vec![m.kind];
-        for (on, word) in [(m.robust, "robust"), (m.pi, "PI"), (m.pp, "PP"), (m.pshared, "shared")] {
+        for (on, word) in [
+            (m.robust, "robust"),
+            (m.pi, "PI"),
+            (m.pp, "PP"),
+            (m.pshared, "shared"),
+        ] {
             if on {
                 f.push(word);
             }
@@ -153,7 +161,14 @@ fn histogram(h: &[HistBucket], w: &mut dyn Write) -> io::Result<()> {
 
 /// A power of two as bpftrace writes bucket bounds: `512`, `4K`, `8M`, `2G`.
 fn pow2(v: u64) -> String {
-    for (shift, unit) in [(60, "E"), (50, "P"), (40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+    for (shift, unit) in [
+        (60, "E"),
+        (50, "P"),
+        (40, "T"),
+        (30, "G"),
+        (20, "M"),
+        (10, "K"),
+    ] {
         if v >= 1 << shift && v % (1 << shift) == 0 {
             return format!("{}{unit}", v >> shift);
         }
@@ -192,7 +207,13 @@ mod tests {
         histogram(&h, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], format!("  [2M, 4M)              1 |@{}|", " ".repeat(51)));
-        assert_eq!(lines[1], format!("  [4M, 8M)            104 |{}|", "@".repeat(52)));
+        assert_eq!(
+            lines[0],
+            format!("  [2M, 4M)              1 |@{}|", " ".repeat(51))
+        );
+        assert_eq!(
+            lines[1],
+            format!("  [4M, 8M)            104 |{}|", "@".repeat(52))
+        );
     }
 }
