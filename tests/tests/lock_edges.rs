@@ -7,7 +7,9 @@
 
 use std::process::Command;
 
-use rip_tests::{Workload, bpf_tests_enabled, build_c, facts, rip_probe_json, rip_probe_ok};
+use rip_tests::{
+    Workload, bpf_tests_enabled, build_c, facts, json_thread, rip_probe_json, rip_probe_ok,
+};
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
@@ -20,14 +22,7 @@ fn changed_lock_memory_never_names_a_wrong_owner() {
     let pid = w.pid().to_string();
     let holder = w.tid("holder");
     let v = rip_probe_json(EXE, &["--pid", &pid, "--duration", "200ms", "--json"]);
-    let thread = |tid: u32| {
-        v["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["tid"] == tid)
-            .unwrap_or_else(|| panic!("no thread {tid} in {v}"))
-    };
+    let thread = |tid: u32| json_thread(&v, tid);
     let lines = w.lines.join("\n");
     let waits: Vec<Vec<&str>> = facts(&lines, "wait")
         .into_iter()

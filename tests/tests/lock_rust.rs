@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use rip_tests::{Workload, bpf_tests_enabled, rip_probe_json, rip_probe_ok};
+use rip_tests::{Workload, bpf_tests_enabled, json_thread, rip_probe_json, rip_probe_ok};
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
@@ -17,14 +17,7 @@ fn rust_std_locks_record_no_owner() {
     let w = Workload::start(Command::new(env!("CARGO_BIN_EXE_rip-std-locks")));
     let pid = w.pid().to_string();
     let v = rip_probe_json(EXE, &["--pid", &pid, "--duration", "200ms", "--json"]);
-    let thread = |tid: u32| {
-        v["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["tid"] == tid)
-            .unwrap_or_else(|| panic!("no thread {tid}"))
-    };
+    let thread = |tid: u32| json_thread(&v, tid);
     for (role, ty) in [
         ("mutex-waiter", "Rust std::sync::Mutex"),
         ("rwlock-waiter", "Rust std::sync::RwLock"),

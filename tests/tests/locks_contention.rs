@@ -268,3 +268,52 @@ fn bad_input_is_one_line_with_the_fix() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("CAP_BPF"), "{err}");
 }
+
+/// The build of the exit program for kernels before 5.15 (the waker's
+/// registers found at the top of its kernel stack) counts the same, and
+/// keeps the words at the top of each waker's user stack.
+#[test]
+fn the_build_for_older_kernels_counts_the_same() {
+    if !bpf_tests_enabled("the_build_for_older_kernels_counts_the_same") {
+        return;
+    }
+    use rip_probe::collect::kernel::{contention::LockProbe, features::RegsSource};
+    let (w, workers, addr) = contention();
+    let mut probe = LockProbe::attach_with(w.pid(), Some(RegsSource::KernelStack)).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    probe.stop().unwrap();
+    let counted = probe.read().unwrap();
+    let (_, stat) = counted
+        .locks
+        .iter()
+        .find(|(a, _)| *a == addr)
+        .expect("the contended mutex is counted");
+    assert!(
+        (50..=250).contains(&stat.waits),
+        "{} waits in 1 s",
+        stat.waits
+    );
+    assert_eq!(stat.hist.iter().sum::<u64>(), stat.waits);
+    assert!(
+        counted
+            .waiters
+            .iter()
+            .all(|(k, _)| workers.contains(&k.tid))
+    );
+    let (key, waker) = counted
+        .wakers
+        .iter()
+        .find(|(k, _)| k.uaddr == addr)
+        .expect("a waker of the mutex");
+    assert!(workers.contains(&waker.tid));
+    assert!(
+        waker.sp != 0 && waker.top.iter().any(|&w| w != 0),
+        "{waker:?}"
+    );
+    assert!(
+        counted
+            .stacks
+            .get(&key.stack_id)
+            .is_some_and(|s| s.len() >= 2)
+    );
+}

@@ -169,7 +169,7 @@ fn pow2(v: u64) -> String {
         (20, "M"),
         (10, "K"),
     ] {
-        if v >= 1 << shift && v % (1 << shift) == 0 {
+        if v >= 1 << shift && v.is_multiple_of(1 << shift) {
             return format!("{}{unit}", v >> shift);
         }
     }

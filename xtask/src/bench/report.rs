@@ -605,21 +605,20 @@ impl Report {
                 vs.join(", ")
             ));
         }
-        if let (Some(locks), Some(bt)) = (
-            self.slowdown("mutex-rip-probe-locks", "mutex"),
-            self.slowdown("mutex-bpftrace", "mutex"),
-        ) {
-            let _ = writeln!(
-                s,
-                "\nFutex contention counted per lock on the mutex workload: \
-                 `rip-probe locks` {}, bpftrace {}.",
-                ratio(locks),
-                ratio(bt)
-            );
-        }
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
             parts.push(format!(
                 "rip-probe attached slows a getppid loop {}",
+                ratio(r)
+            ));
+        }
+        if let Some(r) = self.slowdown("mutex-rip-probe-locks", "mutex") {
+            let bt = self
+                .slowdown("mutex-bpftrace", "mutex")
+                .map_or(String::new(), |b| {
+                    format!(" (bpftrace counting the same: {})", ratio(b))
+                });
+            parts.push(format!(
+                "`rip-probe locks` slows a futex-heavy workload {}{bt}",
                 ratio(r)
             ));
         }

@@ -59,6 +59,14 @@ pub struct Counted {
 impl LockProbe {
     /// Loads the futex programs for process `tgid` and attaches them.
     pub fn attach(tgid: u32) -> Result<Self> {
+        Self::attach_with(tgid, None)
+    }
+
+    /// [`Self::attach`], loading the given build of the exit program (the
+    /// one that reads a waker's stack pointer) instead of the one the
+    /// kernel's features select: the build for kernels before 5.15 also
+    /// runs on newer ones, which is how it is tested.
+    pub fn attach_with(tgid: u32, regs: Option<features::RegsSource>) -> Result<Self> {
         if tgid == 0 || !std::path::Path::new(&format!("/proc/{tgid}/task")).is_dir() {
             return Err(Error::NoSuchProcess(tgid));
         }
@@ -126,7 +134,12 @@ impl LockProbe {
             .load(EBPF_OBJECT)
             .map_err(Error::load)?;
 
-        let exit = match features.regs_source() {
+        // The helper's build only where the kernel has the helper.
+        let source = match regs {
+            Some(features::RegsSource::KernelStack) => features::RegsSource::KernelStack,
+            _ => features.regs_source(),
+        };
+        let exit = match source {
             features::RegsSource::Helper => names::FUTEX_EXIT,
             features::RegsSource::KernelStack => names::FUTEX_EXIT_KSTACK,
         };
