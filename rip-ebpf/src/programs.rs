@@ -39,7 +39,7 @@ const PREALLOC: u32 = 0;
 
 /// Set by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
-static CONFIG: Global<Config> = Global::new(Config {
+pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     target_tgid: 0,
     prev_pid_off: 0,
     prev_state_off: 0,
@@ -218,7 +218,7 @@ fn emit(cfg: &Config, ev: SwitchEvent) {
 /// (`bpf_get_current_task_btf`, 5.11), else as a plain address, which is all
 /// probe reads need.
 #[inline(always)]
-fn current_task<const HELPER: bool>() -> *mut task_struct {
+pub(crate) fn current_task<const HELPER: bool>() -> *mut task_struct {
     if HELPER {
         // SAFETY: no preconditions.
         unsafe { bpf_get_current_task_btf() }
@@ -274,7 +274,10 @@ unsafe fn pt_regs_of<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -
 /// task an iterator hands us after a null check); trusted (BTF) when
 /// `HELPER`.
 #[inline(always)]
-unsafe fn user_regs<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -> UserRegs {
+pub(crate) unsafe fn user_regs<const HELPER: bool>(
+    task: *mut task_struct,
+    cfg: &Config,
+) -> UserRegs {
     let off = &cfg.regs;
     let mut out = UserRegs {
         syscall_nr: -1,

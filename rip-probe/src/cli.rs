@@ -1,14 +1,14 @@
 //! The command line: argument parsing, dispatch to the commands (`--pid`:
-//! live, kernel state joined with ring locations; `dump`: rings only) and
-//! the one-line error report. Kept in the library so it is tested;
-//! `main.rs` only calls [`main`].
+//! live, kernel state joined with ring locations; `dump`: rings only;
+//! `locks`: contention over a window) and the one-line error report. Kept
+//! in the library so it is tested; `main.rs` only calls [`main`].
 
 use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
 use crate::{
-    commands::{self, dump::DumpArgs, pid::LiveArgs},
+    commands::{self, dump::DumpArgs, locks::LocksArgs, pid::LiveArgs},
     error::{Error, Result},
 };
 
@@ -26,6 +26,9 @@ pub(crate) struct Cli {
 enum Command {
     /// Print where every thread was last seen, from ring files (no BPF).
     Dump(DumpArgs),
+    /// Count lock (futex) contention over a window: waits, wakes, wait
+    /// times, top waiters and where the holders released each lock.
+    Locks(LocksArgs),
 }
 
 /// Runs the command line `args`, writing the report to `out`.
@@ -38,6 +41,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
     })?;
     match cli.command {
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
+        Some(Command::Locks(l)) => commands::locks::run(&l, out),
         None => commands::pid::run(&cli.live, out),
     }
 }

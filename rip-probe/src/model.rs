@@ -9,6 +9,8 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+pub mod contention;
+
 /// Version of the JSON schema (`docs/JSON.md`).
 pub const SCHEMA_VERSION: u32 = 1;
 

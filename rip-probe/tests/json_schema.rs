@@ -1,20 +1,25 @@
 //! The JSON output is what the model says and what docs/JSON.md documents:
 //! every report validates against a schema generated from the model
 //! (schemars), and docs/JSON.md documents every field of every object of
-//! that schema, and no field it does not have.
+//! that schema, and no field it does not have. The same holds for the
+//! report of `rip-probe locks`, which docs/JSON.md documents beside it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
 
-use common::full_report;
-use rip_probe::model::{Report, SCHEMA_VERSION};
+use common::{full_locks_report, full_report};
+use rip_probe::model::{Report, SCHEMA_VERSION, contention::LocksReport};
 
 fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Report)).unwrap()
 }
 
-fn json(r: &Report) -> serde_json::Value {
+fn locks_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(LocksReport)).unwrap()
+}
+
+fn json<R: serde::Serialize>(r: &R) -> serde_json::Value {
     let mut out = Vec::new();
     rip_probe::render::json(r, &mut out).unwrap();
     serde_json::from_slice(&out).unwrap()
@@ -65,10 +70,45 @@ fn every_report_validates_against_the_models_schema() {
     assert!(!validator.is_valid(&v));
 }
 
+#[test]
+fn every_locks_report_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&locks_schema()).expect("a valid schema");
+    let full = full_locks_report();
+    let mut sparse = full.clone();
+    sparse.process.lost = None;
+    sparse.warnings.clear();
+    for l in &mut sparse.locks {
+        l.symbol = None;
+        l.mutex = None;
+        l.histogram.clear();
+        l.top_waiters.iter_mut().for_each(|w| w.name = None);
+        l.wakers.iter_mut().for_each(|w| w.location = None);
+    }
+    let mut empty = full.clone();
+    empty.locks.clear();
+    for r in [full, sparse, empty] {
+        let v = json(&r);
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+        assert_eq!(v["schema"], SCHEMA_VERSION);
+    }
+    let mut v = json(&full_locks_report());
+    v["locks"][0]["waits"] = "many".into();
+    assert!(!validator.is_valid(&v));
+}
+
 /// The object types of the schema, by the heading docs/JSON.md gives them,
 /// each with its property names.
 fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
-    let s = schema();
+    let mut out = objects_of(&schema(), "Report");
+    for (name, fields) in objects_of(&locks_schema(), "LocksReport") {
+        out.entry(name).or_default().extend(fields);
+    }
+    out
+}
+
+/// The object types of one schema whose root is called `root`.
+fn objects_of(s: &serde_json::Value, root: &str) -> BTreeMap<String, BTreeSet<String>> {
     // An object's properties; for a tagged enum (`oneOf` objects), the
     // union of its variants' properties, the tag included.
     fn props(o: &serde_json::Value) -> BTreeSet<String> {
@@ -95,7 +135,7 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
         .to_string()
     };
     let mut out = BTreeMap::new();
-    out.insert("Report".to_string(), props(&s));
+    out.insert(root.to_string(), props(s));
     for (name, def) in s["$defs"].as_object().unwrap() {
         let fields = props(def);
         if !fields.is_empty() {
@@ -184,6 +224,7 @@ fn the_schema_covers_every_serialized_key() {
     }
     let mut names = BTreeSet::new();
     keys(&json(&full_report()), &mut names);
+    keys(&json(&full_locks_report()), &mut names);
     let all: BTreeSet<String> = schema_objects().into_values().flatten().collect();
     let missing: Vec<_> = names.difference(&all).collect();
     assert!(missing.is_empty(), "{missing:?}");

@@ -459,3 +459,14 @@ pub fn marker_line(file: &str, marker: &str) -> u32 {
         .unwrap_or_else(|| panic!("no `{marker}` in {}", path.display()));
     i as u32 + 1
 }
+
+/// The thread `tid` of a JSON report (`threads[]`), failing the test when
+/// it is missing.
+pub fn json_thread(report: &serde_json::Value, tid: u32) -> &serde_json::Value {
+    report["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["tid"] == tid)
+        .unwrap_or_else(|| panic!("no thread {tid} in {report}"))
+}

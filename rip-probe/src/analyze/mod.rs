@@ -2,9 +2,12 @@
 //! grouped by what they are doing and where (over typed keys, never the
 //! rendered text), and the filters the commands offer. Grouping is done
 //! once, here, and every renderer reads the same groups. Who waits for
-//! whom: [`waits`]. Which stack each thread shows: `stacks`.
+//! whom: [`waits`]; contention over a window (`rip-probe locks`):
+//! [`contention`]. Which stack each thread shows: `stacks`.
 
+pub(crate) mod contention;
 pub(crate) mod group;
+mod rust_locks;
 pub(crate) mod stacks;
 pub(crate) mod tasks;
 pub(crate) mod waits;

@@ -9,7 +9,7 @@ use librip::reader::ProcessMaps;
 
 use crate::{
     collect::{locks, memory::ProcessMemory},
-    model::{Owner, Report, Thread, WaitsFor},
+    model::{LockKind, Owner, Report, Thread, WaitsFor},
     symbolize::data::DataNames,
 };
 
@@ -26,6 +26,7 @@ pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
     let mem = ProcessMemory::new(pid);
     let status = |tid| locks::tid_status(pid, tid);
     let mut names = DataNames::new(pid, maps);
+    let mut evidence = super::rust_locks::Evidence::new(pid);
     let mut edges = BTreeMap::new();
     // Threads waiting on one lock wait with the same arguments: the lock is
     // read and named once, whatever the number of waiters (a pool of
@@ -40,7 +41,16 @@ pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
         let found = seen
             .entry((s.nr, args[0], args[1], args[2]))
             .or_insert_with(|| {
-                let l = locks::awaited_lock(&mem, &status, s.nr, &args)?;
+                let mut l = locks::awaited_lock(&mem, &status, s.nr, &args)?;
+                // A futex no glibc layout fits: a Rust lock says so by the
+                // waiter's stack, and records no owner.
+                if l.kind == LockKind::Futex
+                    && let Some(owner) = u32::try_from(t.tid)
+                        .ok()
+                        .and_then(|tid| evidence.no_owner_lock(tid))
+                {
+                    l.owner = owner;
+                }
                 let name = names.name(l.addr);
                 Some((l, name))
             });

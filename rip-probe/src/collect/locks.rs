@@ -399,6 +399,44 @@ fn as_rwlock(
     None
 }
 
+/// What the lock at futex word `uaddr` is, for a wait that is over (its
+/// waiter used operation `op` and expected `val`): as [`awaited_lock`]
+/// when the lock is still held, else a glibc mutex recognised at rest
+/// (`__lock` 0–2 as the waiter's 2 implies, a valid `__kind`, an `__owner`
+/// that is 0 when the lock is free). Owners are not asked for: the waits
+/// are over. `None` when no layout fits.
+pub fn lock_at(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    uaddr: u64,
+    op: u32,
+    val: u32,
+) -> Option<(u64, LockKind, Option<MutexFlavor>)> {
+    let held = awaited_lock(
+        mem,
+        tid_status,
+        SYS_FUTEX,
+        &[uaddr, u64::from(op), u64::from(val), 0, 0, 0],
+    );
+    if let Some(l) = held.filter(|l| l.kind != LockKind::Futex) {
+        return Some((l.addr, l.kind, l.mutex));
+    }
+    let cmd = op & FUTEX_CMD_MASK;
+    if !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET) || val != 2 {
+        return None;
+    }
+    let lock = mem.read_u32(uaddr).ok()?;
+    let owner = mem.read_u32(uaddr.wrapping_add(8)).ok()?;
+    let flavor = flavor_of(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
+    let at_rest = lock == 0 && owner == 0;
+    let held_by_thread = (1..=2).contains(&lock) && (1..PID_MAX_LIMIT).contains(&owner);
+    (!flavor.pi && !flavor.robust && !flavor.pp && (at_rest || held_by_thread)).then_some((
+        uaddr,
+        LockKind::Mutex,
+        Some(flavor),
+    ))
+}
+
 /// What thread `tid` is now, seen from process `pid`: one of its threads,
 /// a thread of another process, or gone.
 pub fn tid_status(pid: u32, tid: u32) -> TidStatus {
@@ -585,6 +623,29 @@ mod tests {
             (l.kind, l.owner),
             (LockKind::Rwlock, Owner::Readers { count: 2 })
         );
+    }
+
+    #[test]
+    fn a_lock_at_rest_is_still_recognised() {
+        // A free normal mutex that a waiter waited on with 2.
+        let free = mutex(0, 0, 0);
+        let (addr, kind, flavor) = lock_at(&free, &status, 0x1000, 128, 2).unwrap();
+        assert_eq!((addr, kind), (0x1000, LockKind::Mutex));
+        assert_eq!(flavor.unwrap().kind, "normal");
+        // Held again, with a live owner: as a waiter would see it.
+        let held = mutex(2, LIVE, 3);
+        let (_, kind, flavor) = lock_at(&held, &status, 0x1000, 128, 2).unwrap();
+        assert_eq!((kind, flavor.unwrap().kind), (LockKind::Mutex, "adaptive"));
+        // Garbage owner, unknown kind bits, an owner recorded in a free lock.
+        for m in [
+            mutex(0, 0xdead_beef, 0),
+            mutex(0, 0, 0x4000),
+            mutex(0, LIVE, 0),
+        ] {
+            assert_eq!(lock_at(&m, &status, 0x1000, 128, 2), None);
+        }
+        // A wait that did not pass 2 is no glibc mutex wait.
+        assert_eq!(lock_at(&free, &status, 0x1000, 128, 0), None);
     }
 
     #[test]

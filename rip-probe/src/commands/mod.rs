@@ -1,9 +1,11 @@
 //! The commands: each a thin composition of the pipeline's stages
 //! (discover → collect → correlate → symbolize → analyze → render).
 //! `pid` drives a live [`crate::session::Session`]; `dump` reads a ring
-//! alone; `original` dumps a ring of the original header-only librip.
+//! alone; `original` dumps a ring of the original header-only librip;
+//! `locks` counts lock contention over a window.
 
 pub(crate) mod dump;
+pub(crate) mod locks;
 pub(crate) mod original;
 pub(crate) mod pid;
 

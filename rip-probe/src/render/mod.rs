@@ -2,6 +2,7 @@
 //! user stack, thread table, per-thread history), folded stacks or JSON. Every renderer writes to any
 //! [`std::io::Write`], so output is tested byte for byte.
 
+mod contention;
 mod folded;
 mod json;
 mod stack;
@@ -9,6 +10,7 @@ mod tasks;
 mod text;
 mod words;
 
+pub use contention::locks;
 pub use folded::folded;
 pub use json::json;
 pub use text::{escape, grouped, history, live};

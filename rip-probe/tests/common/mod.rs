@@ -137,3 +137,61 @@ pub fn full_report() -> Report {
         deadlocks: vec![vec![2]],
     }
 }
+
+/// A `rip-probe locks` report with every optional part filled in.
+pub fn full_locks_report() -> contention::LocksReport {
+    use contention::*;
+    LocksReport {
+        schema: SCHEMA_VERSION,
+        process: ProcessInfo {
+            pid: 1,
+            exe: Some("/usr/bin/server".into()),
+            comm: Some("server".into()),
+            alive: false,
+            lost: Some("process 1 exited during observation".into()),
+        },
+        window_ns: 2_000_000_000,
+        locks: vec![LockContention {
+            futex: 0x1000,
+            lock: 0x1000,
+            symbol: Some("g_table_lock".into()),
+            kind: LockKind::Mutex,
+            mutex: Some(MutexFlavor {
+                kind: "normal",
+                ..MutexFlavor::default()
+            }),
+            waits: 3,
+            wakes: 3,
+            total_wait_ns: 15_000_000,
+            max_wait_ns: 6_000_000,
+            p99_wait_ns: 6_000_000,
+            histogram: vec![
+                HistBucket {
+                    low_ns: 1 << 21,
+                    high_ns: 1 << 22,
+                    count: 1,
+                },
+                HistBucket {
+                    low_ns: 1 << 22,
+                    high_ns: 1 << 23,
+                    count: 2,
+                },
+            ],
+            top_waiters: vec![LockWaiter {
+                tid: 2,
+                name: Some("worker".into()),
+                waits: 3,
+                total_wait_ns: 15_000_000,
+                max_wait_ns: 6_000_000,
+            }],
+            wakers: vec![LockWaker {
+                wakes: 3,
+                calls: 3,
+                tid: 3,
+                location: Some(frame()),
+                stack: vec![frame()],
+            }],
+        }],
+        warnings: vec!["w".into()],
+    }
+}

@@ -279,16 +279,25 @@ impl Report {
         let _ = writeln!(
             s,
             "## What rip-probe costs the process it watches\n\n\
-             A loop of `getppid()` (a syscall that does nothing) and a ping-pong \
+             A loop of `getppid()` (a syscall that does nothing), a ping-pong \
              of one byte between two threads over two pipes, both threads \
-             pinned to CPU 0 (each round trip is two context switches): \
-             `tests/bench/overhead.c`. Each is run untraced and with a tracer \
+             pinned to CPU 0 (each round trip is two context switches), and a \
+             turn passed between four threads through one mutex and a \
+             condition variable each (every pass is a futex wait and a wake, \
+             about four futex calls): `tests/bench/overhead.c`. Each is run \
+             untraced and with a tracer \
              attached (and attached before the measured part starts), \
              interleaved, median of {} rounds. rip-probe `--pid` attaches its \
              sched_switch tracepoint program and no syscall tracepoint; at each \
              switch of a target thread the program updates that thread's entry \
-             in a table (time, state); it takes no stack and wakes nobody. The \
-             last column counts \
+             in a table (time, state); it takes no stack and wakes nobody. \
+             `rip-probe locks` attaches to sys_enter_futex and sys_exit_futex \
+             (filtered to the process in the kernel) and counts per futex word \
+             in hash maps (waits, wakes, a log2 histogram, per waiting thread, \
+             per waking stack); the bpftrace row is the same count written as \
+             a bpftrace script (`hist()` of the waits per futex word, wakes \
+             summed per word; its program is in the commands below). The last \
+             column counts \
              the involuntary context switches the workload suffered during its \
              measured part (`getrusage`).\n",
             self.rounds
@@ -311,6 +320,7 @@ impl Report {
             };
             let what = match m.row.mode {
                 Some("getppid") => "getppid loop (per call)",
+                Some("mutex") => "4 threads passing a turn through a mutex (per pass)",
                 _ => "ping-pong, one CPU (per round trip)",
             };
             let switches = switch_cell(m);
@@ -322,6 +332,18 @@ impl Report {
             );
         }
         troubles(s, &self.overhead);
+        if let (Some(locks), Some(bt)) = (
+            self.slowdown("mutex-rip-probe-locks", "mutex"),
+            self.slowdown("mutex-bpftrace", "mutex"),
+        ) {
+            let _ = writeln!(
+                s,
+                "\nFutex contention counted per lock on the mutex workload: \
+                 `rip-probe locks` {}, bpftrace {}.",
+                ratio(locks),
+                ratio(bt)
+            );
+        }
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
             let _ = writeln!(
                 s,
@@ -592,6 +614,17 @@ impl Report {
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
             parts.push(format!(
                 "rip-probe attached slows a getppid loop {}",
+                ratio(r)
+            ));
+        }
+        if let Some(r) = self.slowdown("mutex-rip-probe-locks", "mutex") {
+            let bt = self
+                .slowdown("mutex-bpftrace", "mutex")
+                .map_or(String::new(), |b| {
+                    format!(" (bpftrace counting the same: {})", ratio(b))
+                });
+            parts.push(format!(
+                "`rip-probe locks` slows a futex-heavy workload {}{bt}",
                 ratio(r)
             ));
         }

@@ -27,6 +27,8 @@ pub enum Tracer {
     Bpftrace(&'static str),
     /// `rip-probe --pid`, plus `--uprobe` on this function when set.
     RipProbe(Option<&'static str>),
+    /// `rip-probe locks --pid`: futex contention counted in BPF maps.
+    RipProbeLocks,
     /// rip-probe's uprobe on this function through its library
     /// (`rip-bench-uprobe`).
     RipProbeLibrary(&'static str),
@@ -152,6 +154,16 @@ impl Measured {
                     ))
                 ),
             ],
+            Tracer::RipProbeLocks => vec![
+                run,
+                format!(
+                    "RIP_PROBE_TIMING=1 {}",
+                    shell_words(&tracers::rip_probe_locks_args(
+                        &super::workloads::rel(&ctx.rip_probe),
+                        "PID"
+                    ))
+                ),
+            ],
             Tracer::RipProbeLibrary(f) => vec![
                 run,
                 shell_words(&[
@@ -207,6 +219,11 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
         }
         Tracer::RipProbe(u) => {
             let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u)?;
+            let s = w.go(timeout)?;
+            Ok((s, None, rp.finish().err()))
+        }
+        Tracer::RipProbeLocks => {
+            let rp = RipProbe::attach_locks(&ctx.rip_probe, w.pid())?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
         }

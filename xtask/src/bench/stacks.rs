@@ -523,6 +523,7 @@ mod tests {
         let usage = |s: f64| Usage {
             wall: Duration::from_secs_f64(s),
             max_rss_kib: 100 * 1024,
+            cpu: None,
             success: true,
         };
         let r = StacksResult {

@@ -142,9 +142,26 @@ pub fn per_call(w: &Workloads, peers: &Peers) -> Vec<Row> {
     ]
 }
 
-/// The overhead rows: a getppid loop and a ping-pong between two threads
-/// on one CPU, untraced and traced; traced rows make as many calls as
-/// their untraced row.
+/// What `rip-probe locks` counts, written for bpftrace: per futex word,
+/// a histogram of the waits' durations (FUTEX_WAIT, WAIT_BITSET, LOCK_PI,
+/// LOCK_PI2, WAIT_REQUEUE_PI, flags masked off) and the threads woken
+/// (FUTEX_WAKE, WAKE_OP, WAKE_BITSET, REQUEUE, CMP_REQUEUE), filtered on
+/// the pid in the kernel. `@hits` counts the waits.
+pub const FUTEX_BPFTRACE: &str = "\
+tracepoint:syscalls:sys_enter_futex /pid == {pid}/ { $c = args->op & 127; \
+if ($c == 0 || $c == 9 || $c == 6 || $c == 13 || $c == 11) { \
+@start[tid] = nsecs; @addr[tid] = (uint64)args->uaddr; } \
+if ($c == 1 || $c == 5 || $c == 10 || $c == 3 || $c == 4) { @waking[tid] = (uint64)args->uaddr; } } \
+tracepoint:syscalls:sys_exit_futex /pid == {pid}/ { \
+if (@start[tid]) { @wait_ns[@addr[tid]] = hist(nsecs - @start[tid]); @hits = count(); \
+delete(@start[tid]); delete(@addr[tid]); } \
+if (@waking[tid]) { if (args->ret > 0) { @woken[@waking[tid]] = sum(args->ret); } \
+delete(@waking[tid]); } }";
+
+/// The overhead rows: a getppid loop, a ping-pong between two threads on
+/// one CPU, and a turn passed between four threads through a mutex and
+/// condition variables, untraced and traced; traced rows make as many
+/// calls as their untraced row.
 pub fn overhead(w: &Workloads, peers: &Peers) -> Vec<Row> {
     let exe = Ok(w.overhead.clone());
     let syscalls = Calls {
@@ -156,6 +173,11 @@ pub fn overhead(w: &Workloads, peers: &Peers) -> Vec<Row> {
         start: 50_000,
         min: 10_000,
         max: 5_000_000,
+    };
+    let passes = Calls {
+        start: 20_000,
+        min: 10_000,
+        max: 2_000_000,
     };
     let row = |id, label, mode, exe, tracer, calls, same| Row {
         id,
@@ -211,10 +233,37 @@ pub fn overhead(w: &Workloads, peers: &Peers) -> Vec<Row> {
             "pingpong-rip-probe",
             "rip-probe --pid attached",
             "pingpong",
-            exe,
+            exe.clone(),
             Tracer::RipProbe(None),
             switches,
             Some("pingpong"),
+        ),
+        row(
+            "mutex",
+            "untraced",
+            "mutex",
+            exe.clone(),
+            Tracer::None,
+            passes,
+            None,
+        ),
+        row(
+            "mutex-rip-probe-locks",
+            "`rip-probe locks` counting",
+            "mutex",
+            exe.clone(),
+            Tracer::RipProbeLocks,
+            passes,
+            Some("mutex"),
+        ),
+        row(
+            "mutex-bpftrace",
+            "bpftrace: futex waits per lock, hist() of their times",
+            "mutex",
+            need(peers, &["bpftrace"], &exe),
+            Tracer::Bpftrace(FUTEX_BPFTRACE),
+            passes,
+            Some("mutex"),
         ),
     ]
 }

@@ -106,10 +106,35 @@ pub fn rip_probe_args(exe: &str, pid: &str, uprobe: Option<&str>) -> Vec<String>
     a
 }
 
+/// The `rip-probe locks` command line counting `pid`'s futex contention
+/// for longer than any run.
+pub fn rip_probe_locks_args(exe: &str, pid: &str) -> Vec<String> {
+    [exe, "locks", "--pid", pid, "--duration", "600s"]
+        .map(String::from)
+        .to_vec()
+}
+
 /// rip-probe's CLI attached to a process.
 pub struct RipProbe(Proc);
 
 impl RipProbe {
+    /// Starts `rip-probe locks --pid PID --duration 600s` with its phase
+    /// timings on, and waits until its futex programs are attached and it
+    /// has settled.
+    pub fn attach_locks(exe: &Path, pid: u32) -> Result<RipProbe> {
+        let args = rip_probe_locks_args(&exe.to_string_lossy(), &pid.to_string());
+        let mut p = Proc::start(&args, &[("RIP_PROBE_TIMING", "1")])?;
+        p.stderr
+            .as_mut()
+            .expect("piped")
+            .wait_for(ATTACH_TIMEOUT, |l| {
+                l.starts_with("rip-probe timing: load and attach:")
+            })
+            .context("rip-probe locks did not attach")?;
+        wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
+        Ok(RipProbe(p))
+    }
+
     /// Starts `rip-probe --pid PID [--uprobe F] --duration 600s` with its
     /// phase timings on, and waits for the line saying its programs are
     /// attached.

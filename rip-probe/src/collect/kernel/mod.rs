@@ -7,6 +7,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod btf;
+pub mod contention;
 pub mod features;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;

@@ -1,0 +1,219 @@
+//! `rip-probe locks` as text: per contended lock, its totals, a log2
+//! histogram of the waits drawn as bpftrace's `hist()` and SystemTap's
+//! `@hist_log` draw them, the threads that waited longest and where the
+//! wakers released the lock. Every string from the target is escaped.
+
+use std::io::{self, Write};
+
+use super::text::escape;
+use crate::{
+    model::{
+        Frame,
+        contention::{HistBucket, LockContention, LocksReport},
+    },
+    util::timefmt::duration,
+};
+
+/// Width of the histogram's widest bar, as bpftrace draws it.
+const BAR: u64 = 52;
+/// Frames of a waker's stack shown after its location.
+const STACK_FRAMES: usize = 4;
+
+/// Writes `r` as text.
+pub fn locks(r: &LocksReport, w: &mut dyn Write) -> io::Result<()> {
+    let p = &r.process;
+    writeln!(
+        w,
+        "pid {} ({}) {}: futex contention over {}",
+        p.pid,
+        escape(p.comm.as_deref().unwrap_or("?")),
+        escape(p.exe.as_deref().unwrap_or("?")),
+        duration(r.window_ns)
+    )?;
+    for warning in &r.warnings {
+        writeln!(w, "warning: {}", escape(warning))?;
+    }
+    if r.locks.is_empty() {
+        writeln!(w, "no thread waited for a lock (futex) during the window")?;
+        return Ok(());
+    }
+    let n = r.locks.len();
+    writeln!(
+        w,
+        "{n} lock{} waited on or woken, longest total wait first",
+        if n == 1 { "" } else { "s" }
+    )?;
+    for l in &r.locks {
+        writeln!(w)?;
+        lock(l, w)?;
+    }
+    Ok(())
+}
+
+fn lock(l: &LockContention, w: &mut dyn Write) -> io::Result<()> {
+    let name = l
+        .symbol
+        .as_deref()
+        .map_or_else(|| format!("{:#x}", l.lock), escape);
+    let flavor = l.mutex.as_ref().map_or(String::new(), |m| {
+        let mut f = vec![m.kind];
+        for (on, word) in [
+            (m.robust, "robust"),
+            (m.pi, "PI"),
+            (m.pp, "PP"),
+            (m.pshared, "shared"),
+        ] {
+            if on {
+                f.push(word);
+            }
+        }
+        format!(" ({})", f.join(", "))
+    });
+    let at = if l.futex == l.lock {
+        format!("{:#x}", l.lock)
+    } else {
+        format!("{:#x}, futex {:#x}", l.lock, l.futex)
+    };
+    writeln!(w, "{} {name}{flavor} at {at}", l.kind.as_str())?;
+    writeln!(
+        w,
+        "  {} waits, {} wakes; waited {} in total, max {}, p99 < {}",
+        l.waits,
+        l.wakes,
+        duration(l.total_wait_ns),
+        duration(l.max_wait_ns),
+        duration(l.p99_wait_ns)
+    )?;
+    if !l.histogram.is_empty() {
+        writeln!(w, "  wait (ns)")?;
+        histogram(&l.histogram, w)?;
+    }
+    if !l.top_waiters.is_empty() {
+        writeln!(w, "  top waiters")?;
+        for t in &l.top_waiters {
+            writeln!(
+                w,
+                "    {:<8} {:<16} {:>6} waits, {} in total, max {}",
+                t.tid,
+                escape(t.name.as_deref().unwrap_or("?")),
+                t.waits,
+                duration(t.total_wait_ns),
+                duration(t.max_wait_ns)
+            )?;
+        }
+    }
+    if !l.wakers.is_empty() {
+        writeln!(w, "  woken from (where the holder released it)")?;
+        for k in &l.wakers {
+            let at = k
+                .location
+                .as_ref()
+                .map_or_else(|| "an unknown place".to_string(), |f| escape(&f.describe()));
+            let callers: Vec<String> = callers(k.location.as_ref(), &k.stack)
+                .map(|f| escape(&f.describe()))
+                .collect();
+            let via = if callers.is_empty() {
+                String::new()
+            } else {
+                format!(" ← {}", callers.join(" ← "))
+            };
+            writeln!(
+                w,
+                "    {:>6} wakes by {} calls (last tid {}) at {at}{via}",
+                k.wakes, k.calls, k.tid
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The frames after the waker's location, a few.
+fn callers<'a>(loc: Option<&Frame>, stack: &'a [Frame]) -> impl Iterator<Item = &'a Frame> {
+    let from = loc
+        .and_then(|l| stack.iter().position(|f| f.addr == l.addr))
+        .map_or(stack.len(), |i| i + 1);
+    stack.iter().skip(from).take(STACK_FRAMES)
+}
+
+/// bpftrace's `hist()`: `[4M, 8M)   380 |@@@@…|`, bars scaled to the
+/// fullest bucket.
+fn histogram(h: &[HistBucket], w: &mut dyn Write) -> io::Result<()> {
+    let max = h.iter().map(|b| b.count).max().unwrap_or(0).max(1);
+    for b in h {
+        let range = if b.high_ns == 1 {
+            "[0]".to_string()
+        } else if b.high_ns == 2 {
+            "[1]".to_string()
+        } else {
+            format!("[{}, {})", pow2(b.low_ns), pow2(b.high_ns))
+        };
+        let bar = (b.count * BAR).div_ceil(max) as usize;
+        writeln!(
+            w,
+            "  {range:<14} {:>8} |{:<width$}|",
+            b.count,
+            "@".repeat(bar),
+            width = BAR as usize
+        )?;
+    }
+    Ok(())
+}
+
+/// A power of two as bpftrace writes bucket bounds: `512`, `4K`, `8M`, `2G`.
+fn pow2(v: u64) -> String {
+    for (shift, unit) in [
+        (60, "E"),
+        (50, "P"),
+        (40, "T"),
+        (30, "G"),
+        (20, "M"),
+        (10, "K"),
+    ] {
+        if v >= 1 << shift && v.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", v >> shift);
+        }
+    }
+    v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_written_like_bpftrace() {
+        assert_eq!(pow2(512), "512");
+        assert_eq!(pow2(4096), "4K");
+        assert_eq!(pow2(1 << 23), "8M");
+        assert_eq!(pow2(1 << 31), "2G");
+        assert_eq!(pow2(1 << 63), "8E");
+    }
+
+    #[test]
+    fn bars_scale_to_the_fullest_bucket() {
+        let h = [
+            HistBucket {
+                low_ns: 1 << 21,
+                high_ns: 1 << 22,
+                count: 1,
+            },
+            HistBucket {
+                low_ns: 1 << 22,
+                high_ns: 1 << 23,
+                count: 104,
+            },
+        ];
+        let mut out = Vec::new();
+        histogram(&h, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("  [2M, 4M)              1 |@{}|", " ".repeat(51))
+        );
+        assert_eq!(
+            lines[1],
+            format!("  [4M, 8M)            104 |{}|", "@".repeat(52))
+        );
+    }
+}
