@@ -1,6 +1,7 @@
 //! 10,000 blocked threads: every one is in `rip-probe --pid --json`, with
-//! its state, syscall and last snap (what it costs is `cargo xtask
-//! bench`'s to measure).
+//! its state, syscall, last snap and user stack (what the report costs,
+//! with and without stacks, is measured by `cargo xtask bench`, next to gdb
+//! and eu-stack).
 
 use std::{process::Command, time::Instant};
 
@@ -34,7 +35,10 @@ fn ten_thousand_blocked_threads() {
     let mut v = serde_json::Value::Null;
     for _ in 0..2 {
         let t = Instant::now();
-        let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "1s", "--json"]);
+        let (code, out, err) = rip_probe(
+            CLI,
+            &["--pid", &pid, "--duration", "1s", "--json", "--no-stacks"],
+        );
         let took = t.elapsed().as_secs_f64();
         assert_eq!(code, 0, "{err}");
         beyond = beyond.min(took - window);
@@ -58,6 +62,35 @@ fn ten_thousand_blocked_threads() {
         );
     }
     assert_eq!(v["groups"][0]["count"], WORKERS);
+
+    // With stacks (the default): every pool thread's, one group still.
+    let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "0", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let stacks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let pool: Vec<&serde_json::Value> = stacks["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().starts_with("pool-"))
+        .collect();
+    // pthread_mutex_lock in libc, called from the pool's closure in the
+    // server.
+    let full = |f: &[serde_json::Value]| {
+        let has = |key: &str, end: &str| {
+            f.iter()
+                .any(|f| f[key].as_str().is_some_and(|n| n.ends_with(end)))
+        };
+        has("function", "pthread_mutex_lock") && has("module", "/rip-demo-server")
+    };
+    let with_stack = pool
+        .iter()
+        .filter(|t| t["frames"].as_array().is_some_and(|f| full(f)))
+        .count();
+    assert_eq!(with_stack, WORKERS, "{}", pool[0]["frames"]);
+    assert_eq!(
+        stacks["groups"][0]["count"], WORKERS,
+        "one stack: one group"
+    );
     let profile = if cfg!(debug_assertions) {
         "test"
     } else {

@@ -178,7 +178,8 @@ fn no_stacks_takes_none() {
 
 /// 1,000 threads reported with full stacks while a ticker thread in the
 /// target measures its longest gap between 1 ms sleeps: rip-probe never
-/// stops the process (gdb or eu-stack would hold it for seconds).
+/// stops the process (gdb holds all of it for seconds; eu-stack stops each
+/// thread in turn, and ends their epoll_waits).
 #[test]
 fn a_thousand_stacks_reported_without_pausing_the_process() {
     if !bpf_tests_enabled("a_thousand_stacks_reported_without_pausing_the_process") {
