@@ -69,14 +69,16 @@ pub struct ScaleResult {
     pub threads: usize,
     /// rip-probe's observation window (`--duration`).
     pub window: Duration,
-    /// `rip-probe --pid P --duration WINDOW --json`.
+    /// `rip-probe --pid P --duration WINDOW --json` (user stacks included).
     pub rip_probe: ToolRuns,
+    /// The same with `--no-stacks`, run in turn with it.
+    pub no_stacks: ToolRuns,
     /// `gdb -batch -p P -ex "thread apply all bt"`.
     pub gdb: ToolRuns,
 }
 
 /// The rip-probe command of a scale run observing for `window`.
-pub fn rip_probe_args(exe: &str, pid: &str, window: Duration) -> Vec<String> {
+pub fn rip_probe_args(exe: &str, pid: &str, window: Duration, stacks: bool) -> Vec<String> {
     let d = if window.is_zero() {
         "0".to_string()
     } else if window.subsec_nanos() == 0 {
@@ -84,9 +86,13 @@ pub fn rip_probe_args(exe: &str, pid: &str, window: Duration) -> Vec<String> {
     } else {
         format!("{}ms", window.as_millis())
     };
-    [exe, "--pid", pid, "--duration", &d, "--json"]
+    let mut a: Vec<String> = [exe, "--pid", pid, "--duration", &d, "--json"]
         .map(String::from)
-        .to_vec()
+        .to_vec();
+    if !stacks {
+        a.push("--no-stacks".into());
+    }
+    a
 }
 
 /// Kernel limits a process of `threads` threads needs (each thread is a
@@ -179,32 +185,38 @@ pub fn run(
         let tids = task_ids(pid)?;
         eprintln!("    {workers} workers: pid {pid}, {} threads", tids.len());
 
+        // With and without user stacks, in turn.
         let mut rip = ToolRuns::default();
+        let mut no_stacks = ToolRuns::default();
         let exe = w.rip_probe.path.to_string_lossy();
         for _ in 0..reps {
-            let json = dir.join(format!("scale-{workers}.json"));
-            let timing = dir.join(format!("scale-{workers}.timing"));
-            let a = rip_probe_args(&exe, &pid.to_string(), window);
-            let u = measure(
-                &w.maxrss.path,
-                &a,
-                &[("RIP_PROBE_TIMING", "1")],
-                create(&json)?,
-                create(&timing)?,
-            )?;
-            if !u.success {
-                bail!("rip-probe failed: see {}", rel(&timing));
+            for (stacks, runs) in [(true, &mut rip), (false, &mut no_stacks)] {
+                let name = if stacks { "" } else { "-no-stacks" };
+                let json = dir.join(format!("scale-{workers}{name}.json"));
+                let timing = dir.join(format!("scale-{workers}{name}.timing"));
+                let a = rip_probe_args(&exe, &pid.to_string(), window, stacks);
+                let u = measure(
+                    &w.maxrss.path,
+                    &a,
+                    &[("RIP_PROBE_TIMING", "1")],
+                    create(&json)?,
+                    create(&timing)?,
+                )?;
+                if !u.success {
+                    bail!("rip-probe failed: see {}", rel(&timing));
+                }
+                let listed = listed_in_json(&json, &tids)?;
+                runs.listed = listed;
+                runs.phases = parse_phases(&std::fs::read_to_string(&timing).unwrap_or_default());
+                eprintln!(
+                    "    rip-probe{}: {:.2}s, {} MiB, {listed}/{} threads",
+                    if stacks { "" } else { " --no-stacks" },
+                    u.wall.as_secs_f64(),
+                    u.max_rss_kib / 1024,
+                    tids.len()
+                );
+                runs.runs.push(u);
             }
-            let listed = listed_in_json(&json, &tids)?;
-            rip.listed = listed;
-            rip.phases = parse_phases(&std::fs::read_to_string(&timing).unwrap_or_default());
-            eprintln!(
-                "    rip-probe: {:.2}s, {} MiB, {listed}/{} threads",
-                u.wall.as_secs_f64(),
-                u.max_rss_kib / 1024,
-                tids.len()
-            );
-            rip.runs.push(u);
         }
 
         let mut g = ToolRuns::default();
@@ -235,6 +247,7 @@ pub fn run(
             threads: tids.len(),
             window,
             rip_probe: rip,
+            no_stacks,
             gdb: g,
         })
     })();
