@@ -6,6 +6,7 @@ mod exec_mapping;
 pub mod kernel;
 pub mod locks;
 pub mod memory;
+pub(crate) mod namespaces;
 pub(crate) mod procfs;
 pub(crate) mod ring;
 pub mod stacks;

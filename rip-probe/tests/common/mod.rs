@@ -50,11 +50,13 @@ pub fn full_report() -> Report {
             comm: Some("server".into()),
             alive: true,
             lost: Some("gone".into()),
+            ns_pid: Some(1),
         },
         rings: vec![RingInfo {
             path: "/dev/shm/x.ring".into(),
             version: 1,
             pid: 1,
+            namespace: Some("the path in the mount namespace of pid 1".into()),
             created_unix_ns: 1,
             depth: 32,
             dropped_snaps: 0,
@@ -62,6 +64,7 @@ pub fn full_report() -> Report {
         window_ns: 1,
         threads: vec![Thread {
             tid: 2,
+            ns_tid: Some(2),
             name: "w".into(),
             name_source: "ring",
             state: ThreadState::Sleeping,
