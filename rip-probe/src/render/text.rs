@@ -131,8 +131,11 @@ fn blocked_text(ns: u64, lower_bound: bool) -> String {
 fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     let p = &r.process;
     let mut line = format!("pid {}", p.pid);
-    if let Some(n) = p.ns_pid {
-        line.push_str(&format!(" (pid {n} in its namespace)"));
+    match p.ns_pid {
+        Some(n) if n != p.pid => line.push_str(&format!(" (pid {n} in its namespace)")),
+        // The writer of a dumped ring is gone: only its namespace's pid is known.
+        Some(_) => line.push_str(" (of its own pid namespace)"),
+        None => {}
     }
     if let Some(c) = &p.comm {
         line.push_str(&format!(" ({c})"));

@@ -133,24 +133,50 @@ impl RingView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::tasks::tests::sample;
+    use crate::collect::ring::{RingSlot, TaskStats};
+
+    fn slot(id: u64, task: Option<TaskStats>) -> RingSlot {
+        RingSlot {
+            coroutine: task.is_some(),
+            exited: false,
+            id,
+            ns_id: None,
+            generation: 1,
+            name: format!("s{id}"),
+            snaps: 1,
+            entries: vec![(0, 0x1000)],
+            task,
+        }
+    }
 
     #[test]
     fn namespace_ids_become_ours_and_are_kept_beside() {
-        let mut r = sample();
-        let mut thread = r.slots[0].clone();
-        (thread.coroutine, thread.task, thread.id) = (false, None, 42);
-        r.slots.push(thread);
-        // Thread 42 of the namespace is our 4711; it polls task 3.
+        let polled = TaskStats {
+            polling_tid: 42,
+            ..TaskStats::default()
+        };
+        let mut r = RingView {
+            path: "/dev/shm/r".into(),
+            owner: 0,
+            version: 1,
+            pid: 1,
+            pid_ns: 1,
+            mnt_ns: 1,
+            ns_note: None,
+            process_start_time: 0,
+            exe: None,
+            created_unix_ns: 0,
+            created_monotonic_ns: 0,
+            depth: 32,
+            dropped: 0,
+            modules: Vec::new(),
+            // Thread 42 of the namespace (our 4711) polls task 3; thread
+            // 43 is gone.
+            slots: vec![slot(42, None), slot(43, None), slot(3, Some(polled))],
+        };
         r.to_host_tids(&TidMap::from_pairs(&[(42, 4711)]));
-        let t = r.slots.last().unwrap();
-        assert_eq!((t.id, t.ns_id), (4711, Some(42)));
+        let ids: Vec<_> = r.slots.iter().map(|s| (s.id, s.ns_id)).collect();
+        assert_eq!(ids, [(4711, Some(42)), (43, Some(43)), (3, None)]);
         assert_eq!(r.slots[2].task.unwrap().polling_tid, 4711);
-        assert!(
-            r.slots
-                .iter()
-                .filter(|s| s.coroutine)
-                .all(|s| s.ns_id.is_none())
-        );
     }
 }
