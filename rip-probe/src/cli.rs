@@ -8,7 +8,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    commands::{self, dump::DumpArgs, pid::LiveArgs},
+    commands::{self, dump::DumpArgs, list::ListArgs, pid::LiveArgs},
     error::{Error, Result},
 };
 
@@ -26,6 +26,8 @@ pub(crate) struct Cli {
 enum Command {
     /// Print where every thread was last seen, from ring files (no BPF).
     Dump(DumpArgs),
+    /// List the processes that map a librip ring: pid, cgroup, ring, threads and tasks.
+    List(ListArgs),
 }
 
 /// Runs the command line `args`, writing the report to `out`.
@@ -38,6 +40,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
     })?;
     match cli.command {
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
+        Some(Command::List(l)) => commands::list::run(&l, out),
         None => commands::pid::run(&cli.live, out),
     }
 }

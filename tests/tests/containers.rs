@@ -336,3 +336,110 @@ fn a_dead_containers_binaries_are_read_from_its_root_file_system() {
     );
     assert!(thread(&v, db)["location"]["frame"]["line"].is_null(), "{v}");
 }
+
+/// A cgroup (v2) of its own, removed on drop (after its processes).
+struct Cgroup(std::path::PathBuf);
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let root = mounts
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .find(|f| f[2] == "cgroup2")
+            .map(|f| f[1].to_string())
+            .expect("a cgroup2 mount");
+        let dir = Path::new(&root).join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Cgroup(dir)
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Its processes are killed first (the workloads are dropped
+        // before): a cgroup is removed once empty.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("could not remove {}", self.0.display());
+    }
+}
+
+#[test]
+fn a_cgroup_is_reported_process_by_process_and_listed() {
+    if !bpf_tests_enabled("a_cgroup_is_reported_process_by_process_and_listed") {
+        return;
+    }
+    let cg = Cgroup::new("rip-cgroup-test");
+    let dir = TempDir::new("/dev/shm", "cgroup");
+    let start = |name: &str| {
+        let mut cmd = Command::new(SERVER);
+        cmd.args(["--workers", "1", "--spinners", "0", "--ring"])
+            .arg(dir.join(name));
+        Workload::start(cmd)
+    };
+    let (a, b) = (start("a.ring"), start("b.ring"));
+    cg.add(a.pid());
+    cg.add(b.pid());
+    let name = cg.0.file_name().unwrap().to_str().unwrap();
+
+    // Relative to the cgroup v2 root, as /proc/PID/cgroup shows it.
+    let v = rip_probe_json(CLI, &["--cgroup", name, "--duration", "300ms", "--json"]);
+    let reports = v.as_array().expect("one report per process");
+    let pids: Vec<_> = reports
+        .iter()
+        .map(|r| r["process"]["pid"].clone())
+        .collect();
+    assert_eq!(pids, [a.pid(), b.pid()], "grouped by process, in pid order");
+    for (r, w, ring) in [(&reports[0], &a, "a.ring"), (&reports[1], &b, "b.ring")] {
+        assert_eq!(r["rings"][0]["path"], dir.join(ring).to_str().unwrap());
+        let t = thread(r, w.tid("role pipe-reader"));
+        assert_eq!(t["syscall"]["name"], "read", "{t}");
+        assert_eq!(
+            t["location"]["frame"]["line"].as_u64(),
+            Some(u64::from(marker_line(SOURCE, "// SNAP: wait_for_message")))
+        );
+    }
+    // Absolute, in text: a header, then each process's report.
+    let text = rip_probe_ok(
+        CLI,
+        &["--cgroup", cg.0.to_str().unwrap(), "--duration", "200ms"],
+    );
+    assert!(
+        text.starts_with(&format!("cgroup {}: 2 processes\n", cg.0.display())),
+        "{text}"
+    );
+    for w in [&a, &b] {
+        assert!(
+            text.contains(&format!("\npid {} (rip-demo-server)", w.pid())),
+            "{text}"
+        );
+    }
+
+    // list: both, with their cgroup, ring and thread count.
+    let list = rip_probe_ok(CLI, &["list"]);
+    for (w, ring) in [(&a, "a.ring"), (&b, "b.ring")] {
+        let row = list
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&w.pid().to_string()))
+            .unwrap_or_else(|| panic!("{} not listed:\n{list}", w.pid()));
+        let f: Vec<&str> = row.split_whitespace().collect();
+        let threads = std::fs::read_dir(format!("/proc/{}/task", w.pid()))
+            .unwrap()
+            .count();
+        assert_eq!(f[1], "-", "{row}");
+        assert_eq!(f[2], threads.to_string(), "{row}");
+        assert_eq!(f[3], "0", "no tasks: {row}");
+        assert_eq!(f[4], format!("/{name}"), "{row}");
+        assert_eq!(f[5], dir.join(ring).to_str().unwrap(), "{row}");
+    }
+    drop((a, b));
+}

@@ -1,6 +1,7 @@
 //! Collection: the raw facts about a target's threads, from the kernel
 //! (eBPF and /proc) and from the process's own ring file.
 
+pub(crate) mod cgroup;
 #[cfg(test)]
 mod exec_mapping;
 pub mod kernel;

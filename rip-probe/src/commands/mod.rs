@@ -3,7 +3,9 @@
 //! `pid` drives a live [`crate::session::Session`]; `dump` reads a ring
 //! alone; `original` dumps a ring of the original header-only librip.
 
+pub(crate) mod cgroup;
 pub(crate) mod dump;
+pub(crate) mod list;
 pub(crate) mod original;
 pub(crate) mod pid;
 
