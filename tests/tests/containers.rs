@@ -443,3 +443,59 @@ fn a_cgroup_is_reported_process_by_process_and_listed() {
     }
     drop((a, b));
 }
+
+/// What cannot work says so in one line naming what is missing: a user
+/// namespace (no capabilities over the host), a pid namespace (BPF's ids
+/// are the host's), a /proc mounted with hidepid=2.
+#[test]
+fn what_cannot_work_is_one_line_naming_what_is_missing() {
+    let c = Contained::start(SERVER, &["--workers", "1", "--spinners", "0"]);
+    let pid = c.pid.to_string();
+    let one_line = |args: &[&str], wants: &[&str]| {
+        let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        for w in wants {
+            assert!(err.contains(w), "{args:?}: no `{w}` in: {err}");
+        }
+    };
+    for cmd in [&["--pid", pid.as_str()][..], &["dump", "--pid", &pid]] {
+        let mut args = vec!["unshare", "--user", "--map-root-user", CLI];
+        args.extend(cmd);
+        one_line(
+            &args,
+            &[
+                "runs in user namespace user:[",
+                "CAP_SYS_ADMIN in the host's user namespace",
+            ],
+        );
+    }
+    one_line(
+        &[
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            CLI,
+            "--pid",
+            "1",
+        ],
+        &["runs in pid namespace pid:[", "hostPID"],
+    );
+    let hidden = format!(
+        "mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid 65534 --regid 65534 \
+         --clear-groups {CLI} \"$@\""
+    );
+    for cmd in [&["--pid", pid.as_str()][..], &["dump", "--pid", &pid]] {
+        let mut args = vec!["unshare", "--mount", "sh", "-c", &hidden, "sh"];
+        args.extend(cmd);
+        one_line(
+            &args,
+            &[
+                &format!("process {pid} exists but /proc hides it"),
+                "hidepid",
+            ],
+        );
+    }
+}

@@ -40,6 +40,18 @@ pub(crate) fn innermost_id(pid: u32, tid: u32) -> Option<u64> {
         .copied()
 }
 
+/// The inodes the kernel gives its first namespaces (`PROC_PID_INIT_INO`,
+/// `PROC_USER_INIT_INO`, fixed since Linux 3.8): the host's.
+pub(crate) const HOST_PID_NS: u64 = 0xEFFF_FFFC;
+/// See [`HOST_PID_NS`].
+pub(crate) const HOST_USER_NS: u64 = 0xEFFF_FFFD;
+
+/// The namespace of `kind` rip-probe runs in, when it is not the host's
+/// (`host`): rip-probe is in a container.
+pub(crate) fn ours_if_not_host(kind: &str, host: u64) -> Option<u64> {
+    inode(None, kind).filter(|&n| n != host)
+}
+
 /// Process `pid`'s pid in its own pid namespace, when that is not ours.
 pub(crate) fn ns_pid(pid: u32) -> Option<u32> {
     if !differs(pid, "pid") {
@@ -131,7 +143,7 @@ pub(crate) fn find_writer(pid_ns: u64, ns_pid: u32, start_ticks: u64) -> Writer 
              (run as root)"
                 .into(),
         )
-    } else if hides_pids() {
+    } else if discover::hides_pids() {
         Writer::Unknown(
             "/proc is mounted with hidepid: processes of other users are invisible (run as root, \
              or mount /proc without hidepid)"
@@ -140,23 +152,6 @@ pub(crate) fn find_writer(pid_ns: u64, ns_pid: u32, start_ticks: u64) -> Writer 
     } else {
         Writer::Gone
     }
-}
-
-/// Whether our /proc hides other users' processes (`hidepid=` 1, 2,
-/// `invisible` or `noaccess`) from a caller that is not root.
-pub(crate) fn hides_pids() -> bool {
-    if rustix::process::geteuid().is_root() {
-        return false;
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts.lines().any(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        f.get(1) == Some(&"/proc")
-            && f.get(3).is_some_and(|o| {
-                o.split(',')
-                    .any(|o| o.starts_with("hidepid=") && o != "hidepid=0" && o != "hidepid=off")
-            })
-    })
 }
 
 #[cfg(test)]

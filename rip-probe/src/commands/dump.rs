@@ -198,10 +198,24 @@ pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
 /// the first.
 fn ring_of(pid: u32) -> Result<RingView> {
     if !discover::exists(format!("/proc/{pid}")) {
-        return Err(Error::NoSuchProcess(pid));
+        return Err(if discover::hides_pids() {
+            Error::Hidden(pid)
+        } else {
+            Error::NoSuchProcess(pid)
+        });
     }
-    RingView::of_process(pid).map_err(|e| match e {
-        Error::Ring(librip::reader::ReadError::NoRing(_)) => Error::NoRing(pid),
-        e => e,
+    use librip::reader::ReadError;
+    // From a user namespace, other processes' maps and another mount
+    // namespace's files are out of reach: say that rather than "no ring".
+    let userns = namespaces::ours_if_not_host("user", namespaces::HOST_USER_NS);
+    RingView::of_process(pid).map_err(|e| match (e, userns) {
+        (Error::Ring(ReadError::PermissionDenied(_) | ReadError::Io(..)), Some(ns)) => {
+            Error::UserNamespace(ns)
+        }
+        (Error::Ring(ReadError::NoRing(_)), Some(ns)) if namespaces::differs(pid, "mnt") => {
+            Error::UserNamespace(ns)
+        }
+        (Error::Ring(ReadError::NoRing(_)), _) => Error::NoRing(pid),
+        (e, _) => e,
     })
 }

@@ -59,7 +59,7 @@ pub(crate) fn run(_: &ListArgs, out: &mut dyn Write) -> Result<()> {
         writeln!(
             out,
             "(no process maps a librip ring{})",
-            if namespaces::hides_pids() {
+            if crate::discover::hides_pids() {
                 "; /proc is mounted with hidepid, so other users' processes are invisible: run as root"
             } else {
                 ""
