@@ -122,6 +122,11 @@ pub mod hdr {
     pub const EXE_BUILD_ID_LEN: usize = 172;
     /// `[u8; 40]`: the executable's build-id.
     pub const EXE_BUILD_ID: usize = 176;
+    /// u64: inode of the writer's pid namespace (`/proc/self/ns/pid`);
+    /// 0 in files written before it was recorded.
+    pub const PID_NS: usize = 216;
+    /// u64: inode of the writer's mount namespace (`/proc/self/ns/mnt`); 0: unknown.
+    pub const MNT_NS: usize = 224;
 }
 
 /// Bits of the header's flags word.

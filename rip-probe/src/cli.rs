@@ -8,7 +8,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    commands::{self, dump::DumpArgs, locks::LocksArgs, pid::LiveArgs},
+    commands::{self, dump::DumpArgs, list::ListArgs, locks::LocksArgs, pid::LiveArgs},
     error::{Error, Result},
 };
 
@@ -29,6 +29,8 @@ enum Command {
     /// Count lock (futex) contention over a window: waits, wakes, wait
     /// times, top waiters and where the holders released each lock.
     Locks(LocksArgs),
+    /// List the processes that map a librip ring: pid, cgroup, ring, threads and tasks.
+    List(ListArgs),
 }
 
 /// Runs the command line `args`, writing the report to `out`.
@@ -42,6 +44,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
     match cli.command {
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
         Some(Command::Locks(l)) => commands::locks::run(&l, out),
+        Some(Command::List(l)) => commands::list::run(&l, out),
         None => commands::pid::run(&cli.live, out),
     }
 }

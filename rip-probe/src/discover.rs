@@ -64,6 +64,23 @@ pub(crate) fn exe(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
+/// Whether our /proc hides other users' processes (`hidepid=` 1, 2,
+/// `invisible` or `noaccess`) from a caller that is not root.
+pub(crate) fn hides_pids() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return false;
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.get(1) == Some(&"/proc")
+            && f.get(3).is_some_and(|o| {
+                o.split(',')
+                    .any(|o| o.starts_with("hidepid=") && o != "hidepid=0" && o != "hidepid=off")
+            })
+    })
+}
+
 /// Whether `path` exists and is a directory (a cheap liveness test).
 pub(crate) fn exists(path: impl AsRef<Path>) -> bool {
     path.as_ref().is_dir()
@@ -101,7 +118,12 @@ impl Target {
         // Read identity after the pidfd exists: if the pid was reused in
         // between, the start time below belongs to the process the pidfd
         // refers to... unless it exited already, which `lost` reports.
-        let st = stat(pid, 0).ok_or(Error::NoSuchProcess(pid))?;
+        let st = stat(pid, 0).ok_or(if hides_pids() {
+            // pidfd_open found it: /proc hides it from us.
+            Error::Hidden(pid)
+        } else {
+            Error::NoSuchProcess(pid)
+        })?;
         Ok(Target {
             pid,
             pidfd,

@@ -34,6 +34,31 @@ pub enum Error {
         /// The oldest kernel that has everything.
         minimum: &'static str,
     },
+    /// rip-probe runs in a user namespace other than the host's: its
+    /// capabilities do not reach the kernel's BPF nor other namespaces'
+    /// processes.
+    #[error(
+        "rip-probe runs in user namespace user:[{0}], not the host's: loading BPF and reading other \
+         processes' /proc/PID/map_files and /proc/PID/root need CAP_BPF, CAP_PERFMON and \
+         CAP_SYS_ADMIN in the host's user namespace; run it on the host or in a privileged \
+         container (docker run --privileged)"
+    )]
+    UserNamespace(u64),
+    /// rip-probe runs in a pid namespace other than the host's: BPF
+    /// reports the kernel's global thread ids, which it cannot map.
+    #[error(
+        "rip-probe runs in pid namespace pid:[{0}], not the host's: BPF sees the kernel's global \
+         thread ids, which cannot be mapped from inside; run it in the host's pid namespace \
+         (on the host, docker run --pid=host --privileged, a pod with hostPID: true), where it \
+         shows each thread's container id beside the host's"
+    )]
+    PidNamespace(u64),
+    /// /proc is mounted with hidepid and hides the target.
+    #[error(
+        "process {0} exists but /proc hides it (mounted with hidepid): run as root, or mount \
+         /proc with hidepid=0 (or gid=GROUP for a group you are in)"
+    )]
+    Hidden(u32),
     /// The target process does not exist.
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),

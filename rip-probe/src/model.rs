@@ -98,6 +98,9 @@ pub struct ProcessInfo {
     /// Set when the process exited, or its pid was reused, during the
     /// observation window.
     pub lost: Option<String>,
+    /// The process's pid in its own pid namespace, when that is not
+    /// rip-probe's (a container); `pid` is then rip-probe's.
+    pub ns_pid: Option<u32>,
 }
 
 /// A ring file that contributed locations.
@@ -107,8 +110,12 @@ pub struct RingInfo {
     pub path: String,
     /// Ring layout version.
     pub version: u32,
-    /// Pid that created the ring.
+    /// Pid that created the ring, in its own pid namespace.
     pub pid: u32,
+    /// Set when the ring was read through another process's view of the
+    /// files (its mount namespace): `path` is the path that process sees,
+    /// and this says which namespace and how the file was reached.
+    pub namespace: Option<String>,
     /// Creation time, ns since the Unix epoch.
     pub created_unix_ns: u64,
     /// Ring depth (entries kept per slot).
@@ -176,8 +183,13 @@ impl ThreadState {
 /// One thread of the process.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Thread {
-    /// Thread id (for a ring slot: the id it registered with).
+    /// Thread id (for a ring slot: the id it registered with), as
+    /// rip-probe's pid namespace numbers it when the thread is alive.
     pub tid: u64,
+    /// The thread's id in the process's own pid namespace, when that is
+    /// not rip-probe's (a container). For a thread with no live
+    /// counterpart (exited, or the process is gone) `tid` is that id too.
+    pub ns_tid: Option<u64>,
     /// Name: the ring slot's name when it has one, else the kernel's comm.
     pub name: String,
     /// Where `name` came from: `"ring"` or `"comm"`.

@@ -23,6 +23,7 @@ use crate::{
     analyze,
     collect::{
         kernel::{EventStream, KernelProbe, uprobe},
+        namespaces,
         procfs::{self, ProcLookup},
         ring::RingView,
         stacks::threads as stacks,
@@ -219,26 +220,20 @@ impl Session {
         if let Some(p) = &opts.ring {
             return RingView::open(p).map(Some);
         }
-        // The first ring the process maps whose header names this process
-        // (a forked child may still map its parent's ring).
+        // The first ring the process maps that it wrote (a forked child may
+        // still map its parent's ring), read through the process's own view
+        // of files, with its thread ids made ours.
         let Some(maps) = maps else {
             return Ok(None);
         };
-        let found = match RingView::find_in(pid, maps) {
-            Ok(v) => v,
+        match RingView::of_process_in(pid, maps) {
+            Ok(r) if r.written_by(pid) => Ok(Some(r)),
+            Ok(_) => Ok(None),
             // No ring is normal for --pid: kernel state and the user pc
             // still tell a lot. So is a process that just exited.
-            Err(Error::Ring(ReadError::NoRing(_) | ReadError::NoSuchProcess(_))) => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        for p in found {
-            if let Ok(r) = RingView::open_found(&p)
-                && r.pid == pid
-            {
-                return Ok(Some(r));
-            }
+            Err(Error::Ring(ReadError::NoRing(_) | ReadError::NoSuchProcess(_))) => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(None)
     }
 
     fn process_info(&mut self) -> ProcessInfo {
@@ -250,6 +245,7 @@ impl Session {
             comm: Some(self.target.comm().to_string()),
             alive: lost.is_none(),
             lost,
+            ns_pid: namespaces::ns_pid(pid),
         }
     }
 

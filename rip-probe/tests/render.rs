@@ -20,6 +20,7 @@ fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
     t.history.clear();
     t.polling_task = None;
     t.waits_for = None;
+    t.ns_tid = None;
     if state.is_blocked() {
         // Unwound, not sampled.
         t.stack_samples = None;
@@ -42,6 +43,8 @@ fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
 fn live_report() -> Report {
     let mut r = full_report();
     r.process.lost = None;
+    r.process.ns_pid = None;
+    r.rings[0].namespace = None;
     r.warnings.clear();
     r.deadlocks.clear();
     r.window_ns = 1_000_000_000;
@@ -265,4 +268,39 @@ fn the_task_table_stops_after_the_hundred_idle_longest() {
         "\n{got}"
     );
     assert!(got.contains("  150 tasks idle ≥1.0ms — last snap src/conn.rs:120 read_frame\n"));
+}
+
+/// A process in a container: host ids first, its namespace's beside them,
+/// and where its ring was read from.
+#[test]
+fn container_view() {
+    let mut r = live_report();
+    r.process.pid = 4711;
+    r.process.ns_pid = Some(1);
+    r.rings[0].namespace = Some("the path in the mount namespace of pid 4711".into());
+    r.threads[0].ns_tid = Some(7);
+    let got = render(render::live, &r);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [
+            "pid 4711 (pid 1 in its namespace) (server) /usr/bin/server: 3 threads, observed 1.0s",
+            "ring /dev/shm/x.ring (layout v1, depth 32)",
+            "  the path in the mount namespace of pid 4711",
+        ],
+        "\n{got}"
+    );
+    assert!(
+        got.contains("\n  10 (ns 7) pool-0           sleeping "),
+        "\n{got}"
+    );
+    // After the writer is gone only its namespace's pid is known.
+    r.process.pid = 1;
+    r.process.alive = false;
+    r.mode = Mode::Dump;
+    let got = render(render::grouped, &r);
+    assert!(
+        got.starts_with("pid 1 (of its own pid namespace) (server) /usr/bin/server: 3 threads, process not running\n"),
+        "\n{got}"
+    );
 }

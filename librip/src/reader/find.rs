@@ -97,24 +97,67 @@ fn parse_line(line: &str) -> Option<MapsLine> {
 }
 
 /// The ring files process `pid` maps: every file mapping in
-/// /proc/PID/maps whose first bytes carry the ring magic. Each is opened
-/// through /proc/PID/map_files (the mapped inode itself) or, without the
-/// rights for that, by path without following a symlink and only if it is
-/// still the mapped inode.
+/// /proc/PID/maps whose first bytes carry the ring magic, by the path the
+/// process sees (which, in another mount namespace, may not exist here).
+/// Each is opened as [`open_mapped`] does.
 pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
     let maps = ProcessMaps::open(pid).map_err(|e| no_such_process_or(pid, e))?;
     find_rings_in(pid, &maps)
 }
 
-/// [`find_rings`] over a map already open. Rings are shared file
-/// mappings, so only file-backed ones are looked at.
+/// [`find_rings`] over a map already open.
 pub fn find_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<PathBuf>, ReadError> {
+    Ok(open_rings_in(pid, maps)?
+        .into_iter()
+        .map(|r| r.path)
+        .collect())
+}
+
+/// A ring file a live process maps, opened.
+#[derive(Debug)]
+pub struct MappedRing {
+    /// The path the process sees (a path of its mount namespace).
+    pub path: PathBuf,
+    /// The mapped file itself.
+    pub file: RegularFile,
+    /// How it was reached.
+    pub via: Via,
+}
+
+/// How [`open_mapped`] reached a mapped file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// `/proc/PID/map_files/START-END`: the mapped inode, whatever its
+    /// path (needs CAP_SYS_ADMIN).
+    MapFiles(PathBuf),
+    /// Its path, which here reaches the same inode.
+    Path,
+    /// Its path resolved inside `/proc/PID/root` (the process's root, in
+    /// its own mount namespace), still the same inode.
+    Root(PathBuf),
+}
+
+/// [`find_rings`], with each ring opened.
+pub fn open_rings(pid: u32) -> Result<Vec<MappedRing>, ReadError> {
+    let maps = ProcessMaps::open(pid).map_err(|e| no_such_process_or(pid, e))?;
+    open_rings_in(pid, &maps)
+}
+
+/// [`open_rings`] over a map already open. Rings are shared file
+/// mappings, so only file-backed ones are looked at.
+pub fn open_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<MappedRing>, ReadError> {
     let files = maps.file_backed().map_err(|e| no_such_process_or(pid, e))?;
-    let mut rings: Vec<PathBuf> = Vec::new();
+    let mut rings: Vec<MappedRing> = Vec::new();
     for m in files {
         let Some(path) = m.file() else { continue };
-        if !rings.iter().any(|r| r == path) && has_magic(pid, m) {
-            rings.push(path.to_path_buf());
+        if rings.iter().any(|r| r.path == path) {
+            continue;
+        }
+        if let Some((file, via)) = open_mapped_via(pid, m)
+            && has_magic(&file)
+        {
+            let path = path.to_path_buf();
+            rings.push(MappedRing { path, file, via });
         }
     }
     if rings.is_empty() {
@@ -133,24 +176,42 @@ fn no_such_process_or(pid: u32, e: io::Error) -> ReadError {
     }
 }
 
-/// Opens the file a maps line names: through map_files, or by path if it
-/// is still the same inode.
+/// Opens the file a maps line names: through map_files, or by path (here,
+/// or inside the process's root) if that is still the mapped inode.
 pub fn open_mapped(pid: u32, m: &MapsLine) -> Option<RegularFile> {
-    if let Ok(f) = RegularFile::open(&m.map_files(pid), Follow::Yes) {
-        return Some(f);
-    }
-    let f = RegularFile::open(m.file()?, Follow::No).ok()?;
-    let dev = f.dev_ino.0;
-    let same = f.dev_ino.1 == m.inode
-        && (rustix::fs::major(dev), rustix::fs::minor(dev)) == (m.dev.0, m.dev.1);
-    same.then_some(f)
+    open_mapped_via(pid, m).map(|(f, _)| f)
 }
 
-fn has_magic(pid: u32, m: &MapsLine) -> bool {
+/// [`open_mapped`], saying how.
+pub fn open_mapped_via(pid: u32, m: &MapsLine) -> Option<(RegularFile, Via)> {
+    let map_files = m.map_files(pid);
+    if let Ok(f) = RegularFile::open(&map_files, Follow::Yes) {
+        return Some((f, Via::MapFiles(map_files)));
+    }
+    let path = m.file()?;
+    let same = |f: &RegularFile| {
+        let dev = f.dev_ino.0;
+        f.dev_ino.1 == m.inode
+            && (rustix::fs::major(dev), rustix::fs::minor(dev)) == (m.dev.0, m.dev.1)
+    };
+    if let Ok(f) = RegularFile::open(path, Follow::No)
+        && same(&f)
+    {
+        return Some((f, Via::Path));
+    }
+    // Another mount namespace: the path is the process's, so resolve it
+    // from the process's root, never leaving it.
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let f = RegularFile::open_in_root(&root, path, Follow::No).ok()?;
+    same(&f).then_some((
+        f,
+        Via::Root(root.join(path.strip_prefix("/").unwrap_or(path))),
+    ))
+}
+
+fn has_magic(f: &RegularFile) -> bool {
     let mut buf = [0u8; 8];
-    open_mapped(pid, m)
-        .and_then(|f| f.read_at(0, &mut buf).ok())
-        .is_some_and(|n| n == 8 && buf == MAGIC)
+    f.read_at(0, &mut buf).is_ok_and(|n| n == 8 && buf == MAGIC)
 }
 
 #[cfg(test)]

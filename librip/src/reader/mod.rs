@@ -18,7 +18,10 @@ mod ranges;
 use std::{path::Path, path::PathBuf};
 
 pub use error::ReadError;
-pub use find::{MapsLine, find_rings, find_rings_in, open_mapped, parse_maps};
+pub use find::{
+    MappedRing, MapsLine, Via, find_rings, find_rings_in, open_mapped, open_mapped_via, open_rings,
+    open_rings_in, parse_maps,
+};
 pub use maps::ProcessMaps;
 pub use open::{Follow, OpenError, RegularFile};
 pub use original::OriginalRing;
@@ -63,6 +66,13 @@ pub struct Header {
     pub sink_addr: u64,
     /// Some modules did not fit in the module table.
     pub modules_truncated: bool,
+    /// Inode of the writer's pid namespace: `pid` is a pid of that
+    /// namespace. 0 when the file does not say (written before it was
+    /// recorded).
+    pub pid_ns: u64,
+    /// Inode of the writer's mount namespace (0: not recorded): the
+    /// paths in the file (executable, modules) are paths of that namespace.
+    pub mnt_ns: u64,
 }
 
 /// An executable mapping of the writer, for symbolization.
@@ -161,6 +171,15 @@ impl RingFile {
         Ok(ring)
     }
 
+    /// Reads the ring in an already opened file (e.g. one a process maps,
+    /// from [`open_rings`]); `path` names it in errors.
+    pub fn read(file: RegularFile, path: &Path) -> Result<RingFile, ReadError> {
+        let owner = file.uid;
+        let mut ring = parse::parse(&file_source(file)).map_err(|e| e.at(path))?;
+        ring.owner = owner;
+        Ok(ring)
+    }
+
     /// Parses a ring from bytes (a copy of a file; for tests and fuzzing).
     pub fn from_bytes(bytes: &[u8]) -> Result<RingFile, ReadError> {
         parse::parse(&parse::Bytes(bytes))
@@ -222,12 +241,13 @@ fn open_error(path: &Path, e: OpenError) -> ReadError {
 fn source(path: &Path, follow: Follow) -> Result<(parse::FileSource, u32), ReadError> {
     let f = RegularFile::open(path, follow).map_err(|e| open_error(path, e))?;
     let owner = f.uid;
-    Ok((
-        parse::FileSource {
-            len: f.size,
-            allocated: f.allocated,
-            fd: f.into_fd(),
-        },
-        owner,
-    ))
+    Ok((file_source(f), owner))
+}
+
+fn file_source(f: RegularFile) -> parse::FileSource {
+    parse::FileSource {
+        len: f.size,
+        allocated: f.allocated,
+        fd: f.into_fd(),
+    }
 }

@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
 /// A regular file opened for reading, and what `fstat` said about it.
 #[derive(Debug)]
@@ -81,6 +81,44 @@ impl RegularFile {
         }
         let handle =
             rustix::fs::open(path, flags, Mode::empty()).map_err(|e| OpenError::Io(e.into()))?;
+        Self::from_handle(handle)
+    }
+
+    /// Opens `path` as a process whose root directory is `root` would (a
+    /// container's `/proc/PID/root`, or its root file system copied to
+    /// the host): every component, `..` and absolute symlink included, is
+    /// resolved inside `root` (`RESOLVE_IN_ROOT`), and no magic link of
+    /// /proc is followed on the way, so a path the container controls
+    /// cannot lead out of it. Then as [`RegularFile::open`].
+    pub fn open_in_root(
+        root: &Path,
+        path: &Path,
+        follow: Follow,
+    ) -> Result<RegularFile, OpenError> {
+        let dir = rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| OpenError::Io(e.into()))?;
+        let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+        if follow == Follow::No {
+            flags |= OFlags::NOFOLLOW;
+        }
+        let handle = rustix::fs::openat2(
+            &dir,
+            path,
+            flags,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| OpenError::Io(e.into()))?;
+        Self::from_handle(handle)
+    }
+
+    /// Requires the `O_PATH` descriptor `handle` to be a regular file,
+    /// then opens that inode for reading.
+    fn from_handle(handle: OwnedFd) -> Result<RegularFile, OpenError> {
         let st = rustix::fs::fstat(&handle).map_err(|e| OpenError::Io(e.into()))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {
@@ -180,6 +218,24 @@ mod tests {
             RegularFile::open(Path::new("/dev/null"), Follow::Yes),
             Err(OpenError::NotRegular("a character device"))
         ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_root_directory_holds_absolute_symlinks_and_dotdot() {
+        let d = scratch("root");
+        std::fs::create_dir_all(d.join("lib")).unwrap();
+        std::fs::write(d.join("lib/libx.so.1"), b"inside").unwrap();
+        // An absolute link and a climb out both stay inside the root.
+        std::os::unix::fs::symlink("/lib/libx.so.1", d.join("lib/libx.so")).unwrap();
+        std::os::unix::fs::symlink("../../../../etc/hostname", d.join("escape")).unwrap();
+        let f = RegularFile::open_in_root(&d, Path::new("/lib/libx.so"), Follow::Yes).unwrap();
+        assert_eq!(f.size, 6);
+        assert!(RegularFile::open_in_root(&d, Path::new("/lib/libx.so"), Follow::No).is_err());
+        assert!(RegularFile::open_in_root(&d, Path::new("/escape"), Follow::Yes).is_err());
+        assert!(
+            RegularFile::open_in_root(&d, Path::new("/../../etc/hostname"), Follow::Yes).is_err()
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

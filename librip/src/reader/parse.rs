@@ -469,6 +469,8 @@ fn header_fields(
         dropped_snaps: h.u64(hdr::DROPPED_SNAPS),
         sink_addr: h.u64(hdr::SINK_ADDR),
         modules_truncated: h.u32(hdr::FLAGS) & format::flags::MODULES_TRUNCATED != 0,
+        pid_ns: h.u64(hdr::PID_NS),
+        mnt_ns: h.u64(hdr::MNT_NS),
     })
 }
 

@@ -50,6 +50,15 @@ fn start_ticks(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The inode of one of this process's namespaces (`pid`, `mnt`), which
+/// names it for readers in any other namespace; 0 if /proc cannot say.
+fn namespace_inode(kind: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self resolves to this process whichever pid namespace the
+    // /proc mount belongs to, so this is right inside a container too.
+    std::fs::metadata(format!("/proc/self/ns/{kind}")).map_or(0, |m| m.ino())
+}
+
 /// The complete header image for `layout`, with the module table filled.
 pub(crate) fn build(layout: &Layout, table: &mut ModuleTable) -> Vec<u8> {
     let mut h = vec![0u8; format::HEADER_SIZE as usize];
@@ -86,6 +95,8 @@ pub(crate) fn build(layout: &Layout, table: &mut ModuleTable) -> Vec<u8> {
         (hdr::CREATED_REALTIME_NS, clock_ns(libc::CLOCK_REALTIME)),
         (hdr::CREATED_MONOTONIC_NS, monotonic_ns()),
         (hdr::SINK_ADDR, crate::snap::sink_seq() as u64),
+        (hdr::PID_NS, namespace_inode("pid")),
+        (hdr::MNT_NS, namespace_inode("mnt")),
     ];
     for (off, v) in u64s {
         put_u64(&mut h, off, v);
@@ -123,5 +134,13 @@ mod tests {
         assert_eq!(start_ticks(line), Some(987_654));
         assert_eq!(start_ticks("garbage"), None);
         assert!(process_start_ticks() > 0, "this process started after boot");
+    }
+
+    #[test]
+    fn namespaces_are_named_by_their_inodes() {
+        let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        let want = format!("pid:[{}]", namespace_inode("pid"));
+        assert_eq!(link.to_str().unwrap(), want);
+        assert_ne!(namespace_inode("mnt"), 0);
     }
 }

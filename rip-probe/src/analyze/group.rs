@@ -216,6 +216,7 @@ mod tests {
     fn thread(tid: u64, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
         Thread {
             tid,
+            ns_tid: None,
             name: "w".into(),
             name_source: "comm",
             state,

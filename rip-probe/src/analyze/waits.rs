@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use librip::reader::ProcessMaps;
 
 use crate::{
-    collect::{locks, memory::ProcessMemory},
+    collect::{locks, memory::ProcessMemory, namespaces::TidMap},
     model::{LockKind, Owner, Report, Thread, WaitsFor},
     symbolize::data::DataNames,
 };
@@ -24,7 +24,14 @@ type WaitArgs = (i64, u64, u64, u64);
 /// snapshot (`None`: locks are left unnamed).
 pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
     let mem = ProcessMemory::new(pid);
-    let status = |tid| locks::tid_status(pid, tid);
+    // A lock records its owner as the process's own pid namespace numbers
+    // it (a container's): ours are needed to find the owner here.
+    let ns = TidMap::of(pid);
+    let host = |tid: u32| ns.as_ref().map_or(Some(tid), |m| m.host(u64::from(tid)));
+    let status = |tid| match host(tid) {
+        Some(tid) => locks::tid_status(pid, tid),
+        None => locks::TidStatus::Gone,
+    };
     let mut names = DataNames::new(pid, maps);
     let mut evidence = super::rust_locks::Evidence::new(pid);
     let mut edges = BTreeMap::new();
@@ -57,7 +64,7 @@ pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
         let (Some((l, symbol)), Ok(tid)) = (found.as_ref(), u32::try_from(t.tid)) else {
             continue;
         };
-        let owner = l.owner.tid();
+        let owner = l.owner.tid().and_then(host);
         edges.insert(
             tid,
             WaitEdge {

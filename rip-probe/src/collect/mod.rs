@@ -1,11 +1,13 @@
 //! Collection: the raw facts about a target's threads, from the kernel
 //! (eBPF and /proc) and from the process's own ring file.
 
+pub(crate) mod cgroup;
 #[cfg(test)]
 mod exec_mapping;
 pub mod kernel;
 pub mod locks;
 pub mod memory;
+pub(crate) mod namespaces;
 pub(crate) mod procfs;
 pub(crate) mod ring;
 pub mod stacks;

@@ -10,7 +10,11 @@ use clap::Args;
 use super::{emit, filter_idle, parse_duration};
 use crate::{
     analyze,
-    collect::{procfs, ring::RingView},
+    collect::{
+        namespaces::{self, Writer},
+        procfs,
+        ring::RingView,
+    },
     correlate::{self, DumpOptions, tasks::TaskClock},
     discover,
     error::{Error, Result},
@@ -55,45 +59,86 @@ pub(crate) struct DumpArgs {
     /// programs only, as the original ring records no load address).
     #[arg(long, short, value_name = "BINARY")]
     exe: Option<PathBuf>,
+    /// Look the ring's binaries up under this directory, as the writer saw
+    /// them from its root (a container's root file system on the host,
+    /// like `gdb --sysroot`). Build-ids are checked.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
 }
 
 pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
-    // A path found in a process's maps is not followed through a symlink.
-    let (path, found) = match (&a.file, a.pid) {
-        (Some(f), _) => (f.clone(), false),
-        (None, Some(pid)) => (ring_of(pid)?, true),
+    let mut ring = match (&a.file, a.pid) {
+        (Some(path), _) => match timing::phase("read ring", || RingView::open(path)) {
+            Err(Error::Ring(librip::reader::ReadError::OriginalFormat)) => {
+                return super::original::dump(path, a.exe.as_deref(), a.json, out);
+            }
+            r => r?,
+        },
+        // Found in the process's maps and read through its own view of
+        // files (its mount namespace), with its thread ids made ours.
+        (None, Some(pid)) => timing::phase("read ring", || ring_of(pid))?,
         (None, None) => {
             return Err(Error::Usage(
                 "say which ring: rip-probe dump FILE, or rip-probe dump --pid PID".into(),
             ));
         }
     };
-    let open = if found {
-        RingView::open_found
-    } else {
-        RingView::open
-    };
-    let ring = match timing::phase("read ring", || open(&path)) {
-        Err(Error::Ring(librip::reader::ReadError::OriginalFormat)) => {
-            return super::original::dump(&path, a.exe.as_deref(), a.json, out);
-        }
-        r => r?,
-    };
     if a.exe.is_some() {
         return Err(Error::Usage(
             "--exe is for rings of the original librip; this ring names its own binaries".into(),
         ));
     }
-    let alive = same_process_alive(&ring);
+    let writer = ring.writer();
+    if let (Writer::Alive(pid), Some(_)) = (&writer, &a.file) {
+        ring.join_process(*pid);
+    }
+    let foreign = ring.pid_ns != 0 && Some(ring.pid_ns) != namespaces::inode(None, "pid");
+    let (pid, alive, lost) = match writer {
+        Writer::Alive(pid) => (pid, true, None),
+        Writer::Gone => (ring.pid, false, None),
+        Writer::Unknown(why) => (
+            ring.pid,
+            false,
+            Some(format!(
+                "cannot tell whether the writer (pid {} of its pid namespace) still runs: {why}",
+                ring.pid
+            )),
+        ),
+    };
+    if foreign && !alive {
+        ring.mark_namespace_ids();
+    }
+    let mut notes = Vec::new();
+    if let Some(root) = &a.root {
+        ring.resolve_in(root.clone());
+    } else if !alive && ring.mnt_ns != 0 && Some(ring.mnt_ns) != namespaces::inode(None, "mnt") {
+        notes.push(format!(
+            "the ring was written in another mount namespace (mnt:[{}]): its binaries are paths \
+             of that namespace; give its root file system with --root DIR",
+            ring.mnt_ns
+        ));
+    }
+    if foreign {
+        notes.push(format!(
+            "the ring was written in pid namespace pid:[{}]; {}",
+            ring.pid_ns,
+            if alive {
+                "thread ids are ours, each with its id there beside it"
+            } else {
+                "its writer is gone, so thread ids are that namespace's"
+            }
+        ));
+    }
     // The ring's modules are joined with the live process's maps only if
     // whoever wrote the file could read those maps anyway.
-    let trusted = alive && procfs::may_ptrace(ring.owner, ring.pid);
+    let trusted = alive && procfs::may_ptrace(ring.owner, pid);
     let process = ProcessInfo {
-        pid: ring.pid,
+        pid,
         exe: ring.exe.clone(),
         comm: None,
         alive,
-        lost: None,
+        lost,
+        ns_pid: foreign.then_some(ring.pid),
     };
     // A ring whose every slot exited (a finished program, like the
     // original librip's test.c) would show nothing: show what it left.
@@ -114,6 +159,7 @@ pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
         }
         None => None,
     };
+    report.warnings.extend(notes);
     let keep = |id: u64, n: &str| {
         (a.tid.is_empty() || a.tid.contains(&id)) && name.as_ref().is_none_or(|g| g.matches(n))
     };
@@ -123,14 +169,14 @@ pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     // Live: blazesym reads the process's own maps; post-mortem: the ring's
     // module table (file offsets and build-ids).
     let space = if trusted {
-        UserSpace::LiveWithModules(ring.pid, &ring.modules)
+        UserSpace::LiveWithModules(pid, &ring.modules)
     } else {
         UserSpace::Modules(&ring.modules)
     };
     if alive && !trusted {
         report.warnings.push(format!(
             "the ring's owner (uid {}) may not trace pid {}: its addresses are symbolized from the ring's module table only",
-            ring.owner, ring.pid
+            ring.owner, pid
         ));
     }
     timing::phase("symbolize", || {
@@ -148,20 +194,28 @@ pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     timing::phase("render", || emit(&report, a.json, out, view))
 }
 
-/// The ring of live process `pid`: the first mapped ring that names it.
-fn ring_of(pid: u32) -> Result<PathBuf> {
+/// The ring of live process `pid`: the first mapped ring it wrote, else
+/// the first.
+fn ring_of(pid: u32) -> Result<RingView> {
     if !discover::exists(format!("/proc/{pid}")) {
-        return Err(Error::NoSuchProcess(pid));
+        return Err(if discover::hides_pids() {
+            Error::Hidden(pid)
+        } else {
+            Error::NoSuchProcess(pid)
+        });
     }
-    let rings = RingView::find(pid)?;
-    rings.into_iter().next().ok_or(Error::NoRing(pid))
-}
-
-/// Whether the process that wrote `ring` is still running (same pid and
-/// start time, so not a reuse of its pid).
-fn same_process_alive(ring: &RingView) -> bool {
-    // A killed process lingers as a zombie until reaped: its maps are gone.
-    discover::stat(ring.pid, 0).is_some_and(|st| {
-        st.start_time == ring.process_start_time && !matches!(st.state, 'Z' | 'X')
+    use librip::reader::ReadError;
+    // From a user namespace, other processes' maps and another mount
+    // namespace's files are out of reach: say that rather than "no ring".
+    let userns = namespaces::ours_if_not_host("user", namespaces::HOST_USER_NS);
+    RingView::of_process(pid).map_err(|e| match (e, userns) {
+        (Error::Ring(ReadError::PermissionDenied(_) | ReadError::Io(..)), Some(ns)) => {
+            Error::UserNamespace(ns)
+        }
+        (Error::Ring(ReadError::NoRing(_)), Some(ns)) if namespaces::differs(pid, "mnt") => {
+            Error::UserNamespace(ns)
+        }
+        (Error::Ring(ReadError::NoRing(_)), _) => Error::NoRing(pid),
+        (e, _) => e,
     })
 }

@@ -72,6 +72,7 @@ pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
         comm: Some(target.comm().to_string()),
         alive: lost.is_none(),
         lost: lost.map(|l| l.describe(pid)),
+        ns_pid: crate::collect::namespaces::ns_pid(pid),
     };
     let report = timing::phase("analyze", || {
         analyze::contention::report(&counted, process, window_ns)

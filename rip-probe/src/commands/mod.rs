@@ -4,7 +4,9 @@
 //! alone; `original` dumps a ring of the original header-only librip;
 //! `locks` counts lock contention over a window.
 
+pub(crate) mod cgroup;
 pub(crate) mod dump;
+pub(crate) mod list;
 pub(crate) mod locks;
 pub(crate) mod original;
 pub(crate) mod pid;

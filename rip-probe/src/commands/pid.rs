@@ -20,11 +20,16 @@ use crate::{
 #[derive(Debug, Args)]
 pub(crate) struct LiveArgs {
     /// The process to look at.
-    #[arg(long, short)]
+    #[arg(long, short, conflicts_with = "cgroup")]
     pid: Option<u32>,
+    /// Every process of this cgroup (v2) and the cgroups below it (a
+    /// pod, a service, a container), in one report grouped by process:
+    /// a path under /sys/fs/cgroup, or relative to the cgroup v2 root.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["ring", "watch"])]
+    pub(super) cgroup: Option<PathBuf>,
     /// How long to watch context switches before reporting.
     #[arg(long, short, default_value = "1s", value_parser = parse_duration)]
-    duration: Duration,
+    pub(super) duration: Duration,
     /// Only threads blocked at least this long (e.g. 500ms, 2s).
     #[arg(long, value_parser = parse_duration)]
     min_blocked: Option<Duration>,
@@ -37,7 +42,7 @@ pub(crate) struct LiveArgs {
     watch: bool,
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// For programs without librip: attach uprobes to functions matching
     /// this glob (`LIB:GLOB` for a shared library) and report each
     /// thread's last function entered.
@@ -61,23 +66,21 @@ pub(crate) struct LiveArgs {
 }
 
 pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
+    if let Some(cgroup) = &a.cgroup {
+        return super::cgroup::run(a, cgroup, out);
+    }
     let pid = a.pid.ok_or_else(|| {
-        Error::Usage("say which process: rip-probe --pid PID (or rip-probe dump FILE)".into())
+        Error::Usage(
+            "say which process: rip-probe --pid PID, --cgroup PATH (or rip-probe dump FILE)".into(),
+        )
     })?;
-    let mut opts = SessionOptions::new(pid);
-    opts.uprobe = a.uprobe.clone();
-    opts.ring = a.ring.clone();
-    opts.no_ring = a.no_ring;
-    opts.stacks = !a.no_stacks;
-    let mut session = Session::attach(&opts)?;
+    let mut session = Session::attach(&options(a, pid))?;
     loop {
         session.observe(a.duration, &mut ())?;
         if !a.watch {
             session.stop_observing()?;
         }
-        let mut report = session.snapshot_ungrouped()?;
-        filter(&mut report, a.min_blocked, a.min_idle);
-        timing::phase("group", || analyze::groups(&mut report));
+        let report = report(a, &mut session)?;
         let text = if a.folded {
             render::folded
         } else {
@@ -89,6 +92,24 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
         }
         writeln!(out).map_err(|e| Error::io("stdout", e))?;
     }
+}
+
+/// The session options the arguments ask for, for process `pid`.
+pub(super) fn options(a: &LiveArgs, pid: u32) -> SessionOptions {
+    let mut opts = SessionOptions::new(pid);
+    opts.uprobe = a.uprobe.clone();
+    opts.ring = a.ring.clone();
+    opts.no_ring = a.no_ring;
+    opts.stacks = !a.no_stacks;
+    opts
+}
+
+/// A session's report now: filtered as the arguments ask, grouped.
+pub(super) fn report(a: &LiveArgs, session: &mut Session) -> Result<Report> {
+    let mut report = session.snapshot_ungrouped()?;
+    filter(&mut report, a.min_blocked, a.min_idle);
+    timing::phase("group", || analyze::groups(&mut report));
+    Ok(report)
 }
 
 /// `--min-blocked` and `--min-idle`.

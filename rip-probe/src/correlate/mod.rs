@@ -226,6 +226,7 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
             };
             Thread {
                 tid: u64::from(t.tid),
+                ns_tid: slot.and_then(|s| s.ns_id),
                 name,
                 name_source,
                 state,
@@ -312,6 +313,7 @@ fn ring_info(r: &RingView) -> RingInfo {
         path: r.path.display().to_string(),
         version: r.version,
         pid: r.pid,
+        namespace: r.ns_note.clone(),
         created_unix_ns: r.created_unix_ns,
         depth: r.depth,
         dropped_snaps: r.dropped,
@@ -365,6 +367,7 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
             let slot = slots.get(&u64::from(tid)).copied();
             Thread {
                 tid: u64::from(tid),
+                ns_tid: slot.and_then(|s| s.ns_id),
                 name: slot.map(|s| s.name.clone()).unwrap_or_default(),
                 name_source: "ring",
                 state: state_from_switch(r.state),
@@ -456,6 +459,7 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
             let n = s.entries.len();
             Thread {
                 tid: s.id,
+                ns_tid: s.ns_id,
                 name: s.name.clone(),
                 name_source: "ring",
                 state: if s.exited {
@@ -519,6 +523,7 @@ mod tests {
             coroutine: false,
             exited: false,
             id,
+            ns_id: None,
             generation: 1,
             name: format!("t{id}"),
             snaps: 1,
@@ -530,6 +535,9 @@ mod tests {
             owner: 0,
             version: 1,
             pid: 1,
+            pid_ns: 0,
+            mnt_ns: 0,
+            ns_note: None,
             process_start_time: 0,
             exe: None,
             created_unix_ns: 0,

@@ -85,6 +85,9 @@ fn terminal_safe(r: &Report) -> Report {
     }
     for ring in &mut r.rings {
         escape_in_place(&mut ring.path);
+        if let Some(n) = &mut ring.namespace {
+            escape_in_place(n);
+        }
     }
     r.warnings.iter_mut().for_each(escape_in_place);
     // Each shared stack once.
@@ -136,6 +139,12 @@ fn blocked_text(ns: u64, lower_bound: bool) -> String {
 fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     let p = &r.process;
     let mut line = format!("pid {}", p.pid);
+    match p.ns_pid {
+        Some(n) if n != p.pid => line.push_str(&format!(" (pid {n} in its namespace)")),
+        // The writer of a dumped ring is gone: only its namespace's pid is known.
+        Some(_) => line.push_str(" (of its own pid namespace)"),
+        None => {}
+    }
     if let Some(c) = &p.comm {
         line.push_str(&format!(" ({c})"));
     }
@@ -151,7 +160,7 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     }
     if r.mode == Mode::Pid {
         line.push_str(&format!(", observed {}", duration(r.window_ns)));
-    } else if !p.alive {
+    } else if !p.alive && p.lost.is_none() {
         line.push_str(", process not running");
     }
     writeln!(w, "{line}")?;
@@ -161,6 +170,9 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
             "ring {} (layout v{}, depth {})",
             ring.path, ring.version, ring.depth
         )?;
+        if let Some(n) = &ring.namespace {
+            writeln!(w, "  {n}")?;
+        }
     }
     if r.rings.is_empty() && r.mode == Mode::Pid {
         writeln!(
@@ -309,6 +321,15 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
     Ok(())
 }
 
+/// A thread's id, with its id in the process's own pid namespace beside
+/// it when that namespace is not ours: `4711 (ns 3)`.
+fn tid_text(t: &Thread) -> String {
+    match t.ns_tid {
+        Some(n) if n != t.tid => format!("{} (ns {n})", t.tid),
+        _ => t.tid.to_string(),
+    }
+}
+
 fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
     let blocked = t
         .blocked
@@ -322,7 +343,7 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
     writeln!(
         w,
         "  {:<8} {:<16} {:<15} {:>9}  {:<48} {}{task}",
-        t.tid,
+        tid_text(t),
         truncate(&t.name, 16),
         t.state.as_str(),
         blocked,
@@ -379,7 +400,7 @@ pub fn history(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
             ThreadState::Unknown => "live",
             s => s.as_str(),
         };
-        writeln!(w, "tid {} {:?} {state}{snaps}", t.tid, t.name)?;
+        writeln!(w, "tid {} {:?} {state}{snaps}", tid_text(t), t.name)?;
         entries(&t.history, &t.location, &mut w)?;
     }
     for t in &r.tasks {

@@ -271,8 +271,8 @@ impl Symbolizer {
             };
             let file = self
                 .opened
-                .entry(m.path.clone())
-                .or_insert_with(|| open_binary(&m.path))
+                .entry(module_key(m))
+                .or_insert_with(|| open_module(m))
                 .as_ref()
                 .map(RegularFile::proc_path);
             let problem = match &file {
@@ -306,7 +306,7 @@ impl Symbolizer {
             }
             // Snap sites from the binary's own table, if it matches the
             // build-id the ring recorded.
-            let Some(Ok(opened)) = self.opened.get(&m.path) else {
+            let Some(Ok(opened)) = self.opened.get(&module_key(m)) else {
                 continue;
             };
             let table = match self.sites.get(opened) {
@@ -400,11 +400,36 @@ impl ModuleIndex {
 /// followed: libraries are loaded through soname links). The error says
 /// why in words, never with the file's contents.
 fn open_binary(path: &Path) -> Result<RegularFile, String> {
-    RegularFile::open(path, Follow::Yes).map_err(|e| match e {
+    RegularFile::open(path, Follow::Yes).map_err(open_error_text)
+}
+
+/// Why a binary did not open, in words, never with the file's contents.
+fn open_error_text(e: OpenError) -> String {
+    match e {
         OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => "binary not found".into(),
         OpenError::Io(e) => format!("cannot open: {}", e.kind()),
         OpenError::NotRegular(what) => format!("not a regular file ({what})"),
-    })
+    }
+}
+
+/// Where a module's binary is, as the cache knows it: its path under the
+/// root it is resolved in.
+fn module_key(m: &ModuleMap) -> PathBuf {
+    match &m.root {
+        Some(root) => root.join(m.path.strip_prefix("/").unwrap_or(&m.path)),
+        None => m.path.clone(),
+    }
+}
+
+/// Opens a module's binary: by its path, or by its path inside the root
+/// of the process that loaded it (another mount namespace, a container's
+/// root file system), never leaving that root.
+fn open_module(m: &ModuleMap) -> Result<RegularFile, String> {
+    match &m.root {
+        None => open_binary(&m.path),
+        Some(root) => RegularFile::open_in_root(root, &m.path, Follow::Yes)
+            .map_err(|e| format!("in {}: {}", root.display(), open_error_text(e))),
+    }
 }
 
 /// The entry point (`e_entry`) of a 64-bit little-endian ELF file.
@@ -553,6 +578,7 @@ mod tests {
             end,
             file_offset,
             build_id: None,
+            root: None,
         }
     }
 

@@ -65,11 +65,13 @@ pub fn full_report() -> Report {
             comm: Some("server".into()),
             alive: true,
             lost: Some("gone".into()),
+            ns_pid: Some(1),
         },
         rings: vec![RingInfo {
             path: "/dev/shm/x.ring".into(),
             version: 1,
             pid: 1,
+            namespace: Some("the path in the mount namespace of pid 1".into()),
             created_unix_ns: 1,
             depth: 32,
             dropped_snaps: 0,
@@ -77,6 +79,7 @@ pub fn full_report() -> Report {
         window_ns: 1,
         threads: vec![Thread {
             tid: 2,
+            ns_tid: Some(2),
             name: "w".into(),
             name_source: "ring",
             state: ThreadState::Sleeping,
@@ -149,6 +152,7 @@ pub fn full_locks_report() -> contention::LocksReport {
             comm: Some("server".into()),
             alive: false,
             lost: Some("process 1 exited during observation".into()),
+            ns_pid: Some(1),
         },
         window_ns: 2_000_000_000,
         locks: vec![LockContention {

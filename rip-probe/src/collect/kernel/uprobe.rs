@@ -22,6 +22,8 @@ use blazesym::{
 };
 use rip_ebpf::names;
 
+use librip::reader::Via;
+
 use crate::error::{Error, Result};
 
 /// More probes than this would make attaching slow and the target slower
@@ -31,7 +33,9 @@ pub const MAX_PROBES: usize = 2000;
 /// A function chosen for probing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeSite {
-    /// The binary holding it.
+    /// The binary holding it, as a path that reaches the very file the
+    /// target mapped from here: `/proc/PID/exe`, `/proc/PID/map_files/…`,
+    /// or its path (inside `/proc/PID/root` in another mount namespace).
     pub binary: PathBuf,
     /// Its name as stored in the binary.
     pub name: String,
@@ -39,19 +43,24 @@ pub struct ProbeSite {
     pub file_offset: u64,
 }
 
-/// Splits `LIB:PATTERN` into the binary to search and the glob.
-fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, String)> {
+/// Splits `LIB:PATTERN` into the binary to search and the glob. The
+/// binary is returned twice: as a path that reaches the mapped file from
+/// here (which the kernel resolves at attach; the process may live in
+/// another mount namespace, where its paths are not ours), and as the
+/// process names it, for messages.
+fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
     match spec.split_once(':') {
         Some((lib, pat)) if !lib.is_empty() => {
             let maps_path = format!("/proc/{pid}/maps");
             let maps = std::fs::read_to_string(&maps_path).map_err(|e| Error::io(&maps_path, e))?;
             // librip's maps parser: paths may hold spaces, and pseudo-files
             // (`[vdso]`, deleted files) are not files.
-            let found = librip::reader::parse_maps(&maps)
+            let maps = librip::reader::parse_maps(&maps);
+            let found = maps
                 .iter()
-                .filter_map(|m| m.file().map(Path::to_path_buf))
-                .find(|p| {
-                    p.file_name()
+                .find(|m| {
+                    m.file()
+                        .and_then(Path::file_name)
                         .is_some_and(|f| f.to_string_lossy().contains(lib))
                 })
                 .ok_or_else(|| {
@@ -59,19 +68,35 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, String)> {
                         "--uprobe {spec}: pid {pid} maps no library matching `{lib}`"
                     ))
                 })?;
-            Ok((found, pat.to_string()))
+            let shown = PathBuf::from(&found.name);
+            let reach = match librip::reader::open_mapped_via(pid, found) {
+                Some((_, Via::MapFiles(p) | Via::Root(p))) => p,
+                Some((_, Via::Path)) => shown.clone(),
+                None => {
+                    return Err(Error::Usage(format!(
+                        "--uprobe {spec}: {} cannot be opened from here",
+                        shown.display()
+                    )));
+                }
+            };
+            Ok((reach, shown, pat.to_string()))
         }
         _ => {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                 .map_err(|_| Error::NoSuchProcess(pid))?;
-            Ok((exe, spec.to_string()))
+            // The link itself reaches the executable in any mount namespace.
+            Ok((
+                PathBuf::from(format!("/proc/{pid}/exe")),
+                exe,
+                spec.to_string(),
+            ))
         }
     }
 }
 
 /// The functions of the target matching `spec`.
 pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
-    let (binary, pattern) = target_binary(pid, spec)?;
+    let (binary, shown, pattern) = target_binary(pid, spec)?;
     let glob = glob::Pattern::new(&pattern)
         .map_err(|e| Error::Usage(format!("--uprobe {spec}: bad pattern: {e}")))?;
     let src = Source::Elf(Elf::new(&binary));
@@ -95,13 +120,13 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
             }
             ControlFlow::Continue(())
         })
-        .map_err(|e| Error::Usage(format!("--uprobe: cannot read {}: {e}", binary.display())))?;
+        .map_err(|e| Error::Usage(format!("--uprobe: cannot read {}: {e}", shown.display())))?;
     sites.sort_by_key(|s| s.file_offset);
     sites.dedup_by_key(|s| s.file_offset);
     if sites.is_empty() {
         return Err(Error::Usage(format!(
             "--uprobe {spec}: no function in {} matches `{pattern}`",
-            binary.display()
+            shown.display()
         )));
     }
     if sites.len() > MAX_PROBES {

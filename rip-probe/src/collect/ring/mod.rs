@@ -3,6 +3,7 @@
 //! and validates every offset) and turned into the few facts rip-probe
 //! joins with the kernel's view.
 
+mod namespaced;
 mod read;
 
 use std::path::PathBuf;
@@ -20,6 +21,10 @@ pub struct ModuleMap {
     pub file_offset: u64,
     /// GNU build-id of the file when it was mapped.
     pub build_id: Option<Vec<u8>>,
+    /// The root `path` is resolved in: `/proc/PID/root` for a process in
+    /// another mount namespace, a container's root file system
+    /// (`dump --root`); `None`: ours.
+    pub root: Option<PathBuf>,
 }
 
 /// One slot of a ring: a thread or a coroutine.
@@ -29,8 +34,13 @@ pub struct RingSlot {
     pub coroutine: bool,
     /// Marked exited by the program.
     pub exited: bool,
-    /// Thread id, or coroutine id.
+    /// Thread id, or coroutine id. A thread's is ours once
+    /// [`RingView::make_tids_host`] mapped it; before, and for a thread it
+    /// could not map, the id of the writer's pid namespace.
     pub id: u64,
+    /// The id the writer's pid namespace gives the thread, when that
+    /// namespace is not ours.
+    pub ns_id: Option<u64>,
     /// Distinguishes reuses of a coroutine slot.
     pub generation: u32,
     /// Name given at registration.
@@ -55,8 +65,16 @@ pub struct RingView {
     pub owner: u32,
     /// Layout version.
     pub version: u32,
-    /// Pid that created it.
+    /// Pid that created it, in its own pid namespace.
     pub pid: u32,
+    /// Inode of the writer's pid namespace (0: not recorded).
+    pub pid_ns: u64,
+    /// Inode of the writer's mount namespace (0: not recorded).
+    pub mnt_ns: u64,
+    /// Set when the ring was reached through another process's view of the
+    /// files (its mount namespace): which, and how. `path` is then the
+    /// path that process sees.
+    pub ns_note: Option<String>,
     /// The creating process's start time (clock ticks since boot), to
     /// recognise pid reuse.
     pub process_start_time: u64,

@@ -1,8 +1,8 @@
 //! Reading ring files with librip's reader.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use librip::reader::{Follow, ProcessMaps, RingFile, SlotKind, SlotState};
+use librip::reader::{RingFile, SlotKind, SlotState};
 
 use super::ModuleMap;
 use super::{RingSlot, RingView};
@@ -15,30 +15,16 @@ impl RingView {
         Ok(Self::from_ring(path, &ring))
     }
 
-    /// Reads a ring whose path came from a process's maps: a symlink put
-    /// in its place is not followed.
-    pub fn open_found(path: &Path) -> Result<Self, Error> {
-        let ring = RingFile::open_with(path, Follow::No).map_err(Error::Ring)?;
-        Ok(Self::from_ring(path, &ring))
-    }
-
-    /// The rings a live process has mapped (`/proc/PID/maps`).
-    pub fn find(pid: u32) -> Result<Vec<PathBuf>, Error> {
-        librip::reader::find_rings(pid).map_err(Error::Ring)
-    }
-
-    /// [`Self::find`] in a map already open.
-    pub fn find_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<PathBuf>, Error> {
-        librip::reader::find_rings_in(pid, maps).map_err(Error::Ring)
-    }
-
-    fn from_ring(path: &Path, ring: &RingFile) -> Self {
+    pub(super) fn from_ring(path: &Path, ring: &RingFile) -> Self {
         let h = ring.header();
         RingView {
             path: path.to_path_buf(),
             owner: ring.owner(),
             version: h.version,
             pid: h.pid,
+            pid_ns: h.pid_ns,
+            mnt_ns: h.mnt_ns,
+            ns_note: None,
             process_start_time: h.process_start_ticks,
             exe: (!h.exe.as_os_str().is_empty()).then(|| h.exe.display().to_string()),
             created_unix_ns: h.created_realtime_ns,
@@ -56,6 +42,7 @@ impl RingView {
                     end: m.end,
                     file_offset: m.file_offset,
                     build_id: m.build_id.clone(),
+                    root: None,
                 })
                 .collect(),
             slots: ring
@@ -64,6 +51,7 @@ impl RingView {
                     coroutine: s.kind == SlotKind::Coroutine,
                     exited: s.state == SlotState::Exited,
                     id: s.id,
+                    ns_id: None,
                     generation: s.generation,
                     name: s.name.clone(),
                     snaps: s.snaps,
