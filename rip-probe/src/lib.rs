@@ -22,10 +22,10 @@
 //! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring |
 //! | 3 | `correlate` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded |
 //! | 4 | `symbolize` | addresses to functions and lines (blazesym) |
-//! | 5 | [`analyze`] | groups over typed keys, filters |
+//! | 5 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
 //! | 6 | [`render`] | text or JSON |
 //! | 7 | [`session`] | a live process: discover → collect → correlate → symbolize |
-//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings): thin compositions of the stages |
+//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
 //! | 9 | [`cli`] | argument parsing and the one-line errors |
 #![deny(missing_docs)]
 

@@ -54,15 +54,20 @@ fn reports() -> Vec<Report> {
     vec![full, empty, sparse]
 }
 
+/// `report`'s JSON is valid against `validator` and has the schema version.
+fn assert_valid<R: serde::Serialize>(validator: &jsonschema::Validator, report: &R) {
+    let v = json(report);
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(v["schema"], SCHEMA_VERSION);
+}
+
 #[test]
 fn every_report_validates_against_the_models_schema() {
     let schema = schema();
     let validator = jsonschema::validator_for(&schema).expect("a valid schema");
     for r in reports() {
-        let v = json(&r);
-        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
-        assert!(errors.is_empty(), "{errors:#?}");
-        assert_eq!(v["schema"], SCHEMA_VERSION);
+        assert_valid(&validator, &r);
     }
     // And the check can fail: a report with a field of the wrong type.
     let mut v = json(&full_report());
@@ -87,10 +92,7 @@ fn every_locks_report_validates_against_its_schema() {
     let mut empty = full.clone();
     empty.locks.clear();
     for r in [full, sparse, empty] {
-        let v = json(&r);
-        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
-        assert!(errors.is_empty(), "{errors:#?}");
-        assert_eq!(v["schema"], SCHEMA_VERSION);
+        assert_valid(&validator, &r);
     }
     let mut v = json(&full_locks_report());
     v["locks"][0]["waits"] = "many".into();
