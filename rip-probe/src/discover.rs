@@ -54,8 +54,12 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
-/// `stat` of a thread (tid 0: of the process).
+/// `stat` of a thread (tid 0: of the process). The process's fields we
+/// use (comm, state, start time) are its leader thread's, which the kernel
+/// prints without summing every thread's times as /proc/PID/stat does
+/// (35 ms a read at 100,000 threads).
 pub(crate) fn stat(pid: u32, tid: u32) -> Option<Stat> {
+    let tid = if tid == 0 { pid } else { tid };
     parse_stat(&read_proc(pid, tid, "stat").ok()?)
 }
 

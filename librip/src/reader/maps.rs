@@ -89,12 +89,24 @@ impl ProcessMaps {
         Ok(self.files.get_or_init(|| v))
     }
 
+    /// Every executable mapping (binaries, `[vdso]`, JIT code), in address
+    /// order: listed now (without the ioctl, from the text read once).
+    pub fn executable(&self) -> io::Result<Vec<MapsLine>> {
+        self.list(VMA_EXECUTABLE, MapsLine::is_exec)
+    }
+
     fn list_file_backed(&self) -> io::Result<Vec<MapsLine>> {
+        self.list(FILE_BACKED_VMA, |m| m.inode != 0)
+    }
+
+    /// The mappings the kernel's `filter` flags select, or (without the
+    /// ioctl) the text's lines `keep` selects.
+    fn list(&self, filter: u64, keep: fn(&MapsLine) -> bool) -> io::Result<Vec<MapsLine>> {
         if self.query.load(std::sync::atomic::Ordering::Relaxed) {
             let mut out = Vec::new();
             let mut addr = 0u64;
             loop {
-                match self.ask(addr, COVERING_OR_NEXT_VMA | FILE_BACKED_VMA) {
+                match self.ask(addr, COVERING_OR_NEXT_VMA | filter) {
                     Ok(Some(m)) => {
                         addr = m.end;
                         out.push(m);
@@ -104,12 +116,7 @@ impl ProcessMaps {
                 }
             }
         }
-        Ok(self
-            .all()?
-            .iter()
-            .filter(|m| m.inode != 0)
-            .cloned()
-            .collect())
+        Ok(self.all()?.iter().filter(|m| keep(m)).cloned().collect())
     }
 
     /// The mapping holding `addr`, if any.
@@ -272,6 +279,22 @@ mod tests {
         let m = maps.containing(h).unwrap().expect("the heap is mapped");
         assert_eq!(m.inode, 0, "{m:?}");
         assert!(maps.containing(8).unwrap().is_none());
+    }
+
+    #[test]
+    fn executable_mappings_match_the_text() {
+        let maps = ProcessMaps::open(std::process::id()).unwrap();
+        let key = |m: &MapsLine| (m.start, m.end, m.perms.clone(), m.name.clone());
+        let got: Vec<_> = maps.executable().unwrap().iter().map(key).collect();
+        // [vsyscall] is the kernel's gate page, not a mapping of the
+        // process: the text prints it, the ioctl does not.
+        let want: Vec<_> = text_of_self()
+            .iter()
+            .filter(|m| m.is_exec() && m.name != "[vsyscall]")
+            .map(key)
+            .collect();
+        assert!(got.iter().any(|k| k.3 == "[vdso]"), "{got:?}");
+        assert_eq!(got, want);
     }
 
     #[test]

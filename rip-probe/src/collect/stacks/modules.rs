@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, fs::File, ops::Range, sync::Arc};
 
-use librip::reader::{Follow, MapsLine, RegularFile, parse_maps};
+use librip::reader::{Follow, MapsLine, ProcessMaps, RegularFile};
 use object::{
     Object, ObjectSection, ReadCache,
     elf::{PF_X, PT_LOAD},
@@ -133,10 +133,12 @@ pub struct Modules {
 }
 
 impl Modules {
-    /// Reads /proc/PID/maps. Binaries are not opened yet.
+    /// Lists the process's executable mappings (asked of the kernel, not
+    /// read from the whole /proc/PID/maps, which has two lines per
+    /// thread). Binaries are not opened yet.
     pub fn new(pid: u32) -> std::io::Result<Modules> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        Ok(Modules::from_maps(pid, &parse_maps(&text)))
+        let code = ProcessMaps::open(pid)?.executable()?;
+        Ok(Modules::from_maps(pid, &code))
     }
 
     /// The modules of `pid` as `maps` describes its mappings (for tests, and
@@ -158,9 +160,7 @@ impl Modules {
     /// Reads /proc/PID/maps again (code loaded since, `dlopen`), keeping
     /// the binaries parsed so far.
     pub fn refresh(&mut self) -> std::io::Result<()> {
-        let text = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))?;
-        let fresh = Modules::from_maps(self.pid, &parse_maps(&text));
-        self.code = fresh.code;
+        self.code = Modules::new(self.pid)?.code;
         Ok(())
     }
 
@@ -301,6 +301,7 @@ fn hdr_is_sound(at: u64, hdr: &[u8], eh_frame: &Range<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use librip::reader::parse_maps;
 
     fn maps_line(start: u64, end: u64, name: &str, inode: u64) -> MapsLine {
         let text = format!("{start:x}-{end:x} r-xp 00000000 fe:00 {inode} {name}\n");
