@@ -457,3 +457,20 @@ pub fn marker_line(file: &str, marker: &str) -> u32 {
         .unwrap_or_else(|| panic!("no `{marker}` in {}", path.display()));
     i as u32 + 1
 }
+
+/// Asserts that thread `t` of a `--uprobe 'worker_*'` JSON report on
+/// `tests/c/uninstrumented.c` was last seen entering `worker_wait`, at its
+/// line.
+pub fn assert_uprobe_in_worker_wait(t: &serde_json::Value) {
+    let line = marker_line("c/uninstrumented.c", "int worker_wait(void)");
+    let loc = &t["location"];
+    assert_eq!(loc["source"], "uprobe", "{t}");
+    assert_eq!(loc["frame"]["function"], "worker_wait", "{t}");
+    let got = loc["frame"]["line"].as_u64().unwrap() as u32;
+    // The uprobe sits on the function's entry: its line is the
+    // signature's or the one after (the prologue).
+    assert!(
+        (line..=line + 2).contains(&got),
+        "line {got}, function at {line}: {t}"
+    );
+}

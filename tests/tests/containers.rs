@@ -10,7 +10,8 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use rip_tests::{
-    TempDir, Workload, bpf_tests_enabled, build_c, marker_line, rip_probe_json, rip_probe_ok,
+    TempDir, Workload, assert_uprobe_in_worker_wait, bpf_tests_enabled, build_c, marker_line,
+    rip_probe_json, rip_probe_ok,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -108,7 +109,7 @@ fn host_tid(pid: u32, ns_tid: u32) -> u32 {
     panic!("no thread {ns_tid} in the namespace of {pid}");
 }
 
-fn thread<'a>(v: &'a serde_json::Value, tid: u32) -> &'a serde_json::Value {
+fn thread(v: &serde_json::Value, tid: u32) -> &serde_json::Value {
     v["threads"]
         .as_array()
         .unwrap()
@@ -210,32 +211,15 @@ fn uprobes_attach_to_a_binary_the_host_has_no_path_for() {
     let bin = build_c("uninstrumented", &[]);
     let c = Contained::start(bin.to_str().unwrap(), &["2"]);
     let pid = c.pid.to_string();
-    let v = rip_probe_json(
-        CLI,
-        &[
-            "--pid",
-            &pid,
-            "--duration",
-            "700ms",
-            "--uprobe",
-            "worker_*",
-            "--json",
-        ],
-    );
-    let line = marker_line("c/uninstrumented.c", "int worker_wait(void)");
+    let cmd = format!("--pid {pid} --duration 700ms --uprobe worker_* --json");
+    let args: Vec<&str> = cmd.split(' ').collect();
+    let v = rip_probe_json(CLI, &args);
     let workers = c.w.tids("worker ");
     assert_eq!(workers.len(), 2);
     for ns_tid in workers {
         let t = thread(&v, c.host_tid(ns_tid));
         assert_eq!(t["syscall"]["name"], "poll", "{t}");
-        let loc = &t["location"];
-        assert_eq!(loc["source"], "uprobe", "{t}");
-        assert_eq!(loc["frame"]["function"], "worker_wait", "{t}");
-        let got = loc["frame"]["line"].as_u64().unwrap() as u32;
-        assert!(
-            (line..=line + 2).contains(&got),
-            "line {got}, function at {line}: {t}"
-        );
+        assert_uprobe_in_worker_wait(t);
     }
 }
 
