@@ -45,7 +45,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
         Some(Command::Locks(l)) => commands::locks::run(&l, out),
         Some(Command::List(l)) => commands::list::run(&l, out),
-        None => commands::pid::run(&cli.live, out),
+        None => commands::live(&cli.live, out),
     }
 }
 

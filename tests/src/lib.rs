@@ -470,3 +470,20 @@ pub fn json_thread(report: &serde_json::Value, tid: u32) -> &serde_json::Value {
         .find(|t| t["tid"] == tid)
         .unwrap_or_else(|| panic!("no thread {tid} in {report}"))
 }
+
+/// Asserts that thread `t` of a `--uprobe 'worker_*'` JSON report on
+/// `tests/c/uninstrumented.c` was last seen entering `worker_wait`, at its
+/// line.
+pub fn assert_uprobe_in_worker_wait(t: &serde_json::Value) {
+    let line = marker_line("c/uninstrumented.c", "int worker_wait(void)");
+    let loc = &t["location"];
+    assert_eq!(loc["source"], "uprobe", "{t}");
+    assert_eq!(loc["frame"]["function"], "worker_wait", "{t}");
+    let got = loc["frame"]["line"].as_u64().unwrap() as u32;
+    // The uprobe sits on the function's entry: its line is the
+    // signature's or the one after (the prologue).
+    assert!(
+        (line..=line + 2).contains(&got),
+        "line {got}, function at {line}: {t}"
+    );
+}

@@ -10,7 +10,8 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use rip_tests::{
-    TempDir, Workload, bpf_tests_enabled, build_c, marker_line, rip_probe_json, rip_probe_ok,
+    TempDir, Workload, assert_uprobe_in_worker_wait, bpf_tests_enabled, build_c, json_thread,
+    marker_line, rip_probe_json, rip_probe_ok,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -108,15 +109,6 @@ fn host_tid(pid: u32, ns_tid: u32) -> u32 {
     panic!("no thread {ns_tid} in the namespace of {pid}");
 }
 
-fn thread(v: &serde_json::Value, tid: u32) -> &serde_json::Value {
-    v["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == tid)
-        .unwrap_or_else(|| panic!("tid {tid} missing: {v}"))
-}
-
 #[test]
 fn a_contained_process_is_reported_under_host_tids_with_its_ring_and_lines() {
     if !bpf_tests_enabled("a_contained_process_is_reported_under_host_tids_with_its_ring_and_lines")
@@ -149,7 +141,7 @@ fn a_contained_process_is_reported_under_host_tids_with_its_ring_and_lines() {
         let ns_tid = c.w.tid(&format!("role {role}"));
         let tid = c.host_tid(ns_tid);
         assert_ne!(tid, ns_tid, "{role}: host and namespace ids differ");
-        let t = thread(&v, tid);
+        let t = json_thread(&v, tid);
         assert_eq!(t["ns_tid"], ns_tid, "{role}: {t}");
         assert_eq!(t["name"], role, "{t}");
         assert_eq!(t["name_source"], "ring", "{t}");
@@ -172,8 +164,8 @@ fn a_contained_process_is_reported_under_host_tids_with_its_ring_and_lines() {
     // by the host's ids.
     let a = c.host_tid(c.w.tid("role locker-a"));
     let b = c.host_tid(c.w.tid("role locker-b"));
-    assert_eq!(thread(&v, a)["waits_for"]["owner_tid"], b, "{v}");
-    assert_eq!(thread(&v, b)["waits_for"]["owner_tid"], a, "{v}");
+    assert_eq!(json_thread(&v, a)["waits_for"]["owner_tid"], b, "{v}");
+    assert_eq!(json_thread(&v, b)["waits_for"]["owner_tid"], a, "{v}");
 
     // The text view: host tid first, the namespace's beside it.
     let text = rip_probe_ok(CLI, &["--pid", &pid, "--duration", "200ms"]);
@@ -194,7 +186,7 @@ fn a_contained_process_is_reported_under_host_tids_with_its_ring_and_lines() {
     assert_eq!(d["process"]["alive"], true);
     assert_eq!(d["rings"][0]["path"], "/dev/shm/rip-0/prog.1.ring");
     let ns_tid = c.w.tid("role pipe-reader");
-    let t = thread(&d, c.host_tid(ns_tid));
+    let t = json_thread(&d, c.host_tid(ns_tid));
     assert_eq!(t["ns_tid"], ns_tid);
     assert_eq!(
         t["location"]["frame"]["line"].as_u64(),
@@ -210,32 +202,15 @@ fn uprobes_attach_to_a_binary_the_host_has_no_path_for() {
     let bin = build_c("uninstrumented", &[]);
     let c = Contained::start(bin.to_str().unwrap(), &["2"]);
     let pid = c.pid.to_string();
-    let v = rip_probe_json(
-        CLI,
-        &[
-            "--pid",
-            &pid,
-            "--duration",
-            "700ms",
-            "--uprobe",
-            "worker_*",
-            "--json",
-        ],
-    );
-    let line = marker_line("c/uninstrumented.c", "int worker_wait(void)");
+    let cmd = format!("--pid {pid} --duration 700ms --uprobe worker_* --json");
+    let args: Vec<&str> = cmd.split(' ').collect();
+    let v = rip_probe_json(CLI, &args);
     let workers = c.w.tids("worker ");
     assert_eq!(workers.len(), 2);
     for ns_tid in workers {
-        let t = thread(&v, c.host_tid(ns_tid));
+        let t = json_thread(&v, c.host_tid(ns_tid));
         assert_eq!(t["syscall"]["name"], "poll", "{t}");
-        let loc = &t["location"];
-        assert_eq!(loc["source"], "uprobe", "{t}");
-        assert_eq!(loc["frame"]["function"], "worker_wait", "{t}");
-        let got = loc["frame"]["line"].as_u64().unwrap() as u32;
-        assert!(
-            (line..=line + 2).contains(&got),
-            "line {got}, function at {line}: {t}"
-        );
+        assert_uprobe_in_worker_wait(t);
     }
 }
 
@@ -262,7 +237,7 @@ fn a_ring_written_in_a_pid_namespace_is_dumped_live_and_after_sigkill() {
     assert_eq!(v["process"]["pid"], pid);
     assert_eq!(v["process"]["ns_pid"], 1);
     let ns_tid = w.tid("role db-stuck");
-    let t = thread(&v, host_tid(pid, ns_tid));
+    let t = json_thread(&v, host_tid(pid, ns_tid));
     assert_eq!(t["ns_tid"], ns_tid);
     assert_eq!(t["name"], "db-stuck");
     let text = rip_probe_ok(CLI, &["dump", path, "--threads"]);
@@ -282,7 +257,7 @@ fn a_ring_written_in_a_pid_namespace_is_dumped_live_and_after_sigkill() {
     let v = rip_probe_json(CLI, &["dump", path, "--json"]);
     assert_eq!(v["process"]["alive"], false, "{}", v["process"]);
     assert_eq!(v["process"]["pid"], 1);
-    let t = thread(&v, ns_tid);
+    let t = json_thread(&v, ns_tid);
     assert_eq!(t["ns_tid"], ns_tid);
     assert_eq!(t["name"], "db-stuck");
     let text = rip_probe_ok(CLI, &["dump", path]);
@@ -309,7 +284,10 @@ fn a_dead_containers_binaries_are_read_from_its_root_file_system() {
     let v = rip_probe_json(CLI, &["dump", path, "--json"]);
     let w = v["warnings"].to_string();
     assert!(w.contains("--root DIR"), "{w}");
-    assert!(thread(&v, db)["location"]["frame"]["line"].is_null(), "{v}");
+    assert!(
+        json_thread(&v, db)["location"]["frame"]["line"].is_null(),
+        "{v}"
+    );
 
     // Its root file system on the host (as a container runtime keeps it).
     let rootfs = TempDir::new("/tmp", "rootfs");
@@ -318,7 +296,7 @@ fn a_dead_containers_binaries_are_read_from_its_root_file_system() {
     std::fs::copy(DUMPER, &inside).unwrap();
     let root = rootfs.path().to_str().unwrap();
     let v = rip_probe_json(CLI, &["dump", path, "--root", root, "--json"]);
-    let loc = &thread(&v, db)["location"]["frame"];
+    let loc = &json_thread(&v, db)["location"]["frame"];
     assert_eq!(loc["line"].as_u64(), Some(u64::from(line)), "{v}");
     assert!(
         loc["function"].as_str().unwrap().ends_with("query_db"),
@@ -334,7 +312,10 @@ fn a_dead_containers_binaries_are_read_from_its_root_file_system() {
         "{}",
         v["warnings"]
     );
-    assert!(thread(&v, db)["location"]["frame"]["line"].is_null(), "{v}");
+    assert!(
+        json_thread(&v, db)["location"]["frame"]["line"].is_null(),
+        "{v}"
+    );
 }
 
 /// A cgroup (v2) of its own, removed on drop (after its processes).
@@ -401,7 +382,7 @@ fn a_cgroup_is_reported_process_by_process_and_listed() {
     assert_eq!(pids, [a.pid(), b.pid()], "grouped by process, in pid order");
     for (r, w, ring) in [(&reports[0], &a, "a.ring"), (&reports[1], &b, "b.ring")] {
         assert_eq!(r["rings"][0]["path"], dir.join(ring).to_str().unwrap());
-        let t = thread(r, w.tid("role pipe-reader"));
+        let t = json_thread(r, w.tid("role pipe-reader"));
         assert_eq!(t["syscall"]["name"], "read", "{t}");
         assert_eq!(
             t["location"]["frame"]["line"].as_u64(),

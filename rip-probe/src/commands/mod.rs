@@ -20,6 +20,14 @@ use crate::{
     render,
 };
 
+/// The live commands: `--cgroup PATH`, else `--pid PID`.
+pub(crate) fn live(a: &pid::LiveArgs, out: &mut dyn Write) -> Result<()> {
+    match &a.cgroup {
+        Some(path) => cgroup::run(a, path, out),
+        None => pid::run(a, out),
+    }
+}
+
 fn write_err(e: std::io::Error) -> Error {
     Error::io("stdout", e)
 }

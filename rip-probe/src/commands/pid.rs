@@ -66,9 +66,6 @@ pub(crate) struct LiveArgs {
 }
 
 pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
-    if let Some(cgroup) = &a.cgroup {
-        return super::cgroup::run(a, cgroup, out);
-    }
     let pid = a.pid.ok_or_else(|| {
         Error::Usage(
             "say which process: rip-probe --pid PID, --cgroup PATH (or rip-probe dump FILE)".into(),

@@ -530,23 +530,7 @@ mod tests {
             entries: vec![(0, 0x1000)],
             task: None,
         };
-        let ring = RingView {
-            path: "r".into(),
-            owner: 0,
-            version: 1,
-            pid: 1,
-            pid_ns: 0,
-            mnt_ns: 0,
-            ns_note: None,
-            process_start_time: 0,
-            exe: None,
-            created_unix_ns: 0,
-            created_monotonic_ns: 0,
-            depth: 32,
-            dropped: 0,
-            modules: Vec::new(),
-            slots: vec![slot((1 << 32) + 5), slot(5)],
-        };
+        let ring = RingView::with_slots(vec![slot((1 << 32) + 5), slot(5)]);
         let opts = DumpOptions {
             history: false,
             exited: false,

@@ -130,21 +130,9 @@ pub(crate) mod tests {
 
     fn ring(slots: Vec<RingSlot>) -> RingView {
         RingView {
-            owner: 0,
-            path: "/dev/shm/t.ring".into(),
-            version: 1,
-            pid: 1,
-            pid_ns: 0,
-            mnt_ns: 0,
-            ns_note: None,
-            process_start_time: 0,
-            exe: None,
             created_unix_ns: CREATED_UNIX,
             created_monotonic_ns: CREATED_MONO,
-            depth: 32,
-            dropped: 0,
-            modules: Vec::new(),
-            slots,
+            ..RingView::with_slots(slots)
         }
     }
 

@@ -35,7 +35,7 @@ pub struct RingSlot {
     /// Marked exited by the program.
     pub exited: bool,
     /// Thread id, or coroutine id. A thread's is ours once
-    /// [`RingView::make_tids_host`] mapped it; before, and for a thread it
+    /// [`RingView::map_tids_to_ours`] mapped it; before, and for a thread it
     /// could not map, the id of the writer's pid namespace.
     pub id: u64,
     /// The id the writer's pid namespace gives the thread, when that
@@ -100,5 +100,29 @@ impl RingView {
     pub fn unix_ns(&self, monotonic_ns: u64) -> u64 {
         let since = monotonic_ns.wrapping_sub(self.created_monotonic_ns) as i64;
         self.created_unix_ns.saturating_add_signed(since)
+    }
+}
+
+#[cfg(test)]
+impl RingView {
+    /// A ring of pid 1 (no namespaces recorded, no modules) holding `slots`.
+    pub(crate) fn with_slots(slots: Vec<RingSlot>) -> RingView {
+        RingView {
+            path: "/dev/shm/t.ring".into(),
+            owner: 0,
+            version: 1,
+            pid: 1,
+            pid_ns: 0,
+            mnt_ns: 0,
+            ns_note: None,
+            process_start_time: 0,
+            exe: None,
+            created_unix_ns: 0,
+            created_monotonic_ns: 0,
+            depth: 32,
+            dropped: 0,
+            modules: Vec::new(),
+            slots,
+        }
     }
 }

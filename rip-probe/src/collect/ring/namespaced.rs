@@ -93,7 +93,7 @@ impl RingView {
     /// looked up in its root (when its mount namespace is not ours).
     pub fn join_process(&mut self, pid: u32) {
         if let Some(map) = TidMap::of(pid) {
-            self.make_tids_host(&map);
+            self.map_tids_to_ours(&map);
         }
         if namespaces::differs(pid, "mnt") {
             self.resolve_in(PathBuf::from(format!("/proc/{pid}/root")));
@@ -103,7 +103,7 @@ impl RingView {
     /// Rewrites thread ids (slots and the tids polling tasks) from the
     /// writer's pid namespace to ours. Every thread slot keeps its
     /// namespace id in `ns_id`; one whose thread is gone keeps that id.
-    pub(crate) fn make_tids_host(&mut self, map: &TidMap) {
+    pub(crate) fn map_tids_to_ours(&mut self, map: &TidMap) {
         for s in &mut self.slots {
             if let Some(t) = &mut s.task
                 && t.polling_tid != 0
@@ -162,26 +162,11 @@ mod tests {
             polling_tid: 42,
             ..TaskStats::default()
         };
-        let mut r = RingView {
-            path: "/dev/shm/r".into(),
-            owner: 0,
-            version: 1,
-            pid: 1,
-            pid_ns: 1,
-            mnt_ns: 1,
-            ns_note: None,
-            process_start_time: 0,
-            exe: None,
-            created_unix_ns: 0,
-            created_monotonic_ns: 0,
-            depth: 32,
-            dropped: 0,
-            modules: Vec::new(),
-            // Thread 42 of the namespace (our 4711) polls task 3; thread
-            // 43 is gone.
-            slots: vec![slot(42, None), slot(43, None), slot(3, Some(polled))],
-        };
-        r.make_tids_host(&TidMap::from_pairs(&[(42, 4711)]));
+        // Thread 42 of the namespace (our 4711) polls task 3; thread 43
+        // is gone.
+        let mut r =
+            RingView::with_slots(vec![slot(42, None), slot(43, None), slot(3, Some(polled))]);
+        r.map_tids_to_ours(&TidMap::from_pairs(&[(42, 4711)]));
         let ids: Vec<_> = r.slots.iter().map(|s| (s.id, s.ns_id)).collect();
         assert_eq!(ids, [(4711, Some(42)), (43, Some(43)), (3, None)]);
         assert_eq!(r.slots[2].task.unwrap().polling_tid, 4711);
