@@ -224,6 +224,8 @@ fn waited(tid: u32, p: &PendingFutex, ns: u64) {
     if stat.is_none() {
         if let Some(zero) = LOCK_SCRATCH.get_ptr(0) {
             // SAFETY: a per-CPU array value, valid for the program's run.
+            // Passed by reference: the value is too large for the BPF stack.
+            #[allow(clippy::needless_borrows_for_generic_args)]
             let _ = LOCK_STATS.insert(p.uaddr, unsafe { &*zero }, BPF_NOEXIST as u64);
         }
         stat = LOCK_STATS.get_ptr_mut(p.uaddr);
@@ -251,7 +253,7 @@ fn waited(tid: u32, p: &PendingFutex, ns: u64) {
         tid,
         _pad: 0,
     };
-    match LOCK_WAITERS.get_ptr_mut(&key) {
+    match LOCK_WAITERS.get_ptr_mut(key) {
         // SAFETY: as above.
         Some(w) => unsafe {
             (*w).waits += 1;
@@ -282,6 +284,8 @@ fn woke<const HELPER: bool>(ctx: &TracePointContext, tid: u32, uaddr: u64, woken
         // SAFETY: this CPU's scratch value: set, inserted (copied), reset.
         unsafe {
             (*zero).wakes = woken;
+            // By reference: the value is too large for the BPF stack.
+            #[allow(clippy::needless_borrows_for_generic_args)]
             let _ = LOCK_STATS.insert(uaddr, &*zero, BPF_NOEXIST as u64);
             (*zero).wakes = 0;
         }
@@ -290,7 +294,7 @@ fn woke<const HELPER: bool>(ctx: &TracePointContext, tid: u32, uaddr: u64, woken
         .get_stackid(&USER_STACKS, BPF_F_USER_STACK as u64)
         .unwrap_or(-1);
     let key = WakerKey { uaddr, stack_id };
-    if let Some(w) = LOCK_WAKERS.get_ptr_mut(&key) {
+    if let Some(w) = LOCK_WAKERS.get_ptr_mut(key) {
         // SAFETY: as above.
         unsafe {
             (*w).wakes += woken;
