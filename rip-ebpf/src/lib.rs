@@ -7,6 +7,8 @@
 //! maps and ring buffers.
 #![no_std]
 
+pub mod calls;
+
 /// Tracepoint field offsets and target selection, written into the program's
 /// `CONFIG` global by the loader before the program is loaded.
 ///

@@ -8,7 +8,7 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    commands::{self, dump::DumpArgs, pid::LiveArgs},
+    commands::{self, calls::CallsArgs, dump::DumpArgs, pid::LiveArgs},
     error::{Error, Result},
 };
 
@@ -26,6 +26,9 @@ pub(crate) struct Cli {
 enum Command {
     /// Print where every thread was last seen, from ring files (no BPF).
     Dump(DumpArgs),
+    /// Count every call of some functions and time each (uprobes), with a
+    /// latency histogram and the outliers.
+    Calls(CallsArgs),
 }
 
 /// Runs the command line `args`, writing the report to `out`.
@@ -38,6 +41,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
     })?;
     match cli.command {
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
+        Some(Command::Calls(c)) => commands::calls::run(&c, out),
         None => commands::pid::run(&cli.live, out),
     }
 }

@@ -4,6 +4,8 @@
 //! The JSON form is documented in `docs/JSON.md`; [`SCHEMA_VERSION`] changes
 //! whenever a field is removed or changes meaning (adding fields does not).
 
+pub mod calls;
+
 use schemars::JsonSchema;
 use serde::Serialize;
 

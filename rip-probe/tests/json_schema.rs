@@ -7,11 +7,90 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
 
-use common::full_report;
-use rip_probe::model::{Report, SCHEMA_VERSION};
+use common::{frame, full_report};
+use rip_probe::model::{
+    ProcessInfo, Report, SCHEMA_VERSION,
+    calls::{Bounds, Bucket, CallsReport, FunctionCalls, OutlierRule, SlowCall},
+};
 
 fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Report)).unwrap()
+}
+
+/// The schema of `rip-probe calls --json`.
+fn calls_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(CallsReport)).unwrap()
+}
+
+/// A `calls` report with every optional part filled in.
+fn calls_report() -> CallsReport {
+    let bounds = Bounds {
+        lo_ns: 3_000_000,
+        hi_ns: 3_145_728,
+    };
+    CallsReport {
+        schema: SCHEMA_VERSION,
+        process: ProcessInfo {
+            pid: 42,
+            exe: Some("/srv/app".into()),
+            comm: Some("app".into()),
+            alive: false,
+            lost: Some("process 42 exited during observation".into()),
+        },
+        window_ns: 2_000_000_000,
+        outlier_rule: Some(OutlierRule::Trained {
+            percent: 250,
+            training_ns: 500_000_000,
+        }),
+        functions: vec![FunctionCalls {
+            function: "work".into(),
+            module: "/srv/app".into(),
+            module_offset: 0x1390,
+            calls: 10,
+            timed: 9,
+            min_ns: Some(3_000_000),
+            mean_ns: Some(3_100_000),
+            p50: Some(bounds),
+            p99: Some(bounds),
+            max_ns: Some(24_000_000),
+            histogram: vec![Bucket {
+                lo_ns: 1 << 21,
+                hi_ns: 1 << 22,
+                count: 9,
+            }],
+            threshold_ns: Some(7_500_000),
+            outliers: 1,
+        }],
+        outliers: vec![SlowCall {
+            function: "work".into(),
+            tid: 43,
+            start_unix_ns: 1_795_853_265_120_000_000,
+            duration_ns: 24_000_000,
+            caller: frame(),
+        }],
+        outliers_omitted: 0,
+        warnings: vec!["process 42 exited during observation after 1.0s".into()],
+    }
+}
+
+#[test]
+fn a_calls_report_validates_against_its_schema() {
+    let schema = calls_schema();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let mut sparse = calls_report();
+    sparse.outlier_rule = Some(OutlierRule::SlowerThan {
+        threshold_ns: 10_000_000,
+    });
+    sparse.functions[0].min_ns = None;
+    sparse.functions[0].p50 = None;
+    sparse.outliers.clear();
+    for r in [calls_report(), sparse] {
+        let mut out = Vec::new();
+        rip_probe::render::calls_json(&r, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+    }
 }
 
 fn json(r: &Report) -> serde_json::Value {
@@ -96,10 +175,15 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
     };
     let mut out = BTreeMap::new();
     out.insert("Report".to_string(), props(&s));
-    for (name, def) in s["$defs"].as_object().unwrap() {
-        let fields = props(def);
-        if !fields.is_empty() {
-            out.insert(heading(name), fields);
+    let calls = calls_schema();
+    out.insert("CallsReport".to_string(), props(&calls));
+    // The two reports share some objects (Process, Frame): same heading.
+    for defs in [&s["$defs"], &calls["$defs"]] {
+        for (name, def) in defs.as_object().unwrap() {
+            let fields = props(def);
+            if !fields.is_empty() {
+                out.insert(heading(name), fields);
+            }
         }
     }
     out

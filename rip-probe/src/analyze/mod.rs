@@ -4,7 +4,9 @@
 //! once, here, and every renderer reads the same groups. Who waits for
 //! whom: [`waits`].
 
+pub(crate) mod calls;
 pub(crate) mod group;
+pub(crate) mod hist;
 pub(crate) mod tasks;
 pub(crate) mod waits;
 

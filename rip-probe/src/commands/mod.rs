@@ -3,6 +3,7 @@
 //! `pid` drives a live [`crate::session::Session`]; `dump` reads a ring
 //! alone; `original` dumps a ring of the original header-only librip.
 
+pub(crate) mod calls;
 pub(crate) mod dump;
 pub(crate) mod original;
 pub(crate) mod pid;

@@ -7,7 +7,9 @@
 
 pub(crate) mod batch;
 pub(crate) mod btf;
+pub mod calls;
 pub mod features;
+mod near_names;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;

@@ -1,0 +1,115 @@
+/*
+ * A program built without librip (and, by the tests, -O2 without frame
+ * pointers), for `rip-probe calls`. It prints "ready", then runs commands
+ * read from stdin, one per line, on its main thread, calling heartbeat()
+ * every 2 ms between them:
+ *
+ *   count N      N calls of count_me()
+ *   short N      N calls of sleep_short(), each sleeping 3 ms
+ *   long N       N calls of sleep_long(), each sleeping 24 ms
+ *   op MS N      N calls of op(), each sleeping MS ms
+ *   recurse N    recurse(N): N nested calls, each sleeping 3 ms before
+ *                the next, so the call at depth d lasts (N - d) * 3 ms
+ *   exit         exit
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+static void sleep_ms(long ms)
+{
+	struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+	while (nanosleep(&t, &t) != 0)
+		;
+}
+
+__attribute__((noinline)) void heartbeat(void)
+{
+	sink++;
+}
+
+__attribute__((noinline)) void count_me(int i)
+{
+	sink += (unsigned long)i;
+}
+
+__attribute__((noinline)) void sleep_short(void)
+{
+	sleep_ms(3);
+	sink++;
+}
+
+__attribute__((noinline)) void sleep_long(void)
+{
+	sleep_ms(24);
+	sink++;
+}
+
+__attribute__((noinline)) void op(long ms)
+{
+	sleep_ms(ms);
+	sink++;
+}
+
+__attribute__((noinline)) void recurse(int n)
+{
+	sleep_ms(3);
+	if (n > 1)
+		recurse(n - 1);
+	sink++; /* not a tail call: each level returns through its own frame */
+}
+
+/* The callers the outliers name. */
+__attribute__((noinline)) void do_sleeps(const char *what, long n)
+{
+	for (long i = 0; i < n; i++) {
+		if (strcmp(what, "short") == 0)
+			sleep_short();
+		else
+			sleep_long();
+	}
+}
+
+__attribute__((noinline)) void do_ops(long ms, long n)
+{
+	for (long i = 0; i < n; i++)
+		op(ms);
+}
+
+int main(void)
+{
+	/* Unbuffered, so poll(2) on fd 0 sees every line not yet read. */
+	setvbuf(stdin, NULL, _IONBF, 0);
+	printf("ready\n");
+	fflush(stdout);
+	char line[128];
+	for (;;) {
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+		if (poll(&p, 1, 2) == 0) {
+			heartbeat();
+			continue;
+		}
+		if (!fgets(line, sizeof line, stdin))
+			return 0;
+		char cmd[16] = "";
+		long a = 0, b = 0;
+		sscanf(line, "%15s %ld %ld", cmd, &a, &b);
+		if (strcmp(cmd, "count") == 0)
+			for (long i = 0; i < a; i++)
+				count_me((int)i);
+		else if (strcmp(cmd, "short") == 0 || strcmp(cmd, "long") == 0)
+			do_sleeps(cmd, a);
+		else if (strcmp(cmd, "op") == 0)
+			do_ops(a, b);
+		else if (strcmp(cmd, "recurse") == 0)
+			recurse((int)a);
+		else if (strcmp(cmd, "exit") == 0)
+			return 0;
+	}
+}

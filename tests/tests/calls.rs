@@ -1,0 +1,385 @@
+//! `rip-probe calls`: exact call counts, latency histograms, outliers and
+//! recursion, on `tests/c/calls.c` (no librip, -O2, no frame pointers),
+//! whose main thread runs the commands the test writes to its stdin; and
+//! the command's one-line errors.
+
+use std::{
+    io::Write,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rip_tests::{Workload, bpf_tests_enabled, build_c, rip_probe};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+fn workload() -> Workload {
+    Workload::start(Command::new(build_c("calls", &["-fomit-frame-pointer"])))
+}
+
+/// `rip-probe calls --pid PID ARGS --json`, running in the background.
+fn start_calls(w: &Workload, args: &[&str]) -> Child {
+    let child = Command::new(CLI)
+        .args(["calls", "--pid", &w.pid().to_string(), "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rip-probe");
+    // The kernel maps the `[uprobes]` area into the target at the first
+    // probe hit: heartbeat(), probed by every run, is called every 2 ms.
+    // The last probes are attached right after.
+    let maps = format!("/proc/{}/maps", w.pid());
+    let start = Instant::now();
+    while !std::fs::read_to_string(&maps)
+        .unwrap_or_default()
+        .contains("[uprobes]")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no probe hit the workload in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+/// Writes commands to the workload (see tests/c/calls.c).
+fn send(w: &mut Workload, commands: &str) {
+    let stdin = w.child.stdin.as_mut().expect("piped stdin");
+    stdin.write_all(commands.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+}
+
+/// Waits for the background run; its JSON report.
+fn report(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rip-probe calls failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+fn function<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {r}"))
+}
+
+/// The histogram's counts, by bucket lower bound.
+fn histogram(f: &Value) -> Vec<(u64, u64)> {
+    f["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["count"].as_u64() != Some(0))
+        .map(|b| (b["lo_ns"].as_u64().unwrap(), b["count"].as_u64().unwrap()))
+        .collect()
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn exact_counts_and_histograms_of_known_sleeps() {
+    if !bpf_tests_enabled("exact_counts_and_histograms_of_known_sleeps") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "sleep_*",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "3s",
+        ],
+    );
+    send(&mut w, "count 12345\nshort 10\nlong 5\n");
+    let r = report(child);
+    assert_eq!(r["functions"].as_array().unwrap().len(), 4, "{r}");
+    let count = function(&r, "count_me");
+    assert_eq!(count["calls"], 12345, "{count}");
+    assert_eq!(count["timed"], 12345, "{count}");
+
+    // 3 ms lies in [2M, 4M) ns, 24 ms in [16M, 32M) ns.
+    let short = function(&r, "sleep_short");
+    assert_eq!(short["calls"], 10, "{short}");
+    assert_eq!(histogram(short), [(1 << 21, 10)], "{short}");
+    let long = function(&r, "sleep_long");
+    assert_eq!(long["calls"], 5, "{long}");
+    assert_eq!(histogram(long), [(1 << 24, 5)], "{long}");
+    let min = long["min_ns"].as_u64().unwrap();
+    let max = long["max_ns"].as_u64().unwrap();
+    let mean = long["mean_ns"].as_u64().unwrap();
+    assert!(
+        24 * MS <= min && min <= mean && mean <= max && max < 32 * MS,
+        "{long}"
+    );
+    for p in ["p50", "p99"] {
+        let (lo, hi) = (
+            long[p]["lo_ns"].as_u64().unwrap(),
+            long[p]["hi_ns"].as_u64().unwrap(),
+        );
+        assert!(min <= lo && lo < hi && hi <= max + 1, "{p}: {long}");
+    }
+    // No outliers were asked for.
+    assert!(r["outlier_rule"].is_null());
+    assert_eq!(r["outliers"].as_array().unwrap().len(), 0);
+    eprintln!(
+        "count_me {} calls; sleep_long mean {} ns",
+        count["calls"], long["mean_ns"]
+    );
+
+    // The same run as text: the table and bpftrace-style histograms.
+    let child = Command::new(CLI)
+        .args(["calls", "--pid", &w.pid().to_string()])
+        .args(["--uprobe", "sleep_short", "--uprobe", "heartbeat"])
+        .args(["--duration", "1500ms"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    assert!(
+        text.contains("FUNCTION") && text.contains("heartbeat"),
+        "{text}"
+    );
+    assert!(text.contains("heartbeat: latency of"), "{text}");
+    assert!(text.contains(" |@"), "{text}");
+}
+
+#[test]
+fn recursive_calls_are_timed_per_depth() {
+    if !bpf_tests_enabled("recursive_calls_are_timed_per_depth") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "recurse",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "2s",
+        ],
+    );
+    // Four nested calls lasting about 12, 9, 6 and 3 ms.
+    send(&mut w, "recurse 4\n");
+    let r = report(child);
+    let f = function(&r, "recurse");
+    assert_eq!(f["calls"], 4, "{f}");
+    assert_eq!(f["timed"], 4, "{f}");
+    let min = f["min_ns"].as_u64().unwrap();
+    let max = f["max_ns"].as_u64().unwrap();
+    assert!((3 * MS..4 * MS).contains(&min), "{f}");
+    assert!((12 * MS..16 * MS).contains(&max), "{f}");
+    assert_eq!(
+        histogram(f),
+        [(1 << 21, 1), (1 << 22, 1), (1 << 23, 2)],
+        "3 ms, 6 ms, then 9 and 12 ms: {f}"
+    );
+}
+
+#[test]
+fn slow_calls_are_outliers_and_fast_ones_are_not() {
+    if !bpf_tests_enabled("slow_calls_are_outliers_and_fast_ones_are_not") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "sleep_*",
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "2s",
+            "--slower-than",
+            "10ms",
+        ],
+    );
+    send(&mut w, "count 100\nshort 5\nlong 3\nshort 5\n");
+    let r = report(child);
+    assert_eq!(r["outlier_rule"]["kind"], "slower_than", "{r}");
+    assert_eq!(r["outlier_rule"]["threshold_ns"], 10 * MS, "{r}");
+    let outliers = r["outliers"].as_array().unwrap();
+    assert_eq!(outliers.len(), 3, "the three sleep_long calls: {r}");
+    let pid = u64::from(w.pid());
+    for o in outliers {
+        assert_eq!(o["function"], "sleep_long", "{o}");
+        assert_eq!(o["tid"], pid, "the main thread: {o}");
+        assert!(o["duration_ns"].as_u64().unwrap() >= 24 * MS, "{o}");
+        assert_eq!(o["caller"]["function"], "do_sleeps", "{o}");
+        assert!(o["start_unix_ns"].as_u64().unwrap() > 1_700_000_000 * 1_000_000_000);
+    }
+    assert_eq!(function(&r, "sleep_long")["outliers"], 3);
+    assert_eq!(function(&r, "sleep_short")["outliers"], 0);
+    assert_eq!(function(&r, "count_me")["outliers"], 0);
+}
+
+#[test]
+fn outliers_against_a_training_window() {
+    if !bpf_tests_enabled("outliers_against_a_training_window") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "op",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "3s",
+            "--outlier",
+            "250%",
+            "--training",
+            "1s",
+        ],
+    );
+    // Training: 2 ms calls. Then more of those, and three of 12 ms.
+    send(&mut w, "op 2 20\n");
+    std::thread::sleep(Duration::from_millis(1200));
+    send(&mut w, "op 2 20\nop 12 3\nop 2 5\n");
+    let r = report(child);
+    assert_eq!(r["outlier_rule"]["kind"], "trained", "{r}");
+    assert_eq!(r["outlier_rule"]["percent"], 250, "{r}");
+    let op = function(&r, "op");
+    assert_eq!(op["calls"], 48, "{op}");
+    let threshold = op["threshold_ns"].as_u64().unwrap();
+    assert!((5 * MS..12 * MS).contains(&threshold), "{op}");
+    let outliers = r["outliers"].as_array().unwrap();
+    assert_eq!(outliers.len(), 3, "{r}");
+    for o in outliers {
+        assert_eq!(o["function"], "op", "{o}");
+        assert!(o["duration_ns"].as_u64().unwrap() >= 12 * MS, "{o}");
+        assert_eq!(o["caller"]["function"], "do_ops", "{o}");
+    }
+}
+
+#[test]
+fn the_process_exiting_mid_window_ends_it_with_what_was_counted() {
+    if !bpf_tests_enabled("the_process_exiting_mid_window_ends_it_with_what_was_counted") {
+        return;
+    }
+    let mut w = workload();
+    let start = Instant::now();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "30s",
+        ],
+    );
+    send(&mut w, "count 777\nexit\n");
+    let r = report(child);
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "the window ended with the process"
+    );
+    assert_eq!(function(&r, "count_me")["calls"], 777, "{r}");
+    assert_eq!(r["process"]["alive"], false, "{r}");
+    let warning = r["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("exited"), "{warning}");
+    assert!(r["window_ns"].as_u64().unwrap() < 20_000_000_000);
+}
+
+/// Runs `rip-probe calls ARGS`, which must fail with a one-line error
+/// containing `expect`.
+fn one_line_error(args: &[&str], expect: &str) {
+    let (code, out, err) = rip_probe(CLI, args);
+    assert_ne!(code, 0, "{args:?}: {out}");
+    assert!(out.is_empty(), "{args:?}: {out}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    assert!(err.contains(expect), "{args:?}: {err}");
+}
+
+#[test]
+fn errors_are_one_line() {
+    if !bpf_tests_enabled("errors_are_one_line") {
+        return;
+    }
+    let w = workload();
+    let pid = w.pid().to_string();
+    let calls = |more: &[&'static str]| {
+        let mut a = vec!["calls", "--pid", pid.as_str()];
+        a.extend_from_slice(more);
+        a
+    };
+    one_line_error(
+        &calls(&["--uprobe", "count_me", "--duration", "0"]),
+        "calls needs a window",
+    );
+    one_line_error(
+        &calls(&["--uprobe", "[", "--duration", "1s"]),
+        "bad pattern",
+    );
+    one_line_error(
+        &calls(&["--uprobe", "count_mee", "--duration", "1s"]),
+        "no function",
+    );
+    // The error names near functions.
+    let (_, _, err) = rip_probe(CLI, &calls(&["--uprobe", "count_mee", "--duration", "1s"]));
+    assert!(err.contains("near: count_me"), "{err}");
+    one_line_error(
+        &calls(&["--uprobe", "libc:str*", "--duration", "1s"]),
+        "narrow the pattern",
+    );
+    one_line_error(
+        &[
+            "calls",
+            "--pid",
+            "2000000000",
+            "--uprobe",
+            "f",
+            "--duration",
+            "1s",
+        ],
+        "no process with pid 2000000000",
+    );
+    let (code, out, err) = rip_probe(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            CLI,
+            "calls",
+            "--pid",
+            &pid,
+            "--uprobe",
+            "count_me",
+            "--duration",
+            "1s",
+        ],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF"), "{err}");
+    // Nothing stays attached after the errors: the workload never saw a
+    // probe.
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("[uprobes]"), "no probe was attached");
+}
