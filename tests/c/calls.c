@@ -5,8 +5,10 @@
  * every 2 ms between them:
  *
  *   count N      N calls of count_me()
- *   short N      N calls of sleep_short(), each sleeping 3 ms
- *   long N       N calls of sleep_long(), each sleeping 24 ms
+ *   short N      N calls of sleep_short(), each sleeping 2.2 ms
+ *   long N       N calls of sleep_long(), each sleeping 17 ms
+ *                (just above 2^21 and 2^24 ns: the most room before the
+ *                next log2 bucket for a wakeup delayed by a busy machine)
  *   op MS N      N calls of op(), each sleeping MS ms
  *   recurse N    recurse(N): N nested calls, each sleeping 3 ms before
  *                the next, so the call at depth d lasts (N - d) * 3 ms
@@ -22,11 +24,16 @@
 
 static volatile unsigned long sink;
 
-static void sleep_ms(long ms)
+static void sleep_us(long us)
 {
-	struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+	struct timespec t = { us / 1000000, (us % 1000000) * 1000L };
 	while (nanosleep(&t, &t) != 0)
 		;
+}
+
+static void sleep_ms(long ms)
+{
+	sleep_us(ms * 1000);
 }
 
 __attribute__((noinline)) void heartbeat(void)
@@ -41,13 +48,13 @@ __attribute__((noinline)) void count_me(int i)
 
 __attribute__((noinline)) void sleep_short(void)
 {
-	sleep_ms(3);
+	sleep_us(2200);
 	sink++;
 }
 
 __attribute__((noinline)) void sleep_long(void)
 {
-	sleep_ms(24);
+	sleep_us(17000);
 	sink++;
 }
 

@@ -83,6 +83,15 @@ fn histogram(f: &Value) -> Vec<(u64, u64)> {
 
 const MS: u64 = 1_000_000;
 
+/// `f`'s calls all lie in the bucket starting at `lo` or above, and at
+/// least `most` in it.
+fn in_bucket(f: &Value, lo: u64, most: u64) {
+    let h = histogram(f);
+    assert!(h.iter().all(|&(l, _)| l >= lo), "none below {lo}: {f}");
+    let n = h.iter().find(|&&(l, _)| l == lo).map_or(0, |&(_, n)| n);
+    assert!(n >= most, "{most} in [{lo}, {}): {f}", 2 * lo);
+}
+
 #[test]
 fn exact_counts_and_histograms_of_known_sleeps() {
     if !bpf_tests_enabled("exact_counts_and_histograms_of_known_sleeps") {
@@ -109,20 +118,19 @@ fn exact_counts_and_histograms_of_known_sleeps() {
     assert_eq!(count["calls"], 12345, "{count}");
     assert_eq!(count["timed"], 12345, "{count}");
 
-    // 3 ms lies in [2M, 4M) ns, 24 ms in [16M, 32M) ns.
+    // 2.2 ms lies in [2M, 4M) ns, 17 ms in [16M, 32M) ns. A sleep never
+    // ends early, but on a busy machine its wakeup may come late enough
+    // to reach the next bucket: none below, nearly all in the bucket.
     let short = function(&r, "sleep_short");
     assert_eq!(short["calls"], 10, "{short}");
-    assert_eq!(histogram(short), [(1 << 21, 10)], "{short}");
+    in_bucket(short, 1 << 21, 8);
     let long = function(&r, "sleep_long");
     assert_eq!(long["calls"], 5, "{long}");
-    assert_eq!(histogram(long), [(1 << 24, 5)], "{long}");
+    in_bucket(long, 1 << 24, 4);
     let min = long["min_ns"].as_u64().unwrap();
     let max = long["max_ns"].as_u64().unwrap();
     let mean = long["mean_ns"].as_u64().unwrap();
-    assert!(
-        24 * MS <= min && min <= mean && mean <= max && max < 32 * MS,
-        "{long}"
-    );
+    assert!(17 * MS <= min && min <= mean && mean <= max, "{long}");
     for p in ["p50", "p99"] {
         let (lo, hi) = (
             long[p]["lo_ns"].as_u64().unwrap(),
@@ -182,15 +190,20 @@ fn recursive_calls_are_timed_per_depth() {
     let f = function(&r, "recurse");
     assert_eq!(f["calls"], 4, "{f}");
     assert_eq!(f["timed"], 4, "{f}");
+    // Each level timed from its own entry: the innermost about 3 ms, the
+    // outermost about 12, 30 ms in all. (Timed per thread only, every
+    // level would start at the innermost entry.) Sleeps end late on a busy
+    // machine, never early.
     let min = f["min_ns"].as_u64().unwrap();
     let max = f["max_ns"].as_u64().unwrap();
-    assert!((3 * MS..4 * MS).contains(&min), "{f}");
-    assert!((12 * MS..16 * MS).contains(&max), "{f}");
-    assert_eq!(
-        histogram(f),
-        [(1 << 21, 1), (1 << 22, 1), (1 << 23, 2)],
-        "3 ms, 6 ms, then 9 and 12 ms: {f}"
-    );
+    let mean = f["mean_ns"].as_u64().unwrap();
+    assert!((3 * MS..6 * MS).contains(&min), "{f}");
+    assert!(max >= 12 * MS, "{f}");
+    assert!(mean >= 30 * MS / 4, "{f}");
+    assert!(max >= min + 9 * MS, "{f}");
+    let h = histogram(f);
+    assert_eq!(h.iter().map(|b| b.1).sum::<u64>(), 4, "{f}");
+    assert_eq!(h[0].0, 1 << 21, "the innermost call in [2M, 4M): {f}");
 }
 
 #[test]
@@ -224,7 +237,7 @@ fn slow_calls_are_outliers_and_fast_ones_are_not() {
     for o in outliers {
         assert_eq!(o["function"], "sleep_long", "{o}");
         assert_eq!(o["tid"], pid, "the main thread: {o}");
-        assert!(o["duration_ns"].as_u64().unwrap() >= 24 * MS, "{o}");
+        assert!(o["duration_ns"].as_u64().unwrap() >= 17 * MS, "{o}");
         assert_eq!(o["caller"]["function"], "do_sleeps", "{o}");
         assert!(o["start_unix_ns"].as_u64().unwrap() > 1_700_000_000 * 1_000_000_000);
     }
@@ -254,22 +267,24 @@ fn outliers_against_a_training_window() {
             "1s",
         ],
     );
-    // Training: 2 ms calls. Then more of those, and three of 12 ms.
+    // Training: 2 ms calls. Then more of those, and three of 60 ms (far
+    // enough above that a training call slowed by a busy machine does
+    // not hide them).
     send(&mut w, "op 2 20\n");
     std::thread::sleep(Duration::from_millis(1200));
-    send(&mut w, "op 2 20\nop 12 3\nop 2 5\n");
+    send(&mut w, "op 2 20\nop 60 3\nop 2 5\n");
     let r = report(child);
     assert_eq!(r["outlier_rule"]["kind"], "trained", "{r}");
     assert_eq!(r["outlier_rule"]["percent"], 250, "{r}");
     let op = function(&r, "op");
     assert_eq!(op["calls"], 48, "{op}");
     let threshold = op["threshold_ns"].as_u64().unwrap();
-    assert!((5 * MS..12 * MS).contains(&threshold), "{op}");
+    assert!((5 * MS..60 * MS).contains(&threshold), "{op}");
     let outliers = r["outliers"].as_array().unwrap();
     assert_eq!(outliers.len(), 3, "{r}");
     for o in outliers {
         assert_eq!(o["function"], "op", "{o}");
-        assert!(o["duration_ns"].as_u64().unwrap() >= 12 * MS, "{o}");
+        assert!(o["duration_ns"].as_u64().unwrap() >= 60 * MS, "{o}");
         assert_eq!(o["caller"]["function"], "do_ops", "{o}");
     }
 }
@@ -343,7 +358,7 @@ fn errors_are_one_line() {
     let (_, _, err) = rip_probe(CLI, &calls(&["--uprobe", "count_mee", "--duration", "1s"]));
     assert!(err.contains("near: count_me"), "{err}");
     one_line_error(
-        &calls(&["--uprobe", "libc:str*", "--duration", "1s"]),
+        &calls(&["--uprobe", "libc:s*", "--duration", "1s"]),
         "narrow the pattern",
     );
     one_line_error(
