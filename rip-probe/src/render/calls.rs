@@ -148,3 +148,122 @@ fn outliers(r: &CallsReport, rule: &OutlierRule, w: &mut dyn Write) -> io::Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        Frame, ProcessInfo,
+        calls::{Bucket, SlowCall},
+    };
+
+    fn report() -> CallsReport {
+        let bounds = Bounds {
+            lo_ns: 2_200_000,
+            hi_ns: 2_621_440,
+        };
+        CallsReport {
+            schema: 1,
+            process: ProcessInfo {
+                pid: 42,
+                exe: Some("/srv/app".into()),
+                comm: Some("app".into()),
+                alive: true,
+                lost: None,
+            },
+            window_ns: 2_000_000_000,
+            outlier_rule: Some(OutlierRule::SlowerThan {
+                threshold_ns: 10_000_000,
+            }),
+            functions: vec![FunctionCalls {
+                function: "work\x1b".into(),
+                module: "/srv/app".into(),
+                module_offset: 0x1390,
+                calls: 10,
+                timed: 10,
+                min_ns: Some(2_200_000),
+                mean_ns: Some(4_000_000),
+                p50: Some(bounds),
+                p99: Some(bounds),
+                max_ns: Some(20_000_000),
+                histogram: vec![
+                    Bucket {
+                        lo_ns: 1 << 21,
+                        hi_ns: 1 << 22,
+                        count: 9,
+                    },
+                    Bucket {
+                        lo_ns: 1 << 22,
+                        hi_ns: 1 << 23,
+                        count: 0,
+                    },
+                    Bucket {
+                        lo_ns: 1 << 23,
+                        hi_ns: 1 << 24,
+                        count: 0,
+                    },
+                    Bucket {
+                        lo_ns: 1 << 24,
+                        hi_ns: 1 << 25,
+                        count: 1,
+                    },
+                ],
+                threshold_ns: Some(10_000_000),
+                outliers: 1,
+            }],
+            outliers: vec![SlowCall {
+                function: "work\x1b".into(),
+                tid: 43,
+                start_unix_ns: 1_795_853_265_120_000_000,
+                duration_ns: 20_000_000,
+                caller: Frame {
+                    function: Some("main".into()),
+                    file: Some("app.c".into()),
+                    line: Some(40),
+                    ..Frame::default()
+                },
+            }],
+            outliers_omitted: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn table_histogram_and_outliers() {
+        let mut out = Vec::new();
+        calls_text(&report(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "pid 42 (app) /srv/app: 1 function probed, calls counted for 2.0s"
+        );
+        assert!(lines[2].starts_with("FUNCTION"), "{text}");
+        assert_eq!(
+            lines[3],
+            "work\\x1b         10         10    2.2ms    4.0ms     2.2ms–2.6ms     2.2ms–2.6ms     20ms"
+        );
+        assert!(
+            text.contains("work\\x1b: latency of 10 timed calls, ns\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  [2M, 4M)               9 |@@@@"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  [4M, 8M)               0 |    "),
+            "{text}"
+        );
+        assert!(
+            text.contains("OUTLIERS: 1 calls slower than 10ms\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2026-11-28T08:07:45.120Z       43 work\\x1b"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("20ms  app.c:40 main"), "{text}");
+        assert!(!text.contains('\x1b'), "escaped: {text}");
+    }
+}
