@@ -24,37 +24,29 @@ const BPFTRACE_HIST: &str = "uprobe:{exe}:f { @start[tid] = nsecs; @hits = count
 /// The rows. bpftrace's `count()` alone is the per-call table's
 /// `uprobe-bpftrace` row.
 pub fn rows(w: &Workloads, peers: &Peers) -> Vec<Row> {
-    let plain = Ok(w.loop_plain.clone());
-    // Two traps per call (entry and return): a few tens of µs each.
-    let calls = Calls {
-        start: 10_000,
-        min: 5_000,
-        max: 100_000,
-    };
-    let row = |id, label, exe, tracer| Row {
-        id,
-        label,
-        exe,
+    let rip_probe = Row {
+        id: "calls-rip-probe",
+        label: "uprobe + uretprobe, `rip-probe calls` (count, latency histogram)",
+        exe: Ok(w.loop_plain.clone()),
         mode: None,
-        tracer,
-        calls,
+        tracer: Tracer::RipProbeCalls("f"),
+        // Two traps per call (entry and return): a few tens of µs each.
+        calls: Calls {
+            start: 10_000,
+            min: 5_000,
+            max: 100_000,
+        },
         same_calls_as: None,
         callgrind: false,
     };
-    vec![
-        row(
-            "calls-rip-probe",
-            "uprobe + uretprobe, `rip-probe calls` (count, latency histogram)",
-            plain.clone(),
-            Tracer::RipProbeCalls("f"),
-        ),
-        row(
-            "calls-bpftrace-hist",
-            "uprobe + uretprobe, bpftrace `count()` and `hist()` of latency",
-            peers.need(&["bpftrace"]).and(plain),
-            Tracer::Bpftrace(BPFTRACE_HIST),
-        ),
-    ]
+    let bpftrace = Row {
+        id: "calls-bpftrace-hist",
+        label: "uprobe + uretprobe, bpftrace `count()` and `hist()` of latency",
+        exe: peers.need(&["bpftrace"]).map(|()| w.loop_plain.clone()),
+        tracer: Tracer::Bpftrace(BPFTRACE_HIST),
+        ..rip_probe.clone()
+    };
+    vec![rip_probe, bpftrace]
 }
 
 /// The `rip-probe calls` command line counting `function` in `pid` (until
