@@ -13,6 +13,10 @@
  *   recurse N    recurse(N): N nested calls, each sleeping 3 ms before
  *                the next, so the call at depth d lasts (N - d) * 3 ms
  *   exit         exit
+ *
+ * With an argument FILE, the short and long commands also write each
+ * call's duration as the caller measures it (`sleep_short NS`), so a test
+ * can tell a late wakeup on a busy machine from a wrong measurement.
  */
 #define _GNU_SOURCE
 #include <poll.h>
@@ -23,6 +27,14 @@
 #include <unistd.h>
 
 static volatile unsigned long sink;
+static FILE *spans;
+
+static long long now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 
 static void sleep_us(long us)
 {
@@ -76,11 +88,16 @@ __attribute__((noinline)) void recurse(int n)
 __attribute__((noinline)) void do_sleeps(const char *what, long n)
 {
 	for (long i = 0; i < n; i++) {
+		long long start = now_ns();
 		if (strcmp(what, "short") == 0)
 			sleep_short();
 		else
 			sleep_long();
+		if (spans)
+			fprintf(spans, "sleep_%s %lld\n", what, now_ns() - start);
 	}
+	if (spans)
+		fflush(spans);
 }
 
 __attribute__((noinline)) void do_ops(long ms, long n)
@@ -89,8 +106,10 @@ __attribute__((noinline)) void do_ops(long ms, long n)
 		op(ms);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc > 1 && !(spans = fopen(argv[1], "w")))
+		return 1;
 	/* Unbuffered, so poll(2) on fd 0 sees every line not yet read. */
 	setvbuf(stdin, NULL, _IONBF, 0);
 	printf("ready\n");

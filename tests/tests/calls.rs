@@ -9,13 +9,21 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_tests::{Workload, bpf_tests_enabled, build_c, rip_probe};
+use rip_tests::{TempDir, Workload, bpf_tests_enabled, build_c, rip_probe};
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
 fn workload() -> Workload {
     Workload::start(Command::new(build_c("calls", &["-fomit-frame-pointer"])))
+}
+
+/// The workload, writing the durations of its sleeps as it measures them
+/// to `spans`.
+fn workload_with_spans(spans: &std::path::Path) -> Workload {
+    let mut cmd = Command::new(build_c("calls", &["-fomit-frame-pointer"]));
+    cmd.arg(spans);
+    Workload::start(cmd)
 }
 
 /// `rip-probe calls --pid PID ARGS --json`, running in the background.
@@ -83,13 +91,40 @@ fn histogram(f: &Value) -> Vec<(u64, u64)> {
 
 const MS: u64 = 1_000_000;
 
-/// `f`'s calls all lie in the bucket starting at `lo` or above, and at
-/// least `most` in it.
-fn in_bucket(f: &Value, lo: u64, most: u64) {
+/// `f`'s histogram holds its calls where they belong: none below the
+/// bucket `lo` of the sleep's own length (a sleep never ends early), and
+/// no more at or above any bound than the caller measured there itself
+/// (the probes time a part of what the caller measures). On a quiet
+/// machine, where the caller measured every call in `[lo, 2 lo)`, that is
+/// every count in that bucket.
+fn in_bucket(f: &Value, lo: u64, measured: &[u64]) {
     let h = histogram(f);
     assert!(h.iter().all(|&(l, _)| l >= lo), "none below {lo}: {f}");
-    let n = h.iter().find(|&&(l, _)| l == lo).map_or(0, |&(_, n)| n);
-    assert!(n >= most, "{most} in [{lo}, {}): {f}", 2 * lo);
+    assert_eq!(
+        h.iter().map(|b| b.1).sum::<u64>(),
+        measured.len() as u64,
+        "{f}"
+    );
+    for &(bound, _) in &h {
+        let probed: u64 = h.iter().filter(|b| b.0 >= bound).map(|b| b.1).sum();
+        let caller = measured.iter().filter(|&&ns| ns >= bound).count() as u64;
+        assert!(
+            probed <= caller,
+            "{probed} calls at or above {bound} ns, the caller measured {caller}: {measured:?} {f}"
+        );
+    }
+    if measured.iter().all(|&ns| ns < 2 * lo) {
+        assert_eq!(h, [(lo, measured.len() as u64)], "{f}");
+    }
+}
+
+/// The durations the workload measured for `function`'s calls.
+fn spans(path: &std::path::Path, function: &str) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix(function)?.trim().parse().ok())
+        .collect()
 }
 
 #[test]
@@ -97,7 +132,9 @@ fn exact_counts_and_histograms_of_known_sleeps() {
     if !bpf_tests_enabled("exact_counts_and_histograms_of_known_sleeps") {
         return;
     }
-    let mut w = workload();
+    let dir = TempDir::new("/tmp", "calls-spans");
+    let spans_file = dir.join("spans");
+    let mut w = workload_with_spans(&spans_file);
     let child = start_calls(
         &w,
         &[
@@ -118,15 +155,13 @@ fn exact_counts_and_histograms_of_known_sleeps() {
     assert_eq!(count["calls"], 12345, "{count}");
     assert_eq!(count["timed"], 12345, "{count}");
 
-    // 2.2 ms lies in [2M, 4M) ns, 17 ms in [16M, 32M) ns. A sleep never
-    // ends early, but on a busy machine its wakeup may come late enough
-    // to reach the next bucket: none below, nearly all in the bucket.
+    // 2.2 ms lies in [2M, 4M) ns, 17 ms in [16M, 32M) ns.
     let short = function(&r, "sleep_short");
     assert_eq!(short["calls"], 10, "{short}");
-    in_bucket(short, 1 << 21, 8);
+    in_bucket(short, 1 << 21, &spans(&spans_file, "sleep_short"));
     let long = function(&r, "sleep_long");
     assert_eq!(long["calls"], 5, "{long}");
-    in_bucket(long, 1 << 24, 4);
+    in_bucket(long, 1 << 24, &spans(&spans_file, "sleep_long"));
     let min = long["min_ns"].as_u64().unwrap();
     let max = long["max_ns"].as_u64().unwrap();
     let mean = long["mean_ns"].as_u64().unwrap();
