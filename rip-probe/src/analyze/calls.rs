@@ -126,8 +126,10 @@ mod tests {
 
     #[test]
     fn untimed_functions_have_no_figures() {
-        let mut s = CallStats::default();
-        s.calls = 5;
+        let s = CallStats {
+            calls: 5,
+            ..CallStats::default()
+        };
         let f = function_calls("f".into(), "m".into(), 0, &s, 7);
         assert_eq!(f.calls, 5);
         assert!(f.min_ns.is_none() && f.p50.is_none() && f.histogram.is_empty());
