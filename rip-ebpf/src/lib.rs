@@ -7,6 +7,7 @@
 //! maps and ring buffers.
 #![no_std]
 
+pub mod calls;
 pub mod contention;
 
 /// Tracepoint field offsets and target selection, written into the program's

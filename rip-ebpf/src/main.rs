@@ -3,6 +3,8 @@
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 
 #[cfg(target_arch = "bpf")]
+mod call_programs;
+#[cfg(target_arch = "bpf")]
 mod futex;
 #[cfg(target_arch = "bpf")]
 mod programs;

@@ -8,7 +8,9 @@ use std::io::Write;
 use clap::{Parser, Subcommand};
 
 use crate::{
-    commands::{self, dump::DumpArgs, list::ListArgs, locks::LocksArgs, pid::LiveArgs},
+    commands::{
+        self, calls::CallsArgs, dump::DumpArgs, list::ListArgs, locks::LocksArgs, pid::LiveArgs,
+    },
     error::{Error, Result},
 };
 
@@ -31,6 +33,9 @@ enum Command {
     Locks(LocksArgs),
     /// List the processes that map a librip ring: pid, cgroup, ring, threads and tasks.
     List(ListArgs),
+    /// Count every call of some functions and time each (uprobes), with a
+    /// latency histogram and the outliers.
+    Calls(CallsArgs),
 }
 
 /// Runs the command line `args`, writing the report to `out`.
@@ -45,6 +50,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
         Some(Command::Locks(l)) => commands::locks::run(&l, out),
         Some(Command::List(l)) => commands::list::run(&l, out),
+        Some(Command::Calls(c)) => commands::calls::run(&c, out),
         None => commands::live(&cli.live, out),
     }
 }

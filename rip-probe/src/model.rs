@@ -5,6 +5,7 @@
 //! whenever a field is removed or changes meaning (adding fields does not).
 
 use std::sync::Arc;
+pub mod calls;
 
 use schemars::JsonSchema;
 use serde::Serialize;

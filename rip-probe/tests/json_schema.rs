@@ -2,17 +2,79 @@
 //! every report validates against a schema generated from the model
 //! (schemars), and docs/JSON.md documents every field of every object of
 //! that schema, and no field it does not have. The same holds for the
-//! report of `rip-probe locks`, which docs/JSON.md documents beside it.
+//! reports of `rip-probe locks` and `rip-probe calls`, which docs/JSON.md
+//! documents beside it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
 
-use common::{full_locks_report, full_report};
-use rip_probe::model::{Report, SCHEMA_VERSION, contention::LocksReport};
+use common::{frame, full_locks_report, full_report};
+use rip_probe::model::{
+    ProcessInfo, Report, SCHEMA_VERSION,
+    calls::{Bounds, Bucket, CallsReport, FunctionCalls, OutlierRule, SlowCall},
+    contention::LocksReport,
+};
 
 fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Report)).unwrap()
+}
+
+/// The schema of `rip-probe calls --json`.
+fn calls_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(CallsReport)).unwrap()
+}
+
+/// A `calls` report with every optional part filled in.
+fn calls_report() -> CallsReport {
+    let bounds = Bounds {
+        lo_ns: 3_000_000,
+        hi_ns: 3_145_728,
+    };
+    CallsReport {
+        schema: SCHEMA_VERSION,
+        process: ProcessInfo {
+            pid: 42,
+            exe: Some("/srv/app".into()),
+            comm: Some("app".into()),
+            alive: false,
+            lost: Some("process 42 exited during observation".into()),
+            ns_pid: None,
+        },
+        window_ns: 2_000_000_000,
+        outlier_rule: Some(OutlierRule::Trained {
+            percent: 250,
+            training_ns: 500_000_000,
+        }),
+        functions: vec![FunctionCalls {
+            function: "work".into(),
+            module: "/srv/app".into(),
+            module_offset: 0x1390,
+            calls: 10,
+            timed: 9,
+            min_ns: Some(3_000_000),
+            mean_ns: Some(3_100_000),
+            p50: Some(bounds),
+            p99: Some(bounds),
+            max_ns: Some(24_000_000),
+            histogram: vec![Bucket {
+                lo_ns: 1 << 21,
+                hi_ns: 1 << 22,
+                count: 9,
+            }],
+            threshold_ns: Some(7_500_000),
+            outliers: 1,
+        }],
+        outliers: vec![SlowCall {
+            function: "work".into(),
+            tid: 43,
+            start_unix_ns: 1_795_853_265_120_000_000,
+            duration_ns: 24_000_000,
+            caller: frame(),
+        }],
+        outliers_omitted: 0,
+        warnings: vec!["process 42 exited during observation after 1.0s".into()],
+    }
 }
 
 fn locks_schema() -> serde_json::Value {
@@ -76,6 +138,26 @@ fn every_report_validates_against_the_models_schema() {
 }
 
 #[test]
+fn a_calls_report_validates_against_its_schema() {
+    let schema = calls_schema();
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let mut sparse = calls_report();
+    sparse.outlier_rule = Some(OutlierRule::SlowerThan {
+        threshold_ns: 10_000_000,
+    });
+    sparse.functions[0].min_ns = None;
+    sparse.functions[0].p50 = None;
+    sparse.outliers.clear();
+    for r in [calls_report(), sparse] {
+        let mut out = Vec::new();
+        rip_probe::render::calls_json(&r, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+    }
+}
+
+#[test]
 fn every_locks_report_validates_against_its_schema() {
     let validator = jsonschema::validator_for(&locks_schema()).expect("a valid schema");
     let full = full_locks_report();
@@ -103,7 +185,10 @@ fn every_locks_report_validates_against_its_schema() {
 /// each with its property names.
 fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
     let mut out = objects_of(&schema(), "Report");
-    for (name, fields) in objects_of(&locks_schema(), "LocksReport") {
+    for (name, fields) in objects_of(&locks_schema(), "LocksReport")
+        .into_iter()
+        .chain(objects_of(&calls_schema(), "CallsReport"))
+    {
         out.entry(name).or_default().extend(fields);
     }
     out
@@ -227,6 +312,7 @@ fn the_schema_covers_every_serialized_key() {
     let mut names = BTreeSet::new();
     keys(&json(&full_report()), &mut names);
     keys(&json(&full_locks_report()), &mut names);
+    keys(&json(&calls_report()), &mut names);
     let all: BTreeSet<String> = schema_objects().into_values().flatten().collect();
     let missing: Vec<_> = names.difference(&all).collect();
     assert!(missing.is_empty(), "{missing:?}");

@@ -5,8 +5,10 @@
 //! whom: [`waits`]; contention over a window (`rip-probe locks`):
 //! [`contention`]. Which stack each thread shows: `stacks`.
 
+pub(crate) mod calls;
 pub(crate) mod contention;
 pub(crate) mod group;
+pub(crate) mod hist;
 mod rust_locks;
 pub(crate) mod stacks;
 pub(crate) mod tasks;

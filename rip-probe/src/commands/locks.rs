@@ -17,7 +17,6 @@ use crate::{
     collect::kernel::contention::LockProbe,
     discover::{Lost, Target},
     error::{Error, Result},
-    model::ProcessInfo,
     render,
     session::monotonic_ns,
     util::timing,
@@ -66,14 +65,7 @@ pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
     let counted = timing::phase("read maps", || probe.read())?;
     drop(probe);
     let lost = lost.or_else(|| target.lost());
-    let process = ProcessInfo {
-        pid,
-        exe: target.exe().map(str::to_string),
-        comm: Some(target.comm().to_string()),
-        alive: lost.is_none(),
-        lost: lost.map(|l| l.describe(pid)),
-        ns_pid: crate::collect::namespaces::ns_pid(pid),
-    };
+    let process = super::process_info(&target, lost.as_ref());
     let report = timing::phase("analyze", || {
         analyze::contention::report(&counted, process, window_ns)
     });

@@ -4,6 +4,7 @@
 //! alone; `original` dumps a ring of the original header-only librip;
 //! `locks` counts lock contention over a window.
 
+pub(crate) mod calls;
 pub(crate) mod cgroup;
 pub(crate) mod dump;
 pub(crate) mod list;
@@ -50,6 +51,22 @@ pub(crate) fn emit(
 fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
     if let Some(min) = min_idle {
         analyze::tasks::retain_idle(&mut r.tasks, min.as_nanos() as u64);
+    }
+}
+
+/// The report's description of `target`, gone as `lost` says (or alive).
+pub(crate) fn process_info(
+    target: &crate::discover::Target,
+    lost: Option<&crate::discover::Lost>,
+) -> crate::model::ProcessInfo {
+    let pid = target.pid();
+    crate::model::ProcessInfo {
+        pid,
+        exe: target.exe().map(str::to_string),
+        comm: Some(target.comm().to_string()),
+        alive: lost.is_none(),
+        lost: lost.map(|l| l.describe(pid)),
+        ns_pid: crate::collect::namespaces::ns_pid(pid),
     }
 }
 

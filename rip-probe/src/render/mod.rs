@@ -2,14 +2,17 @@
 //! user stack, thread table, per-thread history), folded stacks or JSON. Every renderer writes to any
 //! [`std::io::Write`], so output is tested byte for byte.
 
+mod calls;
 mod contention;
 mod folded;
+mod hist;
 mod json;
 mod stack;
 mod tasks;
 mod text;
 mod words;
 
+pub use calls::{calls_json, calls_text};
 pub use contention::locks;
 pub use folded::folded;
 pub use json::json;

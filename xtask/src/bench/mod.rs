@@ -6,6 +6,7 @@
 //! `docs/bench-per-call.svg`, and the README's headline sentence.
 
 mod callgrind;
+mod calls;
 mod chart;
 mod peers;
 mod proc;
@@ -101,7 +102,9 @@ pub fn run_bench(quick: bool) -> Result<()> {
     };
 
     step("bench: cost per call of recording that f ran");
-    let mut per_call = rows::measure(suites::per_call(&w, &peers), &ctx, &mut rng);
+    let mut per_call_rows = suites::per_call(&w, &peers);
+    per_call_rows.extend(calls::rows(&w, &peers));
+    let mut per_call = rows::measure(per_call_rows, &ctx, &mut rng);
     drop(daemon);
 
     step("bench: instructions per call (callgrind)");

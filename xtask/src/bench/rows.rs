@@ -29,6 +29,8 @@ pub enum Tracer {
     RipProbe(Option<&'static str>),
     /// `rip-probe locks --pid`: futex contention counted in BPF maps.
     RipProbeLocks,
+    /// `rip-probe calls --uprobe` on this function (see `calls.rs`).
+    RipProbeCalls(&'static str),
     /// rip-probe's uprobe on this function through its library
     /// (`rip-bench-uprobe`).
     RipProbeLibrary(&'static str),
@@ -164,6 +166,17 @@ impl Measured {
                     ))
                 ),
             ],
+            Tracer::RipProbeCalls(f) => vec![
+                run,
+                format!(
+                    "RIP_PROBE_TIMING=1 {}",
+                    shell_words(&super::calls::rip_probe_calls_args(
+                        &super::workloads::rel(&ctx.rip_probe),
+                        "PID",
+                        f
+                    ))
+                ),
+            ],
             Tracer::RipProbeLibrary(f) => vec![
                 run,
                 shell_words(&[
@@ -226,6 +239,11 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             let rp = RipProbe::attach_locks(&ctx.rip_probe, w.pid())?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
+        }
+        Tracer::RipProbeCalls(f) => {
+            let rp = super::calls::RipProbeCalls::attach(&ctx.rip_probe, w.pid(), f)?;
+            let s = w.go(timeout)?;
+            Ok((s, Some(rp.finish()?), None))
         }
         Tracer::RipProbeLibrary(f) => {
             let rp = RipProbe::attach_library(&ctx.uprobe_lib, w.pid(), f)?;

@@ -7,8 +7,10 @@
 
 pub(crate) mod batch;
 pub(crate) mod btf;
+pub mod calls;
 pub mod contention;
 pub mod features;
+mod near_names;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;

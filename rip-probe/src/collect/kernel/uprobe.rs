@@ -101,6 +101,8 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
         .map_err(|e| Error::Usage(format!("--uprobe {spec}: bad pattern: {e}")))?;
     let src = Source::Elf(Elf::new(&binary));
     let mut sites = Vec::new();
+    // Every function's short name, for the "no match" error's suggestions.
+    let mut all = Vec::new();
     Inspector::new()
         .for_each(&src, |s| {
             if s.sym_type == SymType::Function
@@ -110,6 +112,7 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
                 let demangled = rustc_demangle::demangle(&s.name).to_string();
                 // `{:#}` drops the hash suffix of Rust symbols.
                 let short = format!("{:#}", rustc_demangle::demangle(&s.name));
+                all.push(short.clone());
                 if glob.matches(&s.name) || glob.matches(&demangled) || glob.matches(&short) {
                     sites.push(ProbeSite {
                         binary: binary.clone(),
@@ -124,8 +127,15 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
     sites.sort_by_key(|s| s.file_offset);
     sites.dedup_by_key(|s| s.file_offset);
     if sites.is_empty() {
+        let names: Vec<&str> = all.iter().map(String::as_str).collect();
+        let near = super::near_names::nearest(&pattern, &names, 5);
+        let hint = if near.is_empty() {
+            String::new()
+        } else {
+            format!(" (near: {})", near.join(", "))
+        };
         return Err(Error::Usage(format!(
-            "--uprobe {spec}: no function in {} matches `{pattern}`",
+            "--uprobe {spec}: no function in {} matches `{pattern}`{hint}",
             shown.display()
         )));
     }

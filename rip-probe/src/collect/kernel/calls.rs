@@ -1,0 +1,178 @@
+//! `rip-probe calls`: the `calls_entry` and `calls_return` programs
+//! attached to each chosen function of one process, and their per-CPU
+//! counts read back (see `rip_ebpf::calls`).
+
+use std::{num::NonZeroU32, path::Path};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{UProbe, uprobe::UProbeScope},
+};
+use rip_ebpf::{
+    calls::{CallOutlier, CallStats, MAX_FUNCTIONS, names},
+    names as base_names,
+};
+use zerocopy::FromBytes;
+
+use super::{missing, privileges, program, tracefs, uprobe::ProbeSite};
+use crate::error::{Error, Result};
+
+/// Every function of one process counted and timed.
+///
+/// Dropping it detaches everything (the links are file descriptors).
+pub struct CallsProbe {
+    ebpf: Ebpf,
+    functions: usize,
+    addrs: Vec<u64>,
+    outliers: RingBuf<MapData>,
+}
+
+impl CallsProbe {
+    /// Attaches to each of `sites` (at most
+    /// [`rip_ebpf::calls::MAX_FUNCTIONS`]) in process `pid`; function id
+    /// `i` is `sites[i]`. `threads` sizes the table of calls in flight.
+    pub fn attach(pid: u32, sites: &[ProbeSite], threads: usize) -> Result<Self> {
+        if sites.len() > MAX_FUNCTIONS as usize {
+            return Err(Error::Usage(format!(
+                "{} functions match, at most {MAX_FUNCTIONS} can be timed at once: narrow the pattern",
+                sites.len()
+            )));
+        }
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess(pid))?);
+        privileges::check()?;
+        tracefs::ensure_mounted()?;
+        let addrs = runtime_addresses(pid, sites)?;
+        // Room for nested calls of every thread, and of threads created
+        // during the window.
+        let in_flight = u32::try_from(threads.saturating_mul(2).saturating_add(256) * 8)
+            .unwrap_or(u32::MAX)
+            .clamp(4096, 1 << 18);
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            // The object's other maps are not used here: smallest sizes.
+            .map_max_entries(base_names::THREADS, 1)
+            .map_max_entries(base_names::LAST_FN, 1)
+            .map_max_entries(base_names::STACKS, 1)
+            .map_max_entries(base_names::EVENTS, 4096)
+            .map_max_entries(names::CALL_ENTRIES, in_flight)
+            .map_max_entries(names::CALL_DEPTH, in_flight)
+            .load(super::EBPF_OBJECT)
+            .map_err(Error::load)?;
+
+        let mut ids: BpfHashMap<_, u64, u32> = BpfHashMap::try_from(
+            ebpf.map_mut(names::CALL_IDS)
+                .ok_or_else(|| missing(names::CALL_IDS))?,
+        )
+        .map_err(|e| Error::map("opening CALL_IDS", e))?;
+        for (id, addr) in addrs.iter().enumerate() {
+            ids.insert(addr, id as u32, 0)
+                .map_err(|e| Error::map("filling CALL_IDS", e))?;
+        }
+
+        // Returns first: a call entered once the entry probe is on then
+        // always has its return probe, so no entry waits forever.
+        for (name, what) in [
+            (names::CALLS_RETURN, "uretprobe"),
+            (names::CALLS_ENTRY, "uprobe"),
+        ] {
+            let prog: &mut UProbe = program(&mut ebpf, name)?;
+            prog.load()
+                .map_err(|e| Error::program(format!("loading {name}"), e))?;
+            for s in sites {
+                prog.attach(s.file_offset, &s.binary, scope)
+                    .map_err(|e| Error::program(format!("attaching a {what} to {}", s.name), e))?;
+            }
+        }
+        let map = ebpf
+            .take_map(names::CALL_OUTLIERS)
+            .ok_or_else(|| missing(names::CALL_OUTLIERS))?;
+        let outliers =
+            RingBuf::try_from(map).map_err(|e| Error::map("opening CALL_OUTLIERS", e))?;
+        Ok(CallsProbe {
+            ebpf,
+            functions: sites.len(),
+            addrs,
+            outliers,
+        })
+    }
+
+    /// Where each function (by id) is mapped in the process.
+    pub fn addresses(&self) -> &[u64] {
+        &self.addrs
+    }
+
+    /// The counts and latencies of each function so far, summed over the
+    /// CPUs, by function id.
+    pub fn stats(&self) -> Result<Vec<CallStats>> {
+        let map: PerCpuArray<_, CallStats> = PerCpuArray::try_from(
+            self.ebpf
+                .map(names::CALL_STATS)
+                .ok_or_else(|| missing(names::CALL_STATS))?,
+        )
+        .map_err(|e| Error::map("opening CALL_STATS", e))?;
+        (0..self.functions as u32)
+            .map(|id| {
+                let per_cpu = map
+                    .get(&id, 0)
+                    .map_err(|e| Error::map("reading CALL_STATS", e))?;
+                let mut sum = CallStats::default();
+                per_cpu.iter().for_each(|s| sum.merge(s));
+                Ok(sum)
+            })
+            .collect()
+    }
+
+    /// Sets the outlier threshold of each function, by id, in ns (0: none).
+    pub fn set_thresholds(&mut self, thresholds: &[u64]) -> Result<()> {
+        let mut map: Array<_, u64> = Array::try_from(
+            self.ebpf
+                .map_mut(names::CALL_THRESHOLDS)
+                .ok_or_else(|| missing(names::CALL_THRESHOLDS))?,
+        )
+        .map_err(|e| Error::map("opening CALL_THRESHOLDS", e))?;
+        for (id, t) in thresholds.iter().enumerate().take(self.functions) {
+            map.set(id as u32, t, 0)
+                .map_err(|e| Error::map("setting CALL_THRESHOLDS", e))?;
+        }
+        Ok(())
+    }
+
+    /// The outliers recorded since the last call.
+    pub fn take_outliers(&mut self) -> Vec<CallOutlier> {
+        let mut out = Vec::new();
+        while let Some(item) = self.outliers.next() {
+            if let Ok((o, _)) = CallOutlier::read_from_prefix(&item) {
+                out.push(o);
+            }
+        }
+        out
+    }
+}
+
+/// Where each site's code is mapped in process `pid` now: the address the
+/// entry probe sees as its instruction pointer.
+fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
+    let path = format!("/proc/{pid}/maps");
+    let text = std::fs::read_to_string(&path).map_err(|_| Error::NoSuchProcess(pid))?;
+    let maps = librip::reader::parse_maps(&text);
+    sites
+        .iter()
+        .map(|s| {
+            maps.iter()
+                .find(|m| {
+                    m.is_exec()
+                        && m.file() == Some(Path::new(&s.binary))
+                        && (m.offset..m.offset + (m.end - m.start)).contains(&s.file_offset)
+                })
+                .map(|m| m.start + (s.file_offset - m.offset))
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{} is not mapped executable in pid {pid}: cannot probe {}",
+                        s.binary.display(),
+                        s.name
+                    ))
+                })
+        })
+        .collect()
+}

@@ -1,0 +1,377 @@
+//! `rip-probe calls --pid N --uprobe GLOB --duration D`: every call of the
+//! matching functions counted and timed in the kernel for the window, with
+//! the calls slower than a threshold listed. Resolve the functions,
+//! attach, watch the window (training the outlier thresholds, draining
+//! outliers, watching the process), then analyze, symbolize the callers
+//! and render.
+
+use std::{
+    io::Write,
+    time::{Duration, Instant},
+};
+
+use clap::Args;
+use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS};
+
+use super::{parse_duration, write_err};
+use crate::{
+    analyze::calls::{function_calls, trained_thresholds},
+    collect::{
+        kernel::{
+            calls::CallsProbe,
+            privileges,
+            uprobe::{self, ProbeSite},
+        },
+        procfs,
+    },
+    discover::Target,
+    error::{Error, Result},
+    model::{
+        SCHEMA_VERSION,
+        calls::{CallsReport, FunctionCalls, OutlierRule, SlowCall},
+    },
+    render,
+    symbolize::stacks::StackSymbolizer,
+    util::{progress::Progress, timing},
+};
+
+/// Outliers listed at most; the others are counted.
+const MAX_OUTLIERS_KEPT: usize = 1000;
+/// How often the window's loop drains outliers and looks at the process.
+const TICK: Duration = Duration::from_millis(100);
+
+/// `rip-probe calls`.
+#[derive(Debug, Args)]
+pub(crate) struct CallsArgs {
+    /// The process whose calls are counted.
+    #[arg(long, short)]
+    pid: u32,
+    /// Functions to count and time: a glob over the executable's function
+    /// names, or `LIB:GLOB` for a shared library whose file name contains
+    /// LIB (e.g. `libc:malloc`). Repeat for more.
+    #[arg(long, value_name = "PATTERN", required = true)]
+    uprobe: Vec<String>,
+    /// How long to count (e.g. 500ms, 10s).
+    #[arg(long, short, value_parser = parse_duration)]
+    duration: Duration,
+    /// List the calls slower than this (e.g. 10ms).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "outlier")]
+    slower_than: Option<Duration>,
+    /// List the calls slower than this share of the slowest call of the
+    /// same function during the training window (e.g. 250%).
+    #[arg(long, value_parser = parse_percent)]
+    outlier: Option<u32>,
+    /// The training window of --outlier, at the start of --duration
+    /// (default: its first quarter).
+    #[arg(long, value_parser = parse_duration, requires = "outlier")]
+    training: Option<Duration>,
+    /// Print the report as JSON (schema: docs/JSON.md).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses `250%` (or `250`) into 250.
+fn parse_percent(s: &str) -> std::result::Result<u32, String> {
+    let n = s.trim().trim_end_matches('%');
+    match n.parse::<u32>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(format!("`{s}` is not a percentage (e.g. 250%)")),
+    }
+}
+
+pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
+    if a.duration.is_zero() {
+        return Err(Error::Usage(
+            "calls needs a window: give --duration a length, e.g. --duration 5s".into(),
+        ));
+    }
+    let rule = outlier_rule(a)?;
+    let target = Target::open(a.pid)?;
+    privileges::check()?;
+    let sites = resolve_all(a.pid, &a.uprobe)?;
+    let threads = procfs::tids(a.pid)?.len();
+    let mut probe = timing::phase("attach uprobes", || {
+        CallsProbe::attach(a.pid, &sites, threads)
+    })?;
+    let mut thresholds = vec![0; sites.len()];
+    if let Some(OutlierRule::SlowerThan { threshold_ns }) = rule {
+        // At least 1 ns: 0 means "no threshold" to the program.
+        thresholds.fill(threshold_ns.max(1));
+        probe.set_thresholds(&thresholds)?;
+    }
+    let clock = MonotonicToUnix::now();
+    let w = watch(&mut probe, &target, a, &rule, &mut thresholds)?;
+    let addrs = probe.addresses().to_vec();
+    // Detached before the report is built: the target runs at full speed
+    // again while rip-probe symbolizes.
+    drop(probe);
+
+    let names: Vec<String> = sites.iter().map(|s| display_name(&s.name)).collect();
+    let mut functions: Vec<FunctionCalls> = sites
+        .iter()
+        .zip(&w.stats)
+        .enumerate()
+        .map(|(i, (site, stats))| {
+            function_calls(
+                names[i].clone(),
+                site.binary.display().to_string(),
+                site.file_offset,
+                stats,
+                thresholds[i],
+            )
+        })
+        .collect();
+    functions.sort_by(|a, b| {
+        b.calls
+            .cmp(&a.calls)
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    let outliers = slow_calls(a.pid, &w.outliers, &names, &addrs, &clock);
+    let mut warnings = Vec::new();
+    let lost = w.lost.as_ref().map(|l| l.describe(a.pid));
+    if let Some(l) = &lost {
+        warnings.push(format!(
+            "{l} after {}: the counts are up to then",
+            crate::util::timefmt::duration(w.elapsed.as_nanos() as u64)
+        ));
+    }
+    let dropped: u64 = w.stats.iter().map(|s| s.outliers_dropped).sum();
+    if dropped > 0 {
+        warnings.push(format!(
+            "{dropped} outliers were counted but not recorded (the kernel's buffer was full): \
+             raise the threshold"
+        ));
+    }
+    let report = CallsReport {
+        schema: SCHEMA_VERSION,
+        process: super::process_info(&target, w.lost.as_ref()),
+        window_ns: w.elapsed.as_nanos() as u64,
+        outlier_rule: rule,
+        functions,
+        outliers,
+        outliers_omitted: w.omitted,
+        warnings,
+    };
+    if a.json {
+        render::calls_json(&report, &mut *out).map_err(write_err)?;
+    } else {
+        render::calls_text(&report, &mut *out).map_err(write_err)?;
+    }
+    out.flush().map_err(write_err)
+}
+
+/// `--slower-than` or `--outlier` (with `--training`), checked.
+fn outlier_rule(a: &CallsArgs) -> Result<Option<OutlierRule>> {
+    if let Some(t) = a.slower_than {
+        return Ok(Some(OutlierRule::SlowerThan {
+            threshold_ns: t.as_nanos() as u64,
+        }));
+    }
+    let Some(percent) = a.outlier else {
+        return Ok(None);
+    };
+    let training = a.training.unwrap_or(a.duration / 4);
+    if training.is_zero() || training >= a.duration {
+        return Err(Error::Usage(format!(
+            "--training must be shorter than --duration ({}), and not 0",
+            crate::util::timefmt::duration(a.duration.as_nanos() as u64)
+        )));
+    }
+    Ok(Some(OutlierRule::Trained {
+        percent,
+        training_ns: training.as_nanos() as u64,
+    }))
+}
+
+/// The functions every pattern matches, each once, at most
+/// [`MAX_FUNCTIONS`].
+fn resolve_all(pid: u32, patterns: &[String]) -> Result<Vec<ProbeSite>> {
+    let mut sites: Vec<ProbeSite> = Vec::new();
+    for p in patterns {
+        for s in uprobe::resolve(pid, p)? {
+            if !sites
+                .iter()
+                .any(|o| o.binary == s.binary && o.file_offset == s.file_offset)
+            {
+                sites.push(s);
+            }
+        }
+    }
+    if sites.len() > MAX_FUNCTIONS as usize {
+        let some: Vec<String> = sites
+            .iter()
+            .take(3)
+            .map(|s| display_name(&s.name))
+            .collect();
+        return Err(Error::Usage(format!(
+            "--uprobe {}: {} functions match, at most {MAX_FUNCTIONS} are timed at once: \
+             narrow the pattern, or give one --uprobe per function (matches include {}, …)",
+            patterns.join(" --uprobe "),
+            sites.len(),
+            some.join(", ")
+        )));
+    }
+    Ok(sites)
+}
+
+/// A function's name as shown: demangled, without a Rust hash suffix.
+fn display_name(stored: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(stored))
+}
+
+/// What the window saw.
+struct Watched {
+    /// Per function id, summed over CPUs, at the end.
+    stats: Vec<CallStats>,
+    /// Outliers kept (at most [`MAX_OUTLIERS_KEPT`]).
+    outliers: Vec<CallOutlier>,
+    /// Outliers past that.
+    omitted: u64,
+    /// How long the window lasted.
+    elapsed: Duration,
+    /// Set when the process went away during it.
+    lost: Option<crate::discover::Lost>,
+}
+
+/// Runs the window: sets the trained thresholds when training ends,
+/// drains outliers, shows progress, and stops early when the process
+/// exits.
+fn watch(
+    probe: &mut CallsProbe,
+    target: &Target,
+    a: &CallsArgs,
+    rule: &Option<OutlierRule>,
+    thresholds: &mut [u64],
+) -> Result<Watched> {
+    let start = Instant::now();
+    let mut progress = Progress::start(a.duration);
+    let mut training = match rule {
+        Some(OutlierRule::Trained {
+            percent,
+            training_ns,
+        }) => Some((Duration::from_nanos(*training_ns), *percent)),
+        _ => None,
+    };
+    let (mut outliers, mut omitted) = (Vec::new(), 0u64);
+    let mut keep = |batch: Vec<CallOutlier>| {
+        for o in batch {
+            if outliers.len() < MAX_OUTLIERS_KEPT {
+                outliers.push(o);
+            } else {
+                omitted += 1;
+            }
+        }
+    };
+    let lost = loop {
+        let elapsed = start.elapsed();
+        if let Some((until, percent)) = training
+            && elapsed >= until
+        {
+            let t = trained_thresholds(&probe.stats()?, percent);
+            thresholds.copy_from_slice(&t);
+            probe.set_thresholds(thresholds)?;
+            training = None;
+        }
+        keep(probe.take_outliers());
+        if let Some(lost) = target.lost() {
+            break Some(lost);
+        }
+        if elapsed >= a.duration {
+            break None;
+        }
+        if let Some(p) = progress.as_mut().filter(|p| p.due()) {
+            let calls: u64 = probe.stats()?.iter().map(|s| s.calls).sum();
+            p.show(&format!("{calls} calls so far"));
+        }
+        let next = training.map_or(a.duration, |(until, _)| until.min(a.duration));
+        target.wait_exit(next.saturating_sub(elapsed).min(TICK));
+    };
+    let elapsed = start.elapsed().min(a.duration);
+    let stats = probe.stats()?;
+    keep(probe.take_outliers());
+    if let Some(p) = progress {
+        p.finish();
+    }
+    Ok(Watched {
+        stats,
+        outliers,
+        omitted,
+        elapsed,
+        lost,
+    })
+}
+
+/// The outliers with their callers symbolized and their times on the wall
+/// clock, in the order they started.
+fn slow_calls(
+    pid: u32,
+    raw: &[CallOutlier],
+    names: &[String],
+    addrs: &[u64],
+    clock: &MonotonicToUnix,
+) -> Vec<SlowCall> {
+    let fn_addr = |o: &CallOutlier| addrs.get(o.fn_id as usize).copied().unwrap_or(0);
+    // Each as a two-frame stack, the function then its return address,
+    // so the caller is looked up as a return address (its call's line).
+    let stacks: Vec<[u64; 2]> = raw.iter().map(|o| [fn_addr(o), o.ret_addr]).collect();
+    let refs: Vec<&[u64]> = stacks.iter().map(|s| &s[..]).collect();
+    let frames = StackSymbolizer::new(pid).frames_of_many(&refs);
+    let mut out: Vec<SlowCall> = raw
+        .iter()
+        .zip(frames)
+        .map(|(o, mut f)| SlowCall {
+            function: names.get(o.fn_id as usize).cloned().unwrap_or_default(),
+            tid: o.tid,
+            start_unix_ns: clock.unix_ns(o.start_ns),
+            duration_ns: o.duration_ns,
+            caller: f.pop().unwrap_or_default(),
+        })
+        .collect();
+    out.sort_by_key(|s| s.start_unix_ns);
+    out
+}
+
+/// Converts CLOCK_MONOTONIC times (the programs' `bpf_ktime_get_ns`) to
+/// the wall clock, from one reading of both.
+struct MonotonicToUnix {
+    offset: i128,
+}
+
+impl MonotonicToUnix {
+    fn now() -> Self {
+        let mono = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        let mono = i128::from(mono.tv_sec) * 1_000_000_000 + i128::from(mono.tv_nsec);
+        MonotonicToUnix {
+            offset: unix - mono,
+        }
+    }
+
+    fn unix_ns(&self, mono_ns: u64) -> u64 {
+        u64::try_from(i128::from(mono_ns) + self.offset).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_percent("250%"), Ok(250));
+        assert_eq!(parse_percent("90"), Ok(90));
+        assert!(parse_percent("0%").is_err());
+        assert!(parse_percent("lots").is_err());
+    }
+
+    #[test]
+    fn monotonic_times_on_the_wall_clock() {
+        let c = MonotonicToUnix { offset: 1_000 };
+        assert_eq!(c.unix_ns(5), 1_005);
+        let c = MonotonicToUnix::now();
+        let year_2020 = 1_577_836_800_000_000_000;
+        assert!(c.unix_ns(0) > 0 && c.unix_ns(0) < u64::MAX / 2 + year_2020);
+    }
+}

@@ -1,0 +1,435 @@
+//! `rip-probe calls`: exact call counts, latency histograms, outliers and
+//! recursion, on `tests/c/calls.c` (no librip, -O2, no frame pointers),
+//! whose main thread runs the commands the test writes to its stdin; and
+//! the command's one-line errors.
+
+use std::{
+    io::Write,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rip_tests::{TempDir, Workload, bpf_tests_enabled, build_c, rip_probe};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+fn workload() -> Workload {
+    Workload::start(Command::new(build_c("calls", &["-fomit-frame-pointer"])))
+}
+
+/// The workload, writing the durations of its sleeps as it measures them
+/// to `spans`.
+fn workload_with_spans(spans: &std::path::Path) -> Workload {
+    let mut cmd = Command::new(build_c("calls", &["-fomit-frame-pointer"]));
+    cmd.arg(spans);
+    Workload::start(cmd)
+}
+
+/// `rip-probe calls --pid PID ARGS --json`, running in the background.
+fn start_calls(w: &Workload, args: &[&str]) -> Child {
+    let child = Command::new(CLI)
+        .args(["calls", "--pid", &w.pid().to_string(), "--json"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rip-probe");
+    // The kernel maps the `[uprobes]` area into the target at the first
+    // probe hit: heartbeat(), probed by every run, is called every 2 ms.
+    // The last probes are attached right after.
+    let maps = format!("/proc/{}/maps", w.pid());
+    let start = Instant::now();
+    while !std::fs::read_to_string(&maps)
+        .unwrap_or_default()
+        .contains("[uprobes]")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no probe hit the workload in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+/// Writes commands to the workload (see tests/c/calls.c).
+fn send(w: &mut Workload, commands: &str) {
+    let stdin = w.child.stdin.as_mut().expect("piped stdin");
+    stdin.write_all(commands.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+}
+
+/// Waits for the background run; its JSON report.
+fn report(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "rip-probe calls failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+fn function<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {r}"))
+}
+
+/// The histogram's counts, by bucket lower bound.
+fn histogram(f: &Value) -> Vec<(u64, u64)> {
+    f["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["count"].as_u64() != Some(0))
+        .map(|b| (b["lo_ns"].as_u64().unwrap(), b["count"].as_u64().unwrap()))
+        .collect()
+}
+
+const MS: u64 = 1_000_000;
+
+/// `f`'s histogram holds its calls where they belong: none below the
+/// bucket `lo` of the sleep's own length (a sleep never ends early), and
+/// no more at or above any bound than the caller measured there itself
+/// (the probes time a part of what the caller measures). On a quiet
+/// machine, where the caller measured every call in `[lo, 2 lo)`, that is
+/// every count in that bucket.
+fn in_bucket(f: &Value, lo: u64, measured: &[u64]) {
+    let h = histogram(f);
+    assert!(h.iter().all(|&(l, _)| l >= lo), "none below {lo}: {f}");
+    assert_eq!(
+        h.iter().map(|b| b.1).sum::<u64>(),
+        measured.len() as u64,
+        "{f}"
+    );
+    for &(bound, _) in &h {
+        let probed: u64 = h.iter().filter(|b| b.0 >= bound).map(|b| b.1).sum();
+        let caller = measured.iter().filter(|&&ns| ns >= bound).count() as u64;
+        assert!(
+            probed <= caller,
+            "{probed} calls at or above {bound} ns, the caller measured {caller}: {measured:?} {f}"
+        );
+    }
+    if measured.iter().all(|&ns| ns < 2 * lo) {
+        assert_eq!(h, [(lo, measured.len() as u64)], "{f}");
+    }
+}
+
+/// The durations the workload measured for `function`'s calls.
+fn spans(path: &std::path::Path, function: &str) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix(function)?.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn exact_counts_and_histograms_of_known_sleeps() {
+    if !bpf_tests_enabled("exact_counts_and_histograms_of_known_sleeps") {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "calls-spans");
+    let spans_file = dir.join("spans");
+    let mut w = workload_with_spans(&spans_file);
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "sleep_*",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "3s",
+        ],
+    );
+    send(&mut w, "count 12345\nshort 10\nlong 5\n");
+    let r = report(child);
+    assert_eq!(r["functions"].as_array().unwrap().len(), 4, "{r}");
+    let count = function(&r, "count_me");
+    assert_eq!(count["calls"], 12345, "{count}");
+    assert_eq!(count["timed"], 12345, "{count}");
+
+    // 2.2 ms lies in [2M, 4M) ns, 17 ms in [16M, 32M) ns.
+    let short = function(&r, "sleep_short");
+    assert_eq!(short["calls"], 10, "{short}");
+    in_bucket(short, 1 << 21, &spans(&spans_file, "sleep_short"));
+    let long = function(&r, "sleep_long");
+    assert_eq!(long["calls"], 5, "{long}");
+    in_bucket(long, 1 << 24, &spans(&spans_file, "sleep_long"));
+    let min = long["min_ns"].as_u64().unwrap();
+    let max = long["max_ns"].as_u64().unwrap();
+    let mean = long["mean_ns"].as_u64().unwrap();
+    assert!(17 * MS <= min && min <= mean && mean <= max, "{long}");
+    for p in ["p50", "p99"] {
+        let (lo, hi) = (
+            long[p]["lo_ns"].as_u64().unwrap(),
+            long[p]["hi_ns"].as_u64().unwrap(),
+        );
+        assert!(min <= lo && lo < hi && hi <= max + 1, "{p}: {long}");
+    }
+    // No outliers were asked for.
+    assert!(r["outlier_rule"].is_null());
+    assert_eq!(r["outliers"].as_array().unwrap().len(), 0);
+    eprintln!(
+        "count_me {} calls; sleep_long mean {} ns",
+        count["calls"], long["mean_ns"]
+    );
+
+    // The same run as text: the table and bpftrace-style histograms.
+    let child = Command::new(CLI)
+        .args(["calls", "--pid", &w.pid().to_string()])
+        .args(["--uprobe", "sleep_short", "--uprobe", "heartbeat"])
+        .args(["--duration", "1500ms"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    assert!(
+        text.contains("FUNCTION") && text.contains("heartbeat"),
+        "{text}"
+    );
+    assert!(text.contains("heartbeat: latency of"), "{text}");
+    assert!(text.contains(" |@"), "{text}");
+}
+
+#[test]
+fn recursive_calls_are_timed_per_depth() {
+    if !bpf_tests_enabled("recursive_calls_are_timed_per_depth") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "recurse",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "2s",
+        ],
+    );
+    // Four nested calls lasting about 12, 9, 6 and 3 ms.
+    send(&mut w, "recurse 4\n");
+    let r = report(child);
+    let f = function(&r, "recurse");
+    assert_eq!(f["calls"], 4, "{f}");
+    assert_eq!(f["timed"], 4, "{f}");
+    // Each level timed from its own entry: the innermost about 3 ms, the
+    // outermost about 12, 30 ms in all. (Timed per thread only, every
+    // level would start at the innermost entry.) Sleeps end late on a busy
+    // machine, never early.
+    let min = f["min_ns"].as_u64().unwrap();
+    let max = f["max_ns"].as_u64().unwrap();
+    let mean = f["mean_ns"].as_u64().unwrap();
+    assert!((3 * MS..6 * MS).contains(&min), "{f}");
+    assert!(max >= 12 * MS, "{f}");
+    assert!(mean >= 30 * MS / 4, "{f}");
+    assert!(max >= min + 9 * MS, "{f}");
+    let h = histogram(f);
+    assert_eq!(h.iter().map(|b| b.1).sum::<u64>(), 4, "{f}");
+    assert_eq!(h[0].0, 1 << 21, "the innermost call in [2M, 4M): {f}");
+}
+
+#[test]
+fn slow_calls_are_outliers_and_fast_ones_are_not() {
+    if !bpf_tests_enabled("slow_calls_are_outliers_and_fast_ones_are_not") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "sleep_*",
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "2s",
+            "--slower-than",
+            "10ms",
+        ],
+    );
+    send(&mut w, "count 100\nshort 5\nlong 3\nshort 5\n");
+    let r = report(child);
+    assert_eq!(r["outlier_rule"]["kind"], "slower_than", "{r}");
+    assert_eq!(r["outlier_rule"]["threshold_ns"], 10 * MS, "{r}");
+    let outliers = r["outliers"].as_array().unwrap();
+    assert_eq!(outliers.len(), 3, "the three sleep_long calls: {r}");
+    let pid = u64::from(w.pid());
+    for o in outliers {
+        assert_eq!(o["function"], "sleep_long", "{o}");
+        assert_eq!(o["tid"], pid, "the main thread: {o}");
+        assert!(o["duration_ns"].as_u64().unwrap() >= 17 * MS, "{o}");
+        assert_eq!(o["caller"]["function"], "do_sleeps", "{o}");
+        assert!(o["start_unix_ns"].as_u64().unwrap() > 1_700_000_000 * 1_000_000_000);
+    }
+    assert_eq!(function(&r, "sleep_long")["outliers"], 3);
+    assert_eq!(function(&r, "sleep_short")["outliers"], 0);
+    assert_eq!(function(&r, "count_me")["outliers"], 0);
+}
+
+#[test]
+fn outliers_against_a_training_window() {
+    if !bpf_tests_enabled("outliers_against_a_training_window") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "op",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "3s",
+            "--outlier",
+            "250%",
+            "--training",
+            "1s",
+        ],
+    );
+    // Training: 2 ms calls. Then more of those, and three of 60 ms (far
+    // enough above that a training call slowed by a busy machine does
+    // not hide them).
+    send(&mut w, "op 2 20\n");
+    std::thread::sleep(Duration::from_millis(1200));
+    send(&mut w, "op 2 20\nop 60 3\nop 2 5\n");
+    let r = report(child);
+    assert_eq!(r["outlier_rule"]["kind"], "trained", "{r}");
+    assert_eq!(r["outlier_rule"]["percent"], 250, "{r}");
+    let op = function(&r, "op");
+    assert_eq!(op["calls"], 48, "{op}");
+    let threshold = op["threshold_ns"].as_u64().unwrap();
+    assert!((5 * MS..60 * MS).contains(&threshold), "{op}");
+    let outliers = r["outliers"].as_array().unwrap();
+    assert_eq!(outliers.len(), 3, "{r}");
+    for o in outliers {
+        assert_eq!(o["function"], "op", "{o}");
+        assert!(o["duration_ns"].as_u64().unwrap() >= 60 * MS, "{o}");
+        assert_eq!(o["caller"]["function"], "do_ops", "{o}");
+    }
+}
+
+#[test]
+fn the_process_exiting_mid_window_ends_it_with_what_was_counted() {
+    if !bpf_tests_enabled("the_process_exiting_mid_window_ends_it_with_what_was_counted") {
+        return;
+    }
+    let mut w = workload();
+    let start = Instant::now();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "30s",
+        ],
+    );
+    send(&mut w, "count 777\nexit\n");
+    let r = report(child);
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "the window ended with the process"
+    );
+    assert_eq!(function(&r, "count_me")["calls"], 777, "{r}");
+    assert_eq!(r["process"]["alive"], false, "{r}");
+    let warning = r["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("exited"), "{warning}");
+    assert!(r["window_ns"].as_u64().unwrap() < 20_000_000_000);
+}
+
+/// Runs `rip-probe calls ARGS`, which must fail with a one-line error
+/// containing `expect`.
+fn one_line_error(args: &[&str], expect: &str) {
+    let (code, out, err) = rip_probe(CLI, args);
+    assert_ne!(code, 0, "{args:?}: {out}");
+    assert!(out.is_empty(), "{args:?}: {out}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    assert!(err.contains(expect), "{args:?}: {err}");
+}
+
+#[test]
+fn errors_are_one_line() {
+    if !bpf_tests_enabled("errors_are_one_line") {
+        return;
+    }
+    let w = workload();
+    let pid = w.pid().to_string();
+    let calls = |more: &[&'static str]| {
+        let mut a = vec!["calls", "--pid", pid.as_str()];
+        a.extend_from_slice(more);
+        a
+    };
+    one_line_error(
+        &calls(&["--uprobe", "count_me", "--duration", "0"]),
+        "calls needs a window",
+    );
+    one_line_error(
+        &calls(&["--uprobe", "[", "--duration", "1s"]),
+        "bad pattern",
+    );
+    one_line_error(
+        &calls(&["--uprobe", "count_mee", "--duration", "1s"]),
+        "no function",
+    );
+    // The error names near functions.
+    let (_, _, err) = rip_probe(CLI, &calls(&["--uprobe", "count_mee", "--duration", "1s"]));
+    assert!(err.contains("near: count_me"), "{err}");
+    one_line_error(
+        &calls(&["--uprobe", "libc:s*", "--duration", "1s"]),
+        "narrow the pattern",
+    );
+    one_line_error(
+        &[
+            "calls",
+            "--pid",
+            "2000000000",
+            "--uprobe",
+            "f",
+            "--duration",
+            "1s",
+        ],
+        "no process with pid 2000000000",
+    );
+    let (code, out, err) = rip_probe(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            CLI,
+            "calls",
+            "--pid",
+            &pid,
+            "--uprobe",
+            "count_me",
+            "--duration",
+            "1s",
+        ],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF"), "{err}");
+    // Nothing stays attached after the errors: the workload never saw a
+    // probe.
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("[uprobes]"), "no probe was attached");
+}
