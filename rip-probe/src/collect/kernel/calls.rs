@@ -2,7 +2,7 @@
 //! attached to each chosen function of one process, and their per-CPU
 //! counts read back (see `rip_ebpf::calls`).
 
-use std::{num::NonZeroU32, path::Path};
+use std::num::NonZeroU32;
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -153,23 +153,23 @@ impl CallsProbe {
 /// Where each site's code is mapped in process `pid` now: the address the
 /// entry probe sees as its instruction pointer.
 fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
-    let path = format!("/proc/{pid}/maps");
-    let text = std::fs::read_to_string(&path).map_err(|_| Error::NoSuchProcess(pid))?;
-    let maps = librip::reader::parse_maps(&text);
+    let maps = librip::reader::ProcessMaps::open(pid)
+        .and_then(|m| m.executable())
+        .map_err(|_| Error::NoSuchProcess(pid))?;
     sites
         .iter()
         .map(|s| {
             maps.iter()
                 .find(|m| {
                     m.is_exec()
-                        && m.file() == Some(Path::new(&s.binary))
+                        && m.file() == Some(s.mapped.as_path())
                         && (m.offset..m.offset + (m.end - m.start)).contains(&s.file_offset)
                 })
                 .map(|m| m.start + (s.file_offset - m.offset))
                 .ok_or_else(|| {
                     Error::Usage(format!(
                         "{} is not mapped executable in pid {pid}: cannot probe {}",
-                        s.binary.display(),
+                        s.mapped.display(),
                         s.name
                     ))
                 })

@@ -37,6 +37,9 @@ pub struct ProbeSite {
     /// target mapped from here: `/proc/PID/exe`, `/proc/PID/map_files/…`,
     /// or its path (inside `/proc/PID/root` in another mount namespace).
     pub binary: PathBuf,
+    /// The binary's path as the process's maps name it (its own mount
+    /// namespace's).
+    pub mapped: PathBuf,
     /// Its name as stored in the binary.
     pub name: String,
     /// Offset in the file (what the kernel attaches to).
@@ -116,6 +119,7 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
                 if glob.matches(&s.name) || glob.matches(&demangled) || glob.matches(&short) {
                     sites.push(ProbeSite {
                         binary: binary.clone(),
+                        mapped: shown.clone(),
                         name: s.name.to_string(),
                         file_offset: off,
                     });

@@ -6,7 +6,9 @@
 
 use std::path::PathBuf;
 
-use librip::reader::{ProcessMaps, ReadError, RingFile, Via, open_rings_in};
+use librip::reader::{
+    MappedRing, ProcessMaps, ReadError, RingFile, Via, open_rings, open_rings_in,
+};
 
 use super::RingView;
 use crate::{
@@ -21,15 +23,17 @@ impl RingView {
     /// read through the process's own view of the file. Its thread ids
     /// are ours and its binaries are looked up in the process's root.
     pub fn of_process(pid: u32) -> Result<RingView, Error> {
-        let maps =
-            ProcessMaps::open(pid).map_err(|_| Error::Ring(ReadError::NoSuchProcess(pid)))?;
-        Self::of_process_in(pid, &maps)
+        Self::of_rings(pid, open_rings(pid).map_err(Error::Ring)?)
     }
 
     /// [`Self::of_process`] with the process's map already open.
     pub fn of_process_in(pid: u32, maps: &ProcessMaps) -> Result<RingView, Error> {
+        Self::of_rings(pid, open_rings_in(pid, maps).map_err(Error::Ring)?)
+    }
+
+    fn of_rings(pid: u32, rings: Vec<MappedRing>) -> Result<RingView, Error> {
         let mut first = None;
-        for m in open_rings_in(pid, maps).map_err(Error::Ring)? {
+        for m in rings {
             let Ok(ring) = RingFile::read(m.file, &m.path) else {
                 continue;
             };
