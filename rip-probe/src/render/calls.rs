@@ -49,7 +49,12 @@ pub fn calls_text(r: &CallsReport, w: &mut dyn Write) -> io::Result<()> {
             escape(&f.function),
             f.timed
         )?;
-        hist::log2(&f.histogram, "  ", w)?;
+        let buckets: Vec<_> = f
+            .histogram
+            .iter()
+            .map(|b| (b.lo_ns, b.hi_ns, b.count))
+            .collect();
+        hist::log2(&buckets, "  ", w)?;
     }
     if let Some(rule) = &r.outlier_rule {
         outliers(r, rule, w)?;

@@ -14,8 +14,6 @@ use crate::{
     util::timefmt::duration,
 };
 
-/// Width of the histogram's widest bar, as bpftrace draws it.
-const BAR: u64 = 52;
 /// Frames of a waker's stack shown after its location.
 const STACK_FRAMES: usize = 4;
 
@@ -138,56 +136,13 @@ fn callers<'a>(loc: Option<&Frame>, stack: &'a [Frame]) -> impl Iterator<Item = 
 /// bpftrace's `hist()`: `[4M, 8M)   380 |@@@@…|`, bars scaled to the
 /// fullest bucket.
 fn histogram(h: &[HistBucket], w: &mut dyn Write) -> io::Result<()> {
-    let max = h.iter().map(|b| b.count).max().unwrap_or(0).max(1);
-    for b in h {
-        let range = if b.high_ns == 1 {
-            "[0]".to_string()
-        } else if b.high_ns == 2 {
-            "[1]".to_string()
-        } else {
-            format!("[{}, {})", pow2(b.low_ns), pow2(b.high_ns))
-        };
-        let bar = (b.count * BAR).div_ceil(max) as usize;
-        writeln!(
-            w,
-            "  {range:<14} {:>8} |{:<width$}|",
-            b.count,
-            "@".repeat(bar),
-            width = BAR as usize
-        )?;
-    }
-    Ok(())
-}
-
-/// A power of two as bpftrace writes bucket bounds: `512`, `4K`, `8M`, `2G`.
-fn pow2(v: u64) -> String {
-    for (shift, unit) in [
-        (60, "E"),
-        (50, "P"),
-        (40, "T"),
-        (30, "G"),
-        (20, "M"),
-        (10, "K"),
-    ] {
-        if v >= 1 << shift && v.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", v >> shift);
-        }
-    }
-    v.to_string()
+    let buckets: Vec<_> = h.iter().map(|b| (b.low_ns, b.high_ns, b.count)).collect();
+    super::hist::log2(&buckets, "  ", w)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bounds_are_written_like_bpftrace() {
-        assert_eq!(pow2(512), "512");
-        assert_eq!(pow2(4096), "4K");
-        assert_eq!(pow2(1 << 23), "8M");
-        assert_eq!(pow2(1 << 31), "2G");
-        assert_eq!(pow2(1 << 63), "8E");
-    }
 
     #[test]
     fn bars_scale_to_the_fullest_bucket() {
@@ -209,11 +164,11 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            format!("  [2M, 4M)              1 |@{}|", " ".repeat(51))
+            format!("  {:<16}{:>8} |{}|", "[2M, 4M)", 1, " ".repeat(52))
         );
         assert_eq!(
             lines[1],
-            format!("  [4M, 8M)            104 |{}|", "@".repeat(52))
+            format!("  {:<16}{:>8} |{}|", "[4M, 8M)", 104, "@".repeat(52))
         );
     }
 }

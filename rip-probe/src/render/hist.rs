@@ -5,8 +5,6 @@
 
 use std::io::{self, Write};
 
-use crate::model::calls::Bucket;
-
 /// Width of a full bar, as bpftrace draws it.
 const BAR: u64 = 52;
 
@@ -28,22 +26,23 @@ fn label(v: u64) -> String {
     v.to_string()
 }
 
-/// Writes `buckets`, each line prefixed with `indent`.
-pub(crate) fn log2(buckets: &[Bucket], indent: &str, w: &mut dyn Write) -> io::Result<()> {
-    let max = buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
-    for b in buckets {
-        let range = if b.hi_ns - b.lo_ns == 1 {
-            format!("[{}]", label(b.lo_ns))
-        } else if b.hi_ns == u64::MAX {
-            format!("[{}, ...)", label(b.lo_ns))
+/// Writes `buckets`, `(low_ns, high_ns, count)` each, one line per bucket
+/// prefixed with `indent`. Every histogram of rip-probe (`calls`
+/// latencies, `locks` wait times) is drawn here.
+pub(crate) fn log2(buckets: &[(u64, u64, u64)], indent: &str, w: &mut dyn Write) -> io::Result<()> {
+    let max = buckets.iter().map(|b| b.2).max().unwrap_or(0).max(1);
+    for &(lo, hi, count) in buckets {
+        let range = if hi.saturating_sub(lo) == 1 {
+            format!("[{}]", label(lo))
+        } else if hi == u64::MAX {
+            format!("[{}, ...)", label(lo))
         } else {
-            format!("[{}, {})", label(b.lo_ns), label(b.hi_ns))
+            format!("[{}, {})", label(lo), label(hi))
         };
-        let bar = "@".repeat((b.count * BAR / max) as usize);
+        let bar = "@".repeat((count.saturating_mul(BAR) / max) as usize);
         writeln!(
             w,
-            "{indent}{range:<16}{:>8} |{bar:<width$}|",
-            b.count,
+            "{indent}{range:<16}{count:>8} |{bar:<width$}|",
             width = BAR as usize
         )?;
     }
@@ -60,18 +59,7 @@ mod tests {
         assert_eq!(label(1024), "1K");
         assert_eq!(label(4 << 20), "4M");
         assert_eq!(label(1 << 31), "2G");
-        let buckets = [
-            Bucket {
-                lo_ns: 1,
-                hi_ns: 2,
-                count: 1,
-            },
-            Bucket {
-                lo_ns: 2 << 20,
-                hi_ns: 4 << 20,
-                count: 4,
-            },
-        ];
+        let buckets = [(1, 2, 1), (2 << 20, 4 << 20, 4)];
         let mut out = Vec::new();
         log2(&buckets, "", &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
