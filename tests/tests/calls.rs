@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_tests::{TempDir, Workload, bpf_tests_enabled, build_c, rip_probe};
+use rip_tests::{TempDir, Workload, bpf_tests_enabled, build_c, rip_probe, rip_probe_json};
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -432,4 +432,41 @@ fn errors_are_one_line() {
     // probe.
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(!maps.contains("[uprobes]"), "no probe was attached");
+}
+
+/// Debian's perl, stripped as shipped: its functions are probed by the
+/// names it exports (`.dynsym`), and a loop of 10 ms `select` calls is
+/// counted and timed.
+#[test]
+fn a_stripped_debian_program_is_probed_by_its_exported_names() {
+    if !bpf_tests_enabled("a_stripped_debian_program_is_probed_by_its_exported_names") {
+        return;
+    }
+    let w = Workload::start({
+        let mut c = Command::new("perl");
+        c.args([
+            "-e",
+            "$| = 1; print \"ready\\n\"; while (1) { select(undef, undef, undef, 0.01) }",
+        ]);
+        c
+    });
+    let r = rip_probe_json(
+        CLI,
+        &[
+            "calls",
+            "--pid",
+            &w.pid().to_string(),
+            "--uprobe",
+            "Perl_pp_sselect",
+            "--duration",
+            "1s",
+            "--json",
+        ],
+    );
+    let f = &r["functions"][0];
+    assert_eq!(f["function"], "Perl_pp_sselect", "{r}");
+    let calls = f["calls"].as_u64().unwrap();
+    // 100 a second at most; fewer on a loaded machine, never none.
+    assert!((10..=101).contains(&calls), "{r}");
+    assert!(f["min_ns"].as_u64().unwrap() >= 10_000_000, "{r}");
 }

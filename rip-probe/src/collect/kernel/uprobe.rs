@@ -102,7 +102,12 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
     let (binary, shown, pattern) = target_binary(pid, spec)?;
     let glob = glob::Pattern::new(&pattern)
         .map_err(|e| Error::Usage(format!("--uprobe {spec}: bad pattern: {e}")))?;
-    let src = Source::Elf(Elf::new(&binary));
+    // The ELF symbol tables (.symtab, else .dynsym in a stripped binary:
+    // a distribution's programs export their functions there), not DWARF:
+    // a binary without debug information still has its functions listed.
+    let mut elf = Elf::new(&binary);
+    elf.debug_syms = false;
+    let src = Source::Elf(elf);
     let mut sites = Vec::new();
     // Every function's short name, for the "no match" error's suggestions.
     let mut all = Vec::new();
