@@ -82,6 +82,20 @@ pub trait Observer {
 /// The do-nothing observer.
 impl Observer for () {}
 
+/// The report's description of `target`, gone as `lost` says (or alive):
+/// what every command's report starts with.
+pub(crate) fn process_info(target: &Target, lost: Option<&Lost>) -> ProcessInfo {
+    let pid = target.pid();
+    ProcessInfo {
+        pid,
+        exe: target.exe().map(str::to_string),
+        comm: Some(target.comm().to_string()),
+        alive: lost.is_none(),
+        lost: lost.map(|l| l.describe(pid)),
+        ns_pid: namespaces::ns_pid(pid),
+    }
+}
+
 /// An attached session. Dropping it detaches everything.
 pub struct Session {
     target: Target,
@@ -237,16 +251,8 @@ impl Session {
     }
 
     fn process_info(&mut self) -> ProcessInfo {
-        let pid = self.target.pid();
-        let lost = self.lost().map(|l| l.describe(pid));
-        ProcessInfo {
-            pid,
-            exe: self.target.exe().map(str::to_string),
-            comm: Some(self.target.comm().to_string()),
-            alive: lost.is_none(),
-            lost,
-            ns_pid: namespaces::ns_pid(pid),
-        }
+        let lost = self.lost().cloned();
+        process_info(&self.target, lost.as_ref())
     }
 
     /// Every thread's joined state now: kernel view (task iterator and

@@ -101,16 +101,7 @@ fn parse_line(line: &str) -> Option<MapsLine> {
 /// process sees (which, in another mount namespace, may not exist here).
 /// Each is opened as [`open_mapped`] does.
 pub fn find_rings(pid: u32) -> Result<Vec<PathBuf>, ReadError> {
-    let maps = ProcessMaps::open(pid).map_err(|e| no_such_process_or(pid, e))?;
-    find_rings_in(pid, &maps)
-}
-
-/// [`find_rings`] over a map already open.
-pub fn find_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<PathBuf>, ReadError> {
-    Ok(open_rings_in(pid, maps)?
-        .into_iter()
-        .map(|r| r.path)
-        .collect())
+    Ok(open_rings(pid)?.into_iter().map(|r| r.path).collect())
 }
 
 /// A ring file a live process maps, opened.

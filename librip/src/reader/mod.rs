@@ -19,8 +19,8 @@ use std::{path::Path, path::PathBuf};
 
 pub use error::ReadError;
 pub use find::{
-    MappedRing, MapsLine, Via, find_rings, find_rings_in, open_mapped, open_mapped_via, open_rings,
-    open_rings_in, parse_maps,
+    MappedRing, MapsLine, Via, find_rings, open_mapped, open_mapped_via, open_rings, open_rings_in,
+    parse_maps,
 };
 pub use maps::ProcessMaps;
 pub use open::{Follow, OpenError, RegularFile};

@@ -144,7 +144,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     }
     let report = CallsReport {
         schema: SCHEMA_VERSION,
-        process: super::process_info(&target, w.lost.as_ref()),
+        process: crate::session::process_info(&target, w.lost.as_ref()),
         window_ns: w.elapsed.as_nanos() as u64,
         outlier_rule: rule,
         functions,

@@ -65,7 +65,7 @@ pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
     let counted = timing::phase("read maps", || probe.read())?;
     drop(probe);
     let lost = lost.or_else(|| target.lost());
-    let process = super::process_info(&target, lost.as_ref());
+    let process = crate::session::process_info(&target, lost.as_ref());
     let report = timing::phase("analyze", || {
         analyze::contention::report(&counted, process, window_ns)
     });

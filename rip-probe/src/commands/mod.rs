@@ -54,22 +54,6 @@ fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
     }
 }
 
-/// The report's description of `target`, gone as `lost` says (or alive).
-pub(crate) fn process_info(
-    target: &crate::discover::Target,
-    lost: Option<&crate::discover::Lost>,
-) -> crate::model::ProcessInfo {
-    let pid = target.pid();
-    crate::model::ProcessInfo {
-        pid,
-        exe: target.exe().map(str::to_string),
-        comm: Some(target.comm().to_string()),
-        alive: lost.is_none(),
-        lost: lost.map(|l| l.describe(pid)),
-        ns_pid: crate::collect::namespaces::ns_pid(pid),
-    }
-}
-
 /// Parses `750ms`, `2s`, `1.5s`, `3m`, `1h`, `250us`, `10ns`; a bare number
 /// is seconds.
 pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
