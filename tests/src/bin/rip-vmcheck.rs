@@ -125,6 +125,8 @@ fn main() {
     }
     let _ = std::fs::remove_file(&ring);
     report("uprobe", check_uprobe(&paths));
+    report("calls", check_calls(&paths));
+    report("locks", check_locks(&paths));
     report("foreign", check_foreign(&paths));
     report("cleanup", check_cleanup(&paths));
     report("dmesg", check_dmesg(kmsg_start));
@@ -471,6 +473,73 @@ fn check_uprobe(paths: &Paths) -> Result<String> {
         );
     }
     Ok("2 workers last entered worker_wait".into())
+}
+
+/// `rip-probe calls`: its uprobe and uretprobe programs load on this
+/// kernel, and the workers' calls of `worker_wait` (a 200 ms poll each)
+/// are counted and timed.
+fn check_calls(paths: &Paths) -> Result<String> {
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("2"))?;
+    let v = probe_json(
+        paths,
+        "calls",
+        &[
+            "calls",
+            "--pid",
+            &w.pid().to_string(),
+            "--uprobe",
+            "worker_wait",
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    )?;
+    let f = &v["functions"][0];
+    ensure!(
+        f["function"] == "worker_wait",
+        "functions: {}",
+        v["functions"]
+    );
+    let calls = f["calls"].as_u64().unwrap_or(0);
+    let timed = f["timed"].as_u64().unwrap_or(0);
+    // Two workers, one call each per 200 ms: about 20 in 2 s.
+    ensure!((4..=40).contains(&calls), "{calls} calls of worker_wait");
+    ensure!(timed >= 2, "{timed} of {calls} calls timed");
+    let min = f["min_ns"].as_u64().unwrap_or(0);
+    ensure!(
+        (100_000_000..1_000_000_000).contains(&min),
+        "shortest worker_wait {min} ns, its poll waits 200 ms"
+    );
+    Ok(format!(
+        "{calls} calls of worker_wait, {timed} timed, shortest {} ms",
+        min / 1_000_000
+    ))
+}
+
+/// `rip-probe locks`: the futex programs (the build this kernel gets) load,
+/// count over a window and detach.
+fn check_locks(paths: &Paths) -> Result<String> {
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("2"))?;
+    let v = probe_json(
+        paths,
+        "locks",
+        &[
+            "locks",
+            "--pid",
+            &w.pid().to_string(),
+            "--duration",
+            "1s",
+            "--json",
+        ],
+    )?;
+    ensure!(v["locks"].is_array(), "no locks array: {v}");
+    let window = v["window_ns"].as_u64().unwrap_or(0);
+    ensure!(window >= 900_000_000, "window {window} ns");
+    Ok(format!(
+        "{} futex words counted over {} ms",
+        v["locks"].as_array().map_or(0, Vec::len),
+        window / 1_000_000
+    ))
 }
 
 /// Debian's busybox: a program nobody built for rip, static and stripped,

@@ -4,7 +4,9 @@
 use std::{collections::BTreeMap, fmt::Write};
 
 /// The checks rip-vmcheck runs, in its order (the matrix's columns).
-pub const CHECKS: &[&str] = &["pid", "dump", "uprobe", "foreign", "cleanup", "dmesg"];
+pub const CHECKS: &[&str] = &[
+    "pid", "dump", "uprobe", "calls", "locks", "foreign", "cleanup", "dmesg",
+];
 
 /// What one machine (the host or a guest) reported.
 #[derive(Default)]
