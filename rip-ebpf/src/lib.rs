@@ -9,6 +9,7 @@
 
 pub mod calls;
 pub mod contention;
+pub mod offcpu;
 
 /// Tracepoint field offsets and target selection, written into the program's
 /// `CONFIG` global by the loader before the program is loaded.

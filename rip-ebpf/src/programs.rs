@@ -237,7 +237,10 @@ pub(crate) fn current_task<const HELPER: bool>() -> *mut task_struct {
 /// # Safety
 /// As [`user_regs`].
 #[inline(always)]
-unsafe fn pt_regs_of<const HELPER: bool>(task: *mut task_struct, cfg: &Config) -> *const u8 {
+pub(crate) unsafe fn pt_regs_of<const HELPER: bool>(
+    task: *mut task_struct,
+    cfg: &Config,
+) -> *const u8 {
     if HELPER {
         // SAFETY: `task` is a trusted BTF pointer (caller's contract).
         return unsafe { bpf_task_pt_regs(task) as *const u8 };

@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     commands::{
-        self, calls::CallsArgs, dump::DumpArgs, list::ListArgs, locks::LocksArgs, pid::LiveArgs,
+        self, calls::CallsArgs, dump::DumpArgs, list::ListArgs, locks::LocksArgs,
+        offcpu::OffCpuArgs, pid::LiveArgs,
     },
     error::{Error, Result},
 };
@@ -36,6 +37,9 @@ enum Command {
     /// Count every call of some functions and time each (uprobes), with a
     /// latency histogram and the outliers.
     Calls(CallsArgs),
+    /// Sum the threads' time off the CPU by stack over a window (blocked
+    /// and preempted), as text, folded stacks, an SVG flame graph or JSON.
+    Offcpu(OffCpuArgs),
 }
 
 /// Runs the command line `args`, writing the report to `out`.
@@ -51,6 +55,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::Locks(l)) => commands::locks::run(&l, out),
         Some(Command::List(l)) => commands::list::run(&l, out),
         Some(Command::Calls(c)) => commands::calls::run(&c, out),
+        Some(Command::Offcpu(o)) => commands::offcpu::run(&o, out),
         None => commands::live(&cli.live, out),
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod calls;
 pub(crate) mod contention;
 pub(crate) mod group;
 pub(crate) mod hist;
+pub(crate) mod offcpu;
 mod rust_locks;
 pub(crate) mod stacks;
 pub(crate) mod tasks;

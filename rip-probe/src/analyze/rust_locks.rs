@@ -5,9 +5,7 @@
 //! without stopping it) from the registers `/proc/PID/task/TID/syscall`
 //! gives, and named with blazesym.
 
-use rip_ebpf::UserRegs;
-
-use crate::{collect::stacks::Stacks, discover, model::Owner, symbolize::stacks::StackSymbolizer};
+use crate::{collect::stacks::Stacks, model::Owner, symbolize::stacks::StackSymbolizer};
 
 /// What a waiter's frames say about the lock it waits for: a function
 /// name's fragments (all must appear) and the lock type they belong to.
@@ -59,7 +57,7 @@ impl Evidence {
     /// fits no glibc lock: "not recorded" with the lock type when its
     /// stack is in a Rust lock's slow path, else `None`.
     pub(crate) fn no_owner_lock(&mut self, tid: u32) -> Option<Owner> {
-        let regs = saved_regs(self.pid, tid)?;
+        let regs = crate::collect::procfs::syscall_regs(self.pid, tid)?;
         let pid = self.pid;
         let (stacks, names) = self
             .tools
@@ -91,22 +89,6 @@ fn lock_type<'a>(functions: impl IntoIterator<Item = &'a str>) -> Option<&'stati
             .iter()
             .find(|(parts, _)| parts.iter().all(|p| f.contains(p)))
             .map(|(_, ty)| *ty)
-    })
-}
-
-/// The user stack and instruction pointers of a thread in a syscall, from
-/// `/proc/PID/task/TID/syscall` (`NR ARG1 … ARG6 SP PC`). No frame
-/// pointer: the unwinder follows the CFI.
-fn saved_regs(pid: u32, tid: u32) -> Option<UserRegs> {
-    let text = discover::read_proc(pid, tid, "syscall").ok()?;
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let hex = |s: &&str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    let (sp, ip) = (hex(words.get(7)?)?, hex(words.get(8)?)?);
-    Some(UserRegs {
-        syscall_nr: words.first()?.parse().ok()?,
-        ip,
-        sp,
-        ..UserRegs::default()
     })
 }
 
@@ -153,7 +135,7 @@ mod tests {
         let tid = rx.recv().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let regs = loop {
-            match saved_regs(me, tid) {
+            match crate::collect::procfs::syscall_regs(me, tid) {
                 Some(r) if r.syscall_nr == libc::SYS_futex => break r,
                 _ if std::time::Instant::now() > deadline => panic!("tid {tid} never waited"),
                 _ => std::thread::sleep(std::time::Duration::from_millis(5)),
@@ -161,6 +143,6 @@ mod tests {
         };
         assert!(regs.ip != 0 && regs.sp != 0, "{regs:?}");
         // A thread that does not exist has none.
-        assert!(saved_regs(me, 0x7fff_fff0).is_none());
+        assert!(crate::collect::procfs::syscall_regs(me, 0x7fff_fff0).is_none());
     }
 }

@@ -8,6 +8,7 @@ pub mod kernel;
 pub mod locks;
 pub mod memory;
 pub(crate) mod namespaces;
+pub mod offcpu;
 pub(crate) mod procfs;
 pub(crate) mod ring;
 pub mod stacks;

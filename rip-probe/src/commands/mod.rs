@@ -9,6 +9,7 @@ pub(crate) mod cgroup;
 pub(crate) mod dump;
 pub(crate) mod list;
 pub(crate) mod locks;
+pub(crate) mod offcpu;
 pub(crate) mod original;
 pub(crate) mod pid;
 

@@ -15,13 +15,13 @@ use crate::model::{Frame, Report};
 
 /// A frame's name in a folded line: no `;` (the separator) and no control
 /// character.
-fn clean(s: &str) -> String {
+pub(super) fn clean(s: &str) -> String {
     escape(s).replace(';', ":")
 }
 
 /// The names of a user frame, outermost first: the function, then the
 /// functions inlined in it; else module+offset, else the address.
-fn names(f: &Frame, out: &mut Vec<String>) {
+pub(super) fn names(f: &Frame, out: &mut Vec<String>) {
     match (&f.function, &f.module, f.module_offset) {
         (Some(func), _, _) => out.push(clean(func)),
         (None, Some(m), Some(off)) => {

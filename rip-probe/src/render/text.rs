@@ -46,7 +46,8 @@ fn escape_in_place(s: &mut String) {
     }
 }
 
-fn escape_frame(f: &mut Frame) {
+/// Escapes the target's strings in a frame (see [`escape`]).
+pub(super) fn escape_frame(f: &mut Frame) {
     for s in [&mut f.function, &mut f.file, &mut f.module, &mut f.label]
         .into_iter()
         .flatten()

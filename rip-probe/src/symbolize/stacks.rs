@@ -45,6 +45,11 @@ impl StackSymbolizer {
             .map(|f| f.to_vec())
             .collect()
     }
+
+    /// Names for kernel addresses, from /proc/kallsyms.
+    pub fn kernel(&mut self, addrs: &[u64]) -> std::collections::HashMap<u64, Frame> {
+        self.sym.kernel(addrs)
+    }
 }
 
 /// The address a stack's `i`-th entry is looked up at: the first is where

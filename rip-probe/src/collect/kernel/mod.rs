@@ -11,6 +11,7 @@ pub mod calls;
 pub mod contention;
 pub mod features;
 mod near_names;
+pub mod offcpu;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;
@@ -69,6 +70,64 @@ const MIN_THREAD_ENTRIES: u32 = 1024;
 /// The largest (the programs' compiled-in size).
 const MAX_THREAD_ENTRIES: u32 = 1 << 17;
 
+/// What every sched_switch program of rip-ebpf needs for one target: the
+/// configuration global (the tracepoint's record layout from tracefs, the
+/// register and task offsets from BTF), and which build of the programs
+/// the kernel takes.
+pub(crate) struct SwitchSetup {
+    /// The `CONFIG` global.
+    pub(crate) config: Config,
+    /// What the kernel offers.
+    pub(crate) features: features::KernelFeatures,
+    /// Where tracefs is mounted.
+    pub(crate) tracefs: PathBuf,
+}
+
+impl SwitchSetup {
+    /// Checks that `tgid` exists and that rip-probe may trace it, mounts
+    /// tracefs if needed, and reads the layouts. `regs` forces a build of
+    /// the register-reading programs (see [`KernelProbe::attach_with`]).
+    pub(crate) fn new(
+        tgid: u32,
+        events: bool,
+        regs: Option<features::RegsSource>,
+    ) -> Result<SwitchSetup> {
+        let task_dir = PathBuf::from(format!("/proc/{tgid}/task"));
+        if tgid == 0 || !task_dir.is_dir() {
+            return Err(Error::NoSuchProcess(tgid));
+        }
+        privileges::check()?;
+        let tracefs = tracefs::ensure_mounted()?;
+        let kbtf = btf::KernelBtf::load()?;
+        let mut features = features::KernelFeatures::probe(&kbtf)?;
+        if let Some(regs) = regs {
+            features.task_pt_regs = regs == features::RegsSource::Helper && features.task_pt_regs;
+        }
+        let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
+        let field = |name, size| {
+            fmt.field(name, size).map_err(|what| Error::Kernel {
+                path: tracefs.join("events/sched/sched_switch/format"),
+                what,
+            })
+        };
+        let config = Config {
+            target_tgid: tgid,
+            prev_pid_off: field("prev_pid", 4)?.offset,
+            prev_state_off: field("prev_state", 8)?.offset,
+            next_pid_off: field("next_pid", 4)?.offset,
+            regs: kbtf.pt_regs()?,
+            task: kbtf.task_struct()?,
+            emit_events: u32::from(events),
+        };
+
+        Ok(SwitchSetup {
+            config,
+            features,
+            tracefs,
+        })
+    }
+}
+
 impl KernelProbe {
     /// Loads the programs for process `tgid` and attaches the sched_switch
     /// tracepoint. With `events`, every switch of the target is also sent
@@ -87,35 +146,12 @@ impl KernelProbe {
         events: bool,
         regs: Option<features::RegsSource>,
     ) -> Result<Self> {
-        let task_dir = PathBuf::from(format!("/proc/{tgid}/task"));
-        if tgid == 0 || !task_dir.is_dir() {
-            return Err(Error::NoSuchProcess(tgid));
-        }
-        privileges::check()?;
-        let tracefs = tracefs::ensure_mounted()?;
-        let kbtf = btf::KernelBtf::load()?;
-        let mut features = features::KernelFeatures::probe(&kbtf)?;
-        if let Some(regs) = regs {
-            features.task_pt_regs = regs == features::RegsSource::Helper && features.task_pt_regs;
-        }
+        let SwitchSetup {
+            config,
+            features,
+            tracefs,
+        } = SwitchSetup::new(tgid, events, regs)?;
         let (switch_prog, _) = features.regs_source().programs();
-
-        let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
-        let field = |name, size| {
-            fmt.field(name, size).map_err(|what| Error::Kernel {
-                path: tracefs.join("events/sched/sched_switch/format"),
-                what,
-            })
-        };
-        let config = Config {
-            target_tgid: tgid,
-            prev_pid_off: field("prev_pid", 4)?.offset,
-            prev_state_off: field("prev_state", 8)?.offset,
-            next_pid_off: field("next_pid", 4)?.offset,
-            regs: kbtf.pt_regs()?,
-            task: kbtf.task_struct()?,
-            emit_events: u32::from(events),
-        };
 
         // aya parses the whole kernel BTF (about a quarter of a second) to
         // resolve the task iterator's attach point. The programs need no

@@ -159,7 +159,7 @@ impl Stacks {
         // Each thread's stack is read fresh: the cache only saves repeated
         // reads within one walk.
         self.memory.clear();
-        self.unwind_over(regs, None)
+        self.unwind_over(regs, None, None)
     }
 
     /// The user stack of a sample: as [`Stacks::unwind`], over `stack`, the
@@ -167,10 +167,31 @@ impl Stacks {
     /// registers (a perf sample's `PERF_SAMPLE_STACK_USER`). Words beyond
     /// the copy end the walk: the live stack has moved on since.
     pub fn unwind_copy(&mut self, regs: &UserRegs, stack: &[u8]) -> Vec<u64> {
-        self.unwind_over(regs, Some(stack))
+        self.unwind_over(regs, Some(stack), None)
     }
 
-    fn unwind_over(&mut self, regs: &UserRegs, copy: Option<&[u8]>) -> Vec<u64> {
+    /// [`Stacks::unwind_copy`], also giving where in the stack each return
+    /// address was read: `slots[i]` is the address of the word that became
+    /// frame `i + 1`. The off-CPU program hashes the words at those places
+    /// to tell stacks apart without unwinding.
+    pub fn unwind_copy_slots(
+        &mut self,
+        regs: &UserRegs,
+        stack: &[u8],
+        slots: &mut Vec<u64>,
+    ) -> Vec<u64> {
+        slots.clear();
+        let out = self.unwind_over(regs, Some(stack), Some(&mut *slots));
+        slots.truncate(out.len().saturating_sub(1));
+        out
+    }
+
+    fn unwind_over(
+        &mut self,
+        regs: &UserRegs,
+        copy: Option<&[u8]>,
+        slots: Option<&mut Vec<u64>>,
+    ) -> Vec<u64> {
         let mut out = Vec::new();
         if regs.ip == 0 || regs.sp == 0 {
             return out;
@@ -181,7 +202,7 @@ impl Stacks {
         // loses the rest of its stack rather than the report being lost.
         let stack = copy.map(|bytes| StackCopy { sp: regs.sp, bytes });
         let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.walk(regs, stack, &mut out)
+            self.walk(regs, stack, &mut out, slots)
         }));
         if walked.is_err() {
             self.cut += 1;
@@ -200,7 +221,13 @@ impl Stacks {
         }
     }
 
-    fn walk(&mut self, regs: &UserRegs, copy: Option<StackCopy<'_>>, out: &mut Vec<u64>) {
+    fn walk(
+        &mut self,
+        regs: &UserRegs,
+        copy: Option<StackCopy<'_>>,
+        out: &mut Vec<u64>,
+        mut slots: Option<&mut Vec<u64>>,
+    ) {
         let mut r = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut addr = FrameAddress::from_instruction_pointer(regs.ip);
         out.push(regs.ip);
@@ -224,6 +251,12 @@ impl Stacks {
                 break;
             };
             out.push(next);
+            if let Some(s) = slots.as_deref_mut() {
+                // The unwinder read the return address just below the
+                // caller's stack pointer (the CFA) on x86-64, by CFI or
+                // by frame pointer alike.
+                s.push(r.sp().wrapping_sub(8));
+            }
             addr = ra;
             if self.is_sigreturn(next) && out.len() < MAX_FRAMES {
                 // A signal handler returns to the trampoline, whose CFI
@@ -245,6 +278,9 @@ impl Stacks {
                 // is looked up as is (symbolizers see `ip - 1`, which is
                 // still in its function unless it was the first one).
                 out.push(ip);
+                if let Some(s) = slots.as_deref_mut() {
+                    s.push(uc.wrapping_add(168));
+                }
                 r = UnwindRegsX86_64::new(ip, sp, bp);
                 addr = FrameAddress::from_instruction_pointer(ip);
             }

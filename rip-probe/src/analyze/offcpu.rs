@@ -1,0 +1,229 @@
+//! `rip-probe offcpu`: the kernel's sums, by (thread, stack hash, kernel
+//! stack, snap), turned into the report — stacks with their threads,
+//! totals by thread and by last snap — with every distinct stack and snap
+//! symbolized once.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+};
+
+use crate::{
+    collect::offcpu::OffCpuData,
+    model::{
+        Frame,
+        offcpu::{OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
+    },
+    symbolize::stacks::StackSymbolizer,
+};
+
+/// What the analysis makes of one window's data.
+#[derive(Debug, Default)]
+pub(crate) struct OffCpuFigures {
+    /// Attributed time, ns.
+    pub total_ns: u64,
+    /// Of which preempted, ns.
+    pub preempted_ns: u64,
+    /// Below the minimum.
+    pub short: Periods,
+    /// Most time first.
+    pub stacks: Vec<OffCpuStack>,
+    /// Most time first.
+    pub threads: Vec<ThreadOffCpu>,
+    /// Most time first.
+    pub snaps: Vec<SnapOffCpu>,
+    /// Time under stacks that were never unwound, ns.
+    pub not_unwound_ns: u64,
+}
+
+/// A stack's identity before symbolization.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct StackKey {
+    user: Arc<[u64]>,
+    unwound: bool,
+    kernel: Vec<u64>,
+    snap: u64,
+    preempted: bool,
+}
+
+#[derive(Default)]
+struct Sum {
+    ns: u64,
+    count: u64,
+    tids: BTreeSet<u32>,
+}
+
+/// Builds the figures of process `pid` from `data`. `name` gives a
+/// thread's name (None once it has exited).
+pub(crate) fn figures(
+    pid: u32,
+    data: &OffCpuData,
+    name: impl Fn(u32) -> Option<String>,
+) -> OffCpuFigures {
+    let mut by_stack: HashMap<StackKey, Sum> = HashMap::new();
+    let mut by_thread: HashMap<u32, ThreadOffCpu> = HashMap::new();
+    let mut by_snap: HashMap<u64, Periods> = HashMap::new();
+    let mut fig = OffCpuFigures {
+        short: Periods {
+            count: data.stats.short,
+            ns: data.stats.short_ns,
+        },
+        ..OffCpuFigures::default()
+    };
+    for (key, total) in &data.totals {
+        let (user, unwound) = match data.user_stacks.get(&key.hash) {
+            Some(s) => (s.clone(), true),
+            None if key.ip != 0 => (Arc::from(vec![key.ip]), false),
+            None => (Arc::from(Vec::new()), false),
+        };
+        if !unwound {
+            fig.not_unwound_ns += total.ns;
+        }
+        let preempted = key.preempted != 0;
+        let kernel = data
+            .kernel_stacks
+            .get(&key.kstack_id)
+            .cloned()
+            .unwrap_or_default();
+        let s = by_stack
+            .entry(StackKey {
+                user,
+                unwound,
+                kernel,
+                snap: key.snap,
+                preempted,
+            })
+            .or_default();
+        s.ns += total.ns;
+        s.count += total.count;
+        s.tids.insert(key.tid);
+
+        let t = by_thread.entry(key.tid).or_insert_with(|| ThreadOffCpu {
+            tid: key.tid,
+            name: None,
+            blocked_ns: 0,
+            preempted_ns: 0,
+            count: 0,
+            whole_window: data.whole_window.contains(&key.tid),
+        });
+        if preempted {
+            t.preempted_ns += total.ns;
+            fig.preempted_ns += total.ns;
+        } else {
+            t.blocked_ns += total.ns;
+        }
+        t.count += total.count;
+        fig.total_ns += total.ns;
+        if key.snap != 0 {
+            let p = by_snap.entry(key.snap).or_default();
+            p.ns += total.ns;
+            p.count += total.count;
+        }
+    }
+
+    let mut stacks: Vec<(StackKey, Sum)> = by_stack.into_iter().collect();
+    stacks.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then_with(|| a.0.user.cmp(&b.0.user)));
+    let mut snaps: Vec<(u64, Periods)> = by_snap.into_iter().collect();
+    snaps.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(&b.0)));
+
+    // Symbolize each distinct user stack, kernel stack and snap once.
+    let mut sym = StackSymbolizer::new(pid);
+    let mut user_ids: HashMap<Arc<[u64]>, usize> = HashMap::new();
+    let mut users: Vec<Arc<[u64]>> = Vec::new();
+    for (k, _) in &stacks {
+        user_ids.entry(k.user.clone()).or_insert_with(|| {
+            users.push(k.user.clone());
+            users.len() - 1
+        });
+    }
+    let refs: Vec<&[u64]> = users.iter().map(|u| &u[..]).collect();
+    let user_frames: Vec<Arc<[Frame]>> = sym
+        .frames_of_many(&refs)
+        .into_iter()
+        .map(Arc::from)
+        .collect();
+    let kernel_addrs: Vec<u64> = stacks.iter().flat_map(|(k, _)| k.kernel.clone()).collect();
+    let kernel_names = sym.kernel(&kernel_addrs);
+    let mut snap_addrs: Vec<u64> = stacks
+        .iter()
+        .map(|(k, _)| k.snap)
+        .filter(|&a| a != 0)
+        .collect();
+    snap_addrs.sort_unstable();
+    snap_addrs.dedup();
+    let snap_refs: Vec<[u64; 1]> = snap_addrs.iter().map(|&a| [a]).collect();
+    let snap_refs: Vec<&[u64]> = snap_refs.iter().map(|a| &a[..]).collect();
+    let snap_names: HashMap<u64, Frame> = snap_addrs
+        .iter()
+        .copied()
+        .zip(
+            sym.frames_of_many(&snap_refs)
+                .into_iter()
+                .map(|mut f| f.pop().unwrap_or_default()),
+        )
+        .collect();
+    let mut kernel_stacks: HashMap<Vec<u64>, Arc<[Frame]>> = HashMap::new();
+
+    fig.stacks = stacks
+        .into_iter()
+        .map(|(k, s)| {
+            let kernel_stack = kernel_stacks
+                .entry(k.kernel.clone())
+                .or_insert_with(|| {
+                    k.kernel
+                        .iter()
+                        .map(|a| {
+                            let mut f = kernel_names.get(a).cloned().unwrap_or_default();
+                            f.addr = *a;
+                            f
+                        })
+                        .collect()
+                })
+                .clone();
+            OffCpuStack {
+                off_cpu_ns: s.ns,
+                count: s.count,
+                preempted: k.preempted,
+                tids: s.tids.into_iter().collect(),
+                frames: user_frames[user_ids[&k.user]].clone(),
+                unwound: k.unwound,
+                kernel_stack,
+                snap: (k.snap != 0).then(|| snap_frame(&snap_names, k.snap)),
+            }
+        })
+        .collect();
+    fig.snaps = snaps
+        .into_iter()
+        .map(|(a, p)| SnapOffCpu {
+            snap: snap_frame(&snap_names, a),
+            off_cpu_ns: p.ns,
+            count: p.count,
+        })
+        .collect();
+    let mut threads: Vec<ThreadOffCpu> = by_thread.into_values().collect();
+    for t in &mut threads {
+        t.name = name(t.tid);
+    }
+    threads.sort_by(|a, b| {
+        (b.blocked_ns + b.preempted_ns)
+            .cmp(&(a.blocked_ns + a.preempted_ns))
+            .then(a.tid.cmp(&b.tid))
+    });
+    fig.threads = threads;
+    fig
+}
+
+fn snap_frame(names: &HashMap<u64, Frame>, addr: u64) -> Frame {
+    let mut f = names.get(&addr).cloned().unwrap_or_default();
+    f.addr = addr;
+    f
+}
+
+/// The share of `part` in `whole`, in percent.
+pub(crate) fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}

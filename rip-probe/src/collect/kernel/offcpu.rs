@@ -1,0 +1,266 @@
+//! `rip-probe offcpu`: the `offcpu_switch` program attached to one process,
+//! the stack copies it sends drained as the window runs, and its totals
+//! read back (see `rip_ebpf::offcpu` for how stacks are named in the
+//! kernel).
+
+use std::collections::HashMap;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
+    programs::TracePoint,
+};
+use rip_ebpf::{
+    names as base_names,
+    offcpu::{
+        MAX_PENDING, OffCpuConfig, OffKey, OffStart, OffStats, OffTotal, PendingStack, Place,
+        ReturnSlots, SnapSlot, names,
+    },
+};
+
+use super::{SwitchSetup, features::RegsSource, missing, program};
+use crate::error::{Error, Result};
+
+/// How `offcpu` observes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuOptions {
+    /// Off-CPU periods shorter than this many ns are counted, not summed.
+    pub min_block_ns: u64,
+    /// Take each switch's kernel stack.
+    pub kernel_stacks: bool,
+    /// Read each thread's last librip snap (the target maps a ring).
+    pub snaps: bool,
+}
+
+/// `BPF_NOEXIST`: insert only if absent.
+const BPF_NOEXIST: u64 = 1;
+
+/// Places (ip, sp) whose return addresses user space can locate at once.
+const PLACES: u32 = 1 << 14;
+/// Stack hashes user space has unwound.
+const KNOWN: u32 = 1 << 16;
+/// Distinct kernel stacks.
+const KERNEL_STACKS: u32 = 1 << 14;
+
+/// The off-CPU program attached to one process.
+///
+/// Dropping it detaches and unloads everything (the link is a file
+/// descriptor).
+pub struct OffCpuProbe {
+    ebpf: Ebpf,
+    program: &'static str,
+    link: Option<aya::programs::trace_point::TracePointLinkId>,
+}
+
+impl OffCpuProbe {
+    /// Loads and attaches the program for process `tgid`, whose thread
+    /// count is about `threads` (it sizes the per-thread tables). `regs`
+    /// forces a build of the program (see
+    /// [`super::KernelProbe::attach_with`]).
+    pub fn attach(
+        tgid: u32,
+        threads: usize,
+        opts: OffCpuOptions,
+        regs: Option<RegsSource>,
+    ) -> Result<Self> {
+        let setup = SwitchSetup::new(tgid, false, regs)?;
+        let prog_name = match setup.features.regs_source() {
+            RegsSource::Helper => names::OFFCPU_SWITCH,
+            RegsSource::KernelStack => names::OFFCPU_SWITCH_KSTACK,
+        };
+        let per_thread = u32::try_from(threads.saturating_mul(2).saturating_add(1024))
+            .unwrap_or(u32::MAX)
+            .min(1 << 18);
+        // Each thread blocks in a handful of places with a handful of
+        // kernel stacks; the table has room for 64 keys a thread, within
+        // bounds (a full table is counted and reported).
+        let keys = per_thread.saturating_mul(64).clamp(1 << 14, 1 << 20);
+        let config = OffCpuConfig {
+            min_block_ns: opts.min_block_ns,
+            kernel_stacks: u32::from(opts.kernel_stacks),
+            snaps: u32::from(opts.snaps),
+        };
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .override_global(base_names::CONFIG, &setup.config, true)
+            .override_global(names::OFFCPU, &config, true)
+            // The object's other per-thread maps are not used here.
+            .map_max_entries(base_names::THREADS, 1)
+            .map_max_entries(base_names::LAST_FN, 1)
+            .map_max_entries(base_names::STACKS, 1)
+            .map_max_entries(base_names::EVENTS, 4096)
+            .map_max_entries(names::OFF_SLOTS, PLACES)
+            .map_max_entries(names::OFF_KNOWN, KNOWN)
+            .map_max_entries(names::OFF_PENDING, MAX_PENDING)
+            .map_max_entries(names::OFF_START, per_thread)
+            .map_max_entries(names::OFF_TIME, keys)
+            .map_max_entries(
+                names::OFF_KSTACKS,
+                if opts.kernel_stacks { KERNEL_STACKS } else { 1 },
+            )
+            .map_max_entries(
+                names::OFF_SNAP_SLOTS,
+                if opts.snaps { per_thread } else { 1 },
+            )
+            .load(super::EBPF_OBJECT)
+            .map_err(Error::load)?;
+        let prog: &mut TracePoint = program(&mut ebpf, prog_name)?;
+        prog.load()
+            .map_err(|e| Error::program(format!("loading {prog_name}"), e))?;
+        let link = prog
+            .attach("sched", "sched_switch")
+            .map_err(|e| Error::program("attaching sched:sched_switch", e))?;
+        Ok(OffCpuProbe {
+            ebpf,
+            program: prog_name,
+            link: Some(link),
+        })
+    }
+
+    /// Detaches the program: the totals stop growing and stay readable.
+    pub fn detach(&mut self) -> Result<()> {
+        let Some(id) = self.link.take() else {
+            return Ok(());
+        };
+        let prog: &mut TracePoint = program(&mut self.ebpf, self.program)?;
+        prog.detach(id)
+            .map_err(|e| Error::program("detaching sched:sched_switch", e))
+    }
+
+    fn hash_map<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        name: &str,
+    ) -> Result<BpfHashMap<&mut MapData, K, V>> {
+        BpfHashMap::try_from(self.ebpf.map_mut(name).ok_or_else(|| missing(name))?)
+            .map_err(|e| Error::map(format!("opening {name}"), e))
+    }
+
+    /// Takes the stack copies the program has sent since the last call.
+    pub fn take_pending(&mut self) -> Result<Vec<PendingStack>> {
+        let map: BpfHashMap<_, u64, PendingStack> = self.hash_map(names::OFF_PENDING)?;
+        let keys: Vec<u64> = map.keys().filter_map(|k| k.ok()).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Ok(p) = map.get(&k, 0) {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes copies from the program's pending map once what they taught
+    /// is written (a copy removed before would be sent again).
+    pub fn release(&mut self, hashes: &[u64]) -> Result<()> {
+        let mut map: BpfHashMap<_, u64, PendingStack> = self.hash_map(names::OFF_PENDING)?;
+        for h in hashes {
+            // Gone already: nothing to do.
+            let _ = map.remove(h);
+        }
+        Ok(())
+    }
+
+    /// Tells the program where the return addresses are at `place`, unless
+    /// it knows already (first answer wins: the hashes it has summed under
+    /// stay meaningful). Whether this answer was taken.
+    pub fn teach_slots(&mut self, place: Place, slots: &ReturnSlots) -> Result<bool> {
+        let mut map: BpfHashMap<_, Place, ReturnSlots> = self.hash_map(names::OFF_SLOTS)?;
+        match map.insert(place, *slots, BPF_NOEXIST) {
+            Ok(()) => Ok(true),
+            Err(aya::maps::MapError::SyscallError(e))
+                if matches!(
+                    e.io_error.raw_os_error(),
+                    Some(libc::EEXIST | libc::E2BIG | libc::ENOMEM)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::map("filling OFF_SLOTS", e)),
+        }
+    }
+
+    /// Marks stack hashes as unwound: the program stops sending copies.
+    pub fn mark_known(&mut self, hash: u64) -> Result<()> {
+        let mut map: BpfHashMap<_, u64, u8> = self.hash_map(names::OFF_KNOWN)?;
+        match map.insert(hash, 1, 0) {
+            Ok(()) => Ok(()),
+            // Full: copies of that stack keep coming, and are ignored.
+            Err(aya::maps::MapError::SyscallError(e))
+                if matches!(e.io_error.raw_os_error(), Some(libc::E2BIG | libc::ENOMEM)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(Error::map("filling OFF_KNOWN", e)),
+        }
+    }
+
+    /// Tells the program where each thread's librip ring slot is.
+    pub fn set_snap_slots(&mut self, slots: &[(u32, SnapSlot)]) -> Result<()> {
+        let mut map: BpfHashMap<_, u32, SnapSlot> = self.hash_map(names::OFF_SNAP_SLOTS)?;
+        for (tid, s) in slots {
+            match map.insert(tid, s, 0) {
+                Ok(()) => {}
+                Err(aya::maps::MapError::SyscallError(e))
+                    if matches!(e.io_error.raw_os_error(), Some(libc::E2BIG | libc::ENOMEM)) =>
+                {
+                    break;
+                }
+                Err(e) => return Err(Error::map("filling OFF_SNAP_SLOTS", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Each thread's last switch off the CPU seen (`start_ns` 0: it has
+    /// run since).
+    pub fn starts(&mut self) -> Result<Vec<(u32, OffStart)>> {
+        let map: BpfHashMap<_, u32, OffStart> = self.hash_map(names::OFF_START)?;
+        Ok(map.iter().filter_map(|e| e.ok()).collect())
+    }
+
+    /// The off-CPU totals so far.
+    pub fn totals(&mut self) -> Result<Vec<(OffKey, OffTotal)>> {
+        let map: BpfHashMap<_, OffKey, OffTotal> = self.hash_map(names::OFF_TIME)?;
+        Ok(map.iter().filter_map(|e| e.ok()).collect())
+    }
+
+    /// The program's counters, summed over the CPUs.
+    pub fn stats(&self) -> Result<OffStats> {
+        let map: PerCpuArray<_, OffStats> = PerCpuArray::try_from(
+            self.ebpf
+                .map(names::OFF_STATS)
+                .ok_or_else(|| missing(names::OFF_STATS))?,
+        )
+        .map_err(|e| Error::map("opening OFF_STATS", e))?;
+        let per_cpu = map
+            .get(&0, 0)
+            .map_err(|e| Error::map("reading OFF_STATS", e))?;
+        let mut s = OffStats::default();
+        for c in per_cpu.iter() {
+            s.switches += c.switches;
+            s.summed += c.summed;
+            s.short += c.short;
+            s.short_ns += c.short_ns;
+            s.copies += c.copies;
+            s.copies_full += c.copies_full;
+            s.time_full += c.time_full;
+            s.time_full_ns += c.time_full_ns;
+            s.no_regs += c.no_regs;
+        }
+        Ok(s)
+    }
+
+    /// Every kernel stack the program recorded, innermost first, by id.
+    pub fn kernel_stacks(&self) -> Result<HashMap<i32, Vec<u64>>> {
+        let map = StackTraceMap::try_from(
+            self.ebpf
+                .map(names::OFF_KSTACKS)
+                .ok_or_else(|| missing(names::OFF_KSTACKS))?,
+        )
+        .map_err(|e| Error::map("opening OFF_KSTACKS", e))?;
+        Ok(map
+            .iter()
+            .filter_map(|e| e.ok())
+            .map(|(id, st)| (id as i32, st.frames().iter().map(|f| f.ip).collect()))
+            .collect())
+    }
+}

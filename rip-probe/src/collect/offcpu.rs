@@ -1,0 +1,301 @@
+//! Off-CPU time of one process, collected: the kernel sums it by stack
+//! ([`OffCpuProbe`]); this side answers the program's questions as the
+//! window runs — it unwinds each stack copy the program sends, with the
+//! CFI of the target's binaries, and tells the program where that stack's
+//! return addresses lie (see `rip_ebpf::offcpu`) — and tells it where each
+//! thread's librip ring slot is, so the last snap can be read at each
+//! switch.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use librip::{
+    format::{Layout, SlotKind, THREAD_META_SIZE},
+    reader::{ProcessMaps, RingFile, SlotState, open_rings_in},
+};
+use rip_ebpf::offcpu::{
+    MAX_SLOTS, OffKey, OffStats, OffTotal, Place, ReturnSlots, STACK_COPY, SnapSlot, hash_words,
+};
+
+use super::{
+    kernel::offcpu::OffCpuProbe,
+    namespaces::TidMap,
+    procfs,
+    stacks::{Stacks, unwind},
+};
+use crate::error::Result;
+
+/// What a window of off-CPU observation gathered, unsymbolized.
+#[derive(Debug, Default)]
+pub struct OffCpuData {
+    /// The sums, by key.
+    pub totals: Vec<(OffKey, OffTotal)>,
+    /// Unwound user stacks (innermost first) by the hash the program gave
+    /// them. A hash missing here was never unwound (its copy was lost).
+    pub user_stacks: HashMap<u64, Arc<[u64]>>,
+    /// Kernel stacks (innermost first) by id.
+    pub kernel_stacks: HashMap<i32, Vec<u64>>,
+    /// The program's counters.
+    pub stats: OffStats,
+    /// Stack copies unwound.
+    pub copies_unwound: u64,
+    /// Stack copies that unwound to their first frame only (no CFI, or
+    /// the copy was empty).
+    pub copies_shallow: u64,
+    /// Threads off the CPU for the whole window: no switch of theirs was
+    /// seen, so the kernel summed nothing for them. Their time (the
+    /// window) is in `totals`, under the stack read from their saved
+    /// registers at the end.
+    pub whole_window: Vec<u32>,
+    /// How long the program was attached, ns: the window.
+    pub window_ns: u64,
+}
+
+/// Answers the off-CPU program during a window.
+pub struct OffCpuCollector {
+    probe: OffCpuProbe,
+    /// CLOCK_MONOTONIC ns when the program was attached.
+    attached_ns: u64,
+    stacks: Stacks,
+    user: HashMap<u64, Arc<[u64]>>,
+    slots: Vec<u64>,
+    unwound: u64,
+    shallow: u64,
+}
+
+impl OffCpuCollector {
+    /// Serves `probe`, unwinding with `stacks` (the target's unwinder).
+    /// Make it as soon as the probe is attached: the window starts here.
+    pub fn new(probe: OffCpuProbe, stacks: Stacks) -> Self {
+        OffCpuCollector {
+            probe,
+            attached_ns: monotonic_ns(),
+            stacks,
+            user: HashMap::new(),
+            slots: Vec::new(),
+            unwound: 0,
+            shallow: 0,
+        }
+    }
+
+    /// Unwinds the stack copies the program sent since the last call and
+    /// teaches it their return-address positions. Call it often (every
+    /// tenth of a second): the program holds few copies at once.
+    pub fn serve(&mut self) -> Result<()> {
+        let pending = self.probe.take_pending()?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut done = Vec::with_capacity(pending.len());
+        for p in &pending {
+            let len = (p.len as usize).min(STACK_COPY);
+            let regs = unwind::regs(p.ip, p.sp, p.bp);
+            let frames = self
+                .stacks
+                .unwind_copy_slots(&regs, &p.bytes[..len], &mut self.slots);
+            self.unwound += 1;
+            if frames.len() <= 1 {
+                self.shallow += 1;
+            }
+            let slots = return_slots(p.sp, &self.slots, len);
+            let frames: Arc<[u64]> = frames.into();
+            // The first answer for a place wins in the program (the hashes
+            // summed so far stay meaningful); when this one is taken, the
+            // program's next hash at this place is the one computed here.
+            if self
+                .probe
+                .teach_slots(Place { ip: p.ip, sp: p.sp }, &slots)?
+            {
+                let words = frames.iter().skip(1).take(slots.count as usize).copied();
+                let h = hash_words(p.ip, p.sp, words);
+                self.probe.mark_known(h)?;
+                self.user.insert(h, frames.clone());
+            }
+            self.probe.mark_known(p.hash)?;
+            self.user.insert(p.hash, frames);
+            done.push(p.hash);
+        }
+        self.probe.release(&done)
+    }
+
+    /// Tells the program where the threads' ring slots are.
+    pub fn set_snap_slots(&mut self, slots: &[(u32, SnapSlot)]) -> Result<()> {
+        self.probe.set_snap_slots(slots)
+    }
+
+    /// The off-CPU periods summed so far (for progress).
+    pub fn summed(&self) -> u64 {
+        self.probe.stats().map_or(0, |s| s.summed)
+    }
+
+    /// Detaches the program and reads everything back, for process `pid`,
+    /// with off-CPU periods shorter than `min_block_ns` left out.
+    ///
+    /// The kernel sums a period when it ends. The periods still running at
+    /// the end are cut there and added; threads that never switched during
+    /// the window (blocked before it began, still blocked) are given the
+    /// whole window, under the stack their saved registers show now.
+    pub fn finish(mut self, pid: u32, min_block_ns: u64) -> Result<OffCpuData> {
+        // The window ends as the detach begins: periods still running are
+        // cut here, not when the detach (an RCU grace period) returns.
+        let end_ns = monotonic_ns();
+        self.probe.detach()?;
+        let window_ns = end_ns.saturating_sub(self.attached_ns);
+        self.serve()?;
+        let mut totals: HashMap<OffKey, OffTotal> = self.probe.totals()?.into_iter().collect();
+        let mut seen = HashSet::new();
+        for (tid, start) in self.probe.starts()? {
+            seen.insert(tid);
+            let ns = end_ns.saturating_sub(start.start_ns);
+            if start.start_ns != 0 && ns >= min_block_ns {
+                let t = totals.entry(start.key).or_default();
+                t.ns += ns;
+                t.count += 1;
+            }
+        }
+        let mut whole_window = Vec::new();
+        for tid in procfs::tids(pid).unwrap_or_default() {
+            if seen.contains(&tid) {
+                continue;
+            }
+            // Not in a syscall: running all along (or faulting).
+            let Some(regs) = procfs::syscall_regs(pid, tid) else {
+                continue;
+            };
+            let frames = self.stacks.unwind(&regs);
+            let hash = hash_words(regs.ip, regs.sp, frames.iter().copied()) ^ WHOLE_WINDOW_MARK;
+            self.user.insert(hash, frames.into());
+            let key = OffKey {
+                tid,
+                kstack_id: -1,
+                hash,
+                ip: regs.ip,
+                ..OffKey::default()
+            };
+            totals.insert(
+                key,
+                OffTotal {
+                    ns: window_ns,
+                    count: 1,
+                },
+            );
+            whole_window.push(tid);
+        }
+        Ok(OffCpuData {
+            totals: totals.into_iter().collect(),
+            user_stacks: self.user,
+            kernel_stacks: self.probe.kernel_stacks()?,
+            stats: self.probe.stats()?,
+            copies_unwound: self.unwound,
+            copies_shallow: self.shallow,
+            whole_window,
+            window_ns,
+        })
+    }
+}
+
+/// Mixed into the hash of a stack read at the end for a thread off the
+/// CPU all window, so it never equals one the program computed.
+const WHOLE_WINDOW_MARK: u64 = 0x5157_4f4c_455f_5749;
+
+/// CLOCK_MONOTONIC now, in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+/// The return-address slots of an unwound copy as the program reads them:
+/// byte offsets from `sp`, word-aligned, inside the copy, at most
+/// [`MAX_SLOTS`]; the first that is not ends the list (the hash covers a
+/// prefix of the frames).
+fn return_slots(sp: u64, slots: &[u64], copied: usize) -> ReturnSlots {
+    let mut out = ReturnSlots::default();
+    for &a in slots.iter().take(MAX_SLOTS) {
+        let Some(off) = a.checked_sub(sp) else { break };
+        if off % 8 != 0 || off + 8 > copied as u64 {
+            break;
+        }
+        out.offsets[out.count as usize] = off as u32;
+        out.count += 1;
+        out.span = off as u32 + 8;
+    }
+    out
+}
+
+/// Where each live thread's ring slot is in process `pid`'s memory, by
+/// the thread's id as the kernel (and rip-probe) numbers it. Empty when
+/// the process maps no ring.
+pub fn snap_slots(pid: u32) -> Vec<(u32, SnapSlot)> {
+    let Ok(maps) = ProcessMaps::open(pid) else {
+        return Vec::new();
+    };
+    let Ok(rings) = open_rings_in(pid, &maps) else {
+        return Vec::new();
+    };
+    let Ok(files) = maps.file_backed() else {
+        return Vec::new();
+    };
+    let ids = TidMap::of(pid);
+    let mut out = Vec::new();
+    for r in rings {
+        let Some(base) = files
+            .iter()
+            .find(|m| m.file() == Some(r.path.as_path()) && m.offset == 0)
+        else {
+            continue;
+        };
+        let Ok(ring) = RingFile::read(r.file, &r.path) else {
+            continue;
+        };
+        let h = ring.header();
+        let Ok(layout) = Layout::new(h.thread_slots, h.coroutine_slots, h.depth) else {
+            continue;
+        };
+        for s in ring.slots() {
+            if s.kind != SlotKind::Thread || s.state != SlotState::Live {
+                continue;
+            }
+            let tid = match &ids {
+                Some(ids) => ids.host(s.id),
+                None => u32::try_from(s.id).ok(),
+            };
+            let Some(tid) = tid else { continue };
+            // The sequence word ends the slot's metadata; entries follow.
+            let offset = layout.thread_region
+                + u64::from(s.index) * u64::from(layout.thread_slot_size)
+                + u64::from(THREAD_META_SIZE)
+                - 8;
+            let end = offset + 8 + u64::from(h.depth) * 8;
+            if end > base.end - base.start {
+                continue;
+            }
+            out.push((
+                tid,
+                SnapSlot {
+                    seq_addr: base.start + offset,
+                    mask: u64::from(h.depth.max(1) - 1),
+                },
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_stop_at_the_first_outside_the_copy() {
+        let s = return_slots(1000, &[1008, 1040, 1000 + 4096, 2000], 4096);
+        assert_eq!(s.count, 2);
+        assert_eq!(&s.offsets[..2], &[8, 40]);
+        assert_eq!(s.span, 48);
+        let s = return_slots(1000, &[999], 4096);
+        assert_eq!(s.count, 0);
+        let s = return_slots(1000, &[1003], 4096);
+        assert_eq!(s.count, 0);
+    }
+}

@@ -1,0 +1,263 @@
+//! `rip-probe offcpu --pid N --duration D`: where the threads' time off the
+//! CPU went, by user stack (unwound from the binaries' CFI, so programs
+//! without frame pointers too), optionally kernel stack, and for
+//! instrumented programs by last snap. Summed in the kernel at
+//! sched_switch; rendered as text, folded stacks, an SVG flame graph or
+//! JSON.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use clap::Args;
+
+use super::{parse_duration, write_err};
+use crate::{
+    analyze::offcpu::figures,
+    collect::{
+        kernel::{
+            offcpu::{OffCpuOptions, OffCpuProbe},
+            privileges,
+        },
+        offcpu::{OffCpuCollector, OffCpuData, snap_slots},
+        procfs,
+        stacks::Stacks,
+    },
+    discover::{Target, read_proc},
+    error::{Error, Result},
+    model::{SCHEMA_VERSION, offcpu::OffCpuReport},
+    render,
+    util::{progress::Progress, timefmt::duration, timing},
+};
+
+/// How often the window's loop answers the program and looks at the
+/// process.
+/// Often enough that a place's second stack is rarely summed under its
+/// first one's name before the program has learned to tell them apart.
+const TICK: Duration = Duration::from_millis(10);
+/// How often the ring's slots are read again for threads registered since.
+const SNAP_REFRESH: Duration = Duration::from_secs(1);
+
+/// `rip-probe offcpu`.
+#[derive(Debug, Args)]
+pub(crate) struct OffCpuArgs {
+    /// The process whose threads are observed.
+    #[arg(long, short)]
+    pid: u32,
+    /// How long to observe (e.g. 5s).
+    #[arg(long, short, value_parser = parse_duration)]
+    duration: Duration,
+    /// Off-CPU periods shorter than this are counted, not attributed
+    /// (e.g. 1ms).
+    #[arg(long, value_parser = parse_duration, default_value = "1us")]
+    min_block: Duration,
+    /// Take the kernel stack of each switch too.
+    #[arg(long)]
+    kernel_stacks: bool,
+    /// Print folded stacks (microseconds off CPU), the input of
+    /// flamegraph.pl, inferno and speedscope.
+    #[arg(long, conflicts_with_all = ["json", "svg"])]
+    folded: bool,
+    /// Write an SVG flame graph to FILE (and the text report to stdout).
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    svg: Option<PathBuf>,
+    /// Print the report as JSON (schema: docs/JSON.md).
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
+    if a.duration.is_zero() {
+        return Err(Error::Usage(
+            "offcpu needs a window: give --duration a length, e.g. --duration 5s".into(),
+        ));
+    }
+    let svg = a.svg.as_deref().map(SvgFile::check).transpose()?;
+    let target = Target::open(a.pid)?;
+    privileges::check()?;
+    let threads = procfs::tids(a.pid)?.len();
+    let stacks = Stacks::new(a.pid).map_err(|e| Error::Usage(e.to_string()))?;
+    let snaps = snap_slots(a.pid);
+    let opts = OffCpuOptions {
+        min_block_ns: a.min_block.as_nanos() as u64,
+        kernel_stacks: a.kernel_stacks,
+        snaps: !snaps.is_empty(),
+    };
+    let probe = timing::phase("attach offcpu", || {
+        OffCpuProbe::attach(a.pid, threads, opts, None)
+    })?;
+    let mut collector = OffCpuCollector::new(probe, stacks);
+    if !snaps.is_empty() {
+        collector.set_snap_slots(&snaps)?;
+    }
+    let (data, elapsed, lost) = watch(collector, &target, a, opts.snaps)?;
+
+    let mut warnings = Vec::new();
+    if let Some(l) = &lost {
+        warnings.push(format!(
+            "{} after {}: the times are up to then",
+            l.describe(a.pid),
+            duration(elapsed.as_nanos() as u64)
+        ));
+    }
+    let fig = timing::phase("analyze and symbolize", || {
+        figures(a.pid, &data, |tid| {
+            read_proc(a.pid, tid, "comm")
+                .ok()
+                .map(|s| s.trim_end().to_string())
+        })
+    });
+    warnings.extend(data_warnings(&data, fig.not_unwound_ns));
+    let report = OffCpuReport {
+        schema: SCHEMA_VERSION,
+        process: crate::session::process_info(&target, lost.as_ref()),
+        window_ns: elapsed.as_nanos() as u64,
+        min_block_ns: opts.min_block_ns,
+        kernel_stacks: a.kernel_stacks,
+        total_ns: fig.total_ns,
+        preempted_ns: fig.preempted_ns,
+        short: fig.short,
+        stacks: fig.stacks,
+        threads: fig.threads,
+        snaps: fig.snaps,
+        warnings,
+    };
+    if let Some(svg) = svg {
+        svg.write(&report)?;
+        render::offcpu_text(&report, &mut *out).map_err(write_err)?;
+        writeln!(out, "\nflame graph: {}", svg.path.display()).map_err(write_err)?;
+    } else if a.folded {
+        render::offcpu_folded(&report, &mut *out).map_err(write_err)?;
+    } else if a.json {
+        render::offcpu_json(&report, &mut *out).map_err(write_err)?;
+    } else {
+        render::offcpu_text(&report, &mut *out).map_err(write_err)?;
+    }
+    out.flush().map_err(write_err)
+}
+
+/// Runs the window: answers the program's stack copies, refreshes the
+/// snap slots, shows progress, stops early when the process exits.
+fn watch(
+    mut c: OffCpuCollector,
+    target: &Target,
+    a: &OffCpuArgs,
+    snaps: bool,
+) -> Result<(OffCpuData, Duration, Option<crate::discover::Lost>)> {
+    let start = Instant::now();
+    let mut progress = Progress::start(a.duration);
+    let mut snaps_read = Instant::now();
+    let lost = loop {
+        c.serve()?;
+        if let Some(lost) = target.lost() {
+            break Some(lost);
+        }
+        let elapsed = start.elapsed();
+        if elapsed >= a.duration {
+            break None;
+        }
+        if snaps && snaps_read.elapsed() >= SNAP_REFRESH {
+            // Threads registered since the start.
+            c.set_snap_slots(&snap_slots(a.pid))?;
+            snaps_read = Instant::now();
+        }
+        if let Some(p) = progress.as_mut().filter(|p| p.due()) {
+            p.show(&format!("{} off-CPU periods so far", c.summed()));
+        }
+        target.wait_exit(a.duration.saturating_sub(elapsed).min(TICK));
+    };
+    if let Some(p) = progress {
+        p.finish();
+    }
+    let data = timing::phase("read totals", || {
+        c.finish(a.pid, a.min_block.as_nanos() as u64)
+    })?;
+    let elapsed = Duration::from_nanos(data.window_ns);
+    Ok((data, elapsed, lost))
+}
+
+/// What the counters say the user should know.
+fn data_warnings(d: &OffCpuData, not_unwound_ns: u64) -> Vec<String> {
+    let s = &d.stats;
+    let mut w = Vec::new();
+    if s.time_full > 0 {
+        w.push(format!(
+            "{} off-CPU periods ({}) were not attributed: the kernel's table was full \
+             (raise --min-block to keep fewer, shorter periods out)",
+            s.time_full,
+            duration(s.time_full_ns)
+        ));
+    }
+    if not_unwound_ns > 0 {
+        w.push(format!(
+            "{} off CPU under stacks that were never unwound (their copies were lost while \
+             many new stacks appeared at once): shown by where the thread entered the kernel",
+            duration(not_unwound_ns)
+        ));
+    }
+    if s.no_regs > 0 && s.no_regs == s.switches {
+        w.push(
+            "no user registers could be read at any switch: user stacks are missing".to_string(),
+        );
+    }
+    w
+}
+
+/// The `--svg` output file: written whole next to its final place, then
+/// renamed, so no half-written graph is ever left.
+struct SvgFile {
+    path: PathBuf,
+}
+
+impl SvgFile {
+    /// Checks before the window that the file can be written, so a typo
+    /// does not cost the observation.
+    fn check(path: &Path) -> Result<SvgFile> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(Error::Usage(format!(
+                "--svg {}: directory {} does not exist",
+                path.display(),
+                dir.display()
+            )));
+        }
+        if path.is_dir() {
+            return Err(Error::Usage(format!(
+                "--svg {}: is a directory; give a file name",
+                path.display()
+            )));
+        }
+        Ok(SvgFile {
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn write(&self, r: &OffCpuReport) -> Result<()> {
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "offcpu.svg".into());
+        let tmp = self
+            .path
+            .with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let io = |e| Error::io(self.path.display().to_string(), e);
+        let result = (|| {
+            let f = std::fs::File::create_new(&tmp)?;
+            let mut w = std::io::BufWriter::new(f);
+            render::offcpu_svg(r, &mut w)?;
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io(e));
+        }
+        Ok(())
+    }
+}
