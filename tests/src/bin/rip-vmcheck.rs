@@ -127,6 +127,7 @@ fn main() {
     report("uprobe", check_uprobe(&paths));
     report("calls", check_calls(&paths));
     report("locks", check_locks(&paths));
+    report("offcpu", check_offcpu(&paths));
     report("foreign", check_foreign(&paths));
     report("cleanup", check_cleanup(&paths));
     report("dmesg", check_dmesg(kmsg_start));
@@ -539,6 +540,51 @@ fn check_locks(paths: &Paths) -> Result<String> {
         "{} futex words counted over {} ms",
         v["locks"].as_array().map_or(0, Vec::len),
         window / 1_000_000
+    ))
+}
+
+/// `rip-probe offcpu`: the off-CPU program (the build this kernel gets)
+/// loads, and the workers' time off the CPU is found under `worker_wait`
+/// (a 200 ms poll), unwound from the binary's CFI.
+fn check_offcpu(paths: &Paths) -> Result<String> {
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("2"))?;
+    let v = probe_json(
+        paths,
+        "offcpu",
+        &[
+            "offcpu",
+            "--pid",
+            &w.pid().to_string(),
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    )?;
+    let window = v["window_ns"].as_u64().unwrap_or(0);
+    ensure!(window >= 1_900_000_000, "window {window} ns");
+    let stacks = v["stacks"].as_array().cloned().unwrap_or_default();
+    let in_wait: u64 = stacks
+        .iter()
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["function"] == "worker_wait"))
+        })
+        .map(|s| s["off_cpu_ns"].as_u64().unwrap_or(0))
+        .sum();
+    // Two workers, each in poll nearly all the time.
+    ensure!(
+        in_wait >= window * 3 / 2,
+        "{} ms under worker_wait in a {} ms window: {} stacks",
+        in_wait / 1_000_000,
+        window / 1_000_000,
+        stacks.len()
+    );
+    Ok(format!(
+        "{} ms off CPU under worker_wait in {} ms, {} stacks",
+        in_wait / 1_000_000,
+        window / 1_000_000,
+        stacks.len()
     ))
 }
 
