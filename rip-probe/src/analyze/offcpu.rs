@@ -53,10 +53,11 @@ struct Sum {
     tids: BTreeSet<u32>,
 }
 
-/// Builds the figures of process `pid` from `data`. `name` gives a
-/// thread's name (None once it has exited).
+/// Builds the figures of a process from `data`, naming frames with `sym`
+/// (the process's, which may have named most stacks while it ran). `name`
+/// gives a thread's name (None once it has exited).
 pub(crate) fn figures(
-    pid: u32,
+    sym: &mut StackSymbolizer,
     data: &OffCpuData,
     name: impl Fn(u32) -> Option<String>,
 ) -> OffCpuFigures {
@@ -127,7 +128,6 @@ pub(crate) fn figures(
     snaps.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(&b.0)));
 
     // Symbolize each distinct user stack, kernel stack and snap once.
-    let mut sym = StackSymbolizer::new(pid);
     let mut user_ids: HashMap<Arc<[u64]>, usize> = HashMap::new();
     let mut users: Vec<Arc<[u64]>> = Vec::new();
     for (k, _) in &stacks {

@@ -60,6 +60,8 @@ pub struct OffCpuCollector {
     attached_ns: u64,
     stacks: Stacks,
     user: HashMap<u64, Arc<[u64]>>,
+    /// Stacks unwound since [`Self::take_new_stacks`] was last called.
+    fresh: Vec<Arc<[u64]>>,
     slots: Vec<u64>,
     unwound: u64,
     shallow: u64,
@@ -74,6 +76,7 @@ impl OffCpuCollector {
             attached_ns: monotonic_ns(),
             stacks,
             user: HashMap::new(),
+            fresh: Vec::new(),
             slots: Vec::new(),
             unwound: 0,
             shallow: 0,
@@ -114,10 +117,17 @@ impl OffCpuCollector {
                 self.user.insert(h, frames.clone());
             }
             self.probe.mark_known(p.hash)?;
+            self.fresh.push(frames.clone());
             self.user.insert(p.hash, frames);
             done.push(p.hash);
         }
         self.probe.release(&done)
+    }
+
+    /// The stacks unwound since the last call: a command names them while
+    /// the process still runs (see [`crate::StackSymbolizer`]'s cache).
+    pub fn take_new_stacks(&mut self) -> Vec<Arc<[u64]>> {
+        std::mem::take(&mut self.fresh)
     }
 
     /// Tells the program where the threads' ring slots are.

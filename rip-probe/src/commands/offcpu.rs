@@ -29,6 +29,7 @@ use crate::{
     error::{Error, Result},
     model::{SCHEMA_VERSION, offcpu::OffCpuReport},
     render,
+    symbolize::stacks::StackSymbolizer,
     util::{progress::Progress, timefmt::duration, timing},
 };
 
@@ -37,6 +38,8 @@ use crate::{
 /// Often enough that a place's second stack is rarely summed under its
 /// first one's name before the program has learned to tell them apart.
 const TICK: Duration = Duration::from_millis(10);
+/// How often the stacks unwound are named.
+const NAME_EVERY: Duration = Duration::from_millis(250);
 /// How often the ring's slots are read again for threads registered since.
 const SNAP_REFRESH: Duration = Duration::from_secs(1);
 
@@ -92,7 +95,8 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
     if !snaps.is_empty() {
         collector.set_snap_slots(&snaps)?;
     }
-    let (data, elapsed, lost) = watch(collector, &target, a, opts.snaps)?;
+    let mut sym = StackSymbolizer::new(a.pid);
+    let (data, elapsed, lost) = watch(collector, &mut sym, &target, a, opts.snaps)?;
 
     let mut warnings = Vec::new();
     if let Some(l) = &lost {
@@ -103,7 +107,7 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
         ));
     }
     let fig = timing::phase("analyze and symbolize", || {
-        figures(a.pid, &data, |tid| {
+        figures(&mut sym, &data, |tid| {
             read_proc(a.pid, tid, "comm")
                 .ok()
                 .map(|s| s.trim_end().to_string())
@@ -142,6 +146,7 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
 /// snap slots, shows progress, stops early when the process exits.
 fn watch(
     mut c: OffCpuCollector,
+    sym: &mut StackSymbolizer,
     target: &Target,
     a: &OffCpuArgs,
     snaps: bool,
@@ -149,8 +154,17 @@ fn watch(
     let start = Instant::now();
     let mut progress = Progress::start(a.duration);
     let mut snaps_read = Instant::now();
+    let mut named = Instant::now();
     let lost = loop {
         c.serve()?;
+        if named.elapsed() >= NAME_EVERY {
+            // Named while the process runs: its binaries are read through
+            // /proc/PID, gone once it exits.
+            let fresh = c.take_new_stacks();
+            let refs: Vec<&[u64]> = fresh.iter().map(|s| &s[..]).collect();
+            sym.frames_of_many(&refs);
+            named = Instant::now();
+        }
         if let Some(lost) = target.lost() {
             break Some(lost);
         }

@@ -13,6 +13,10 @@ use crate::model::Frame;
 pub struct StackSymbolizer {
     pid: u32,
     sym: Symbolizer,
+    /// Frames by lookup address, kept across calls: a process's
+    /// addresses can be named while it runs and reused after it exits
+    /// (live symbolization reads its binaries through /proc/PID).
+    cache: std::collections::HashMap<u64, Frame>,
 }
 
 impl StackSymbolizer {
@@ -22,6 +26,7 @@ impl StackSymbolizer {
         StackSymbolizer {
             pid,
             sym: Symbolizer::new(),
+            cache: std::collections::HashMap::new(),
         }
     }
 
@@ -40,7 +45,11 @@ impl StackSymbolizer {
     /// keeps the address itself.
     pub fn frames_of_many(&mut self, stacks: &[&[u64]]) -> Vec<Vec<Frame>> {
         let space = UserSpace::Live(self.pid);
-        frames_of(stacks, &space, &mut self.sym)
+        let mut cached = Cached {
+            sym: &mut self.sym,
+            cache: &mut self.cache,
+        };
+        frames_of(stacks, &space, &mut cached)
             .into_iter()
             .map(|f| f.to_vec())
             .collect()
@@ -49,6 +58,40 @@ impl StackSymbolizer {
     /// Names for kernel addresses, from /proc/kallsyms.
     pub fn kernel(&mut self, addrs: &[u64]) -> std::collections::HashMap<u64, Frame> {
         self.sym.kernel(addrs)
+    }
+}
+
+/// A symbolizer that asks only for the addresses it has not named
+/// before.
+struct Cached<'a> {
+    sym: &'a mut Symbolizer,
+    cache: &'a mut std::collections::HashMap<u64, Frame>,
+}
+
+impl Resolve for Cached<'_> {
+    fn user(
+        &mut self,
+        space: &UserSpace<'_>,
+        addrs: &[u64],
+    ) -> std::collections::HashMap<u64, Frame> {
+        let missing: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(a))
+            .collect();
+        if !missing.is_empty() {
+            self.cache.extend(self.sym.user(space, &missing));
+        }
+        addrs
+            .iter()
+            .filter_map(|a| Some((*a, self.cache.get(a)?.clone())))
+            .collect()
+    }
+    fn kernel(&mut self, addrs: &[u64]) -> std::collections::HashMap<u64, Frame> {
+        self.sym.kernel(addrs)
+    }
+    fn take_warnings(&mut self) -> Vec<String> {
+        self.sym.take_warnings()
     }
 }
 

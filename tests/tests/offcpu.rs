@@ -1,0 +1,383 @@
+//! `rip-probe offcpu`: off-CPU time by stack on `tests/c/offcpu.c` (no
+//! librip, -O2 without frame pointers: the stacks come from the CFI) with
+//! known sleep ratios and known preemption, by last snap on
+//! `tests/c/offcpu_snaps.c`, as JSON, folded stacks and an SVG flame
+//! graph; and the command's one-line errors.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use rip_tests::{
+    TempDir, Workload, bpf_tests_enabled, build_c, build_librip_release, compile_librip_c,
+    librip_static, marker_line, rip_probe, rip_probe_json, rip_probe_ok, target_dir,
+};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+fn workload(mode: &str) -> Workload {
+    let mut cmd = Command::new(build_c("offcpu", &["-fomit-frame-pointer"]));
+    cmd.arg(mode);
+    Workload::start(cmd)
+}
+
+fn functions(stack: &Value) -> Vec<String> {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str().map(String::from))
+        .collect()
+}
+
+/// Time off CPU of `tid` under stacks holding `function`, ns.
+fn time_under(r: &Value, tid: u64, function: &str) -> u64 {
+    r["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tids"].as_array().unwrap().iter().any(|t| t == tid))
+        .filter(|s| functions(s).iter().any(|f| f == function))
+        .map(|s| s["off_cpu_ns"].as_u64().unwrap())
+        .sum()
+}
+
+fn thread(r: &Value, tid: u64) -> &Value {
+    r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .unwrap_or_else(|| panic!("thread {tid} not in {}", r["threads"]))
+}
+
+/// The worker sleeps 30 ms, then 10 ms, in a loop: 75 % of its time off
+/// the CPU is under sleep_long, 25 % under sleep_short, each unwound
+/// through the CFI (no frame pointers) to the thread's start; the main
+/// thread, blocked in pthread_join since before the window, is off the CPU
+/// for all of it, under main.
+#[test]
+fn off_cpu_shares_match_known_sleep_ratios_without_frame_pointers() {
+    if !bpf_tests_enabled("off_cpu_shares_match_known_sleep_ratios_without_frame_pointers") {
+        return;
+    }
+    let w = workload("ratio");
+    let tid = u64::from(w.tid("sleeper"));
+    let r = rip_probe_json(
+        CLI,
+        &[
+            "offcpu",
+            "--pid",
+            &w.pid().to_string(),
+            "--duration",
+            "3s",
+            "--json",
+        ],
+    );
+    let window = r["window_ns"].as_u64().unwrap();
+    assert!((2_900_000_000..4_000_000_000).contains(&window), "{r}");
+    let long = time_under(&r, tid, "sleep_long");
+    let short = time_under(&r, tid, "sleep_short");
+    let share = long as f64 / (long + short) as f64;
+    // 30.1 ms and 10.1 ms sleeps (nanosleep's slack): 74.9 %. The
+    // tolerance covers the window's cut periods and a loaded machine.
+    assert!(
+        (0.70..=0.80).contains(&share),
+        "sleep_long {long} ns, sleep_short {short} ns: {share:.3}"
+    );
+    // The worker is off the CPU nearly all the time, all of it attributed.
+    let t = thread(&r, tid);
+    let off = t["blocked_ns"].as_u64().unwrap() + t["preempted_ns"].as_u64().unwrap();
+    assert!(off >= window * 9 / 10, "{off} of {window}: {t}");
+    assert!(long + short >= off * 95 / 100, "{long} + {short} of {off}");
+    // Each stack goes from the libc sleep through both of our frames to
+    // the thread's start.
+    for s in r["stacks"].as_array().unwrap() {
+        let f = functions(s);
+        if f.iter().any(|f| f == "sleep_long") {
+            let pos = |n: &str| f.iter().position(|f| f == n);
+            assert!(pos("nap") < pos("sleep_long"), "{f:?}");
+            assert!(pos("sleep_long") < pos("sleeper"), "{f:?}");
+            assert!(f.iter().any(|f| f.contains("start_thread")), "{f:?}");
+            assert_eq!(s["unwound"], true);
+        }
+    }
+    // The main thread never ran during the window.
+    let main = thread(&r, u64::from(w.pid()));
+    assert_eq!(main["whole_window"], true, "{main}");
+    assert_eq!(main["blocked_ns"].as_u64().unwrap(), window, "{main}");
+    assert!(time_under(&r, u64::from(w.pid()), "main") == window, "{r}");
+}
+
+/// Two threads spinning on one CPU: each is preempted, runnable but off
+/// the CPU, about half the time, under spin(); none of it is blocked time.
+#[test]
+fn preempted_time_is_told_from_blocked_time() {
+    if !bpf_tests_enabled("preempted_time_is_told_from_blocked_time") {
+        return;
+    }
+    let w = workload("spin");
+    let r = rip_probe_json(
+        CLI,
+        &[
+            "offcpu",
+            "--pid",
+            &w.pid().to_string(),
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    );
+    let window = r["window_ns"].as_u64().unwrap();
+    for tid in w.tids("spinner") {
+        let t = thread(&r, u64::from(tid));
+        let pre = t["preempted_ns"].as_u64().unwrap();
+        assert!(
+            (window / 5..=window * 4 / 5).contains(&pre),
+            "{tid} preempted {pre} of {window}: {t}"
+        );
+        assert!(t["blocked_ns"].as_u64().unwrap() < window / 10, "{t}");
+        let spinning: u64 = r["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s["preempted"] == true && s["tids"].as_array().unwrap().iter().any(|x| x == tid)
+            })
+            .filter(|s| functions(s).iter().any(|f| f == "spin"))
+            .map(|s| s["off_cpu_ns"].as_u64().unwrap())
+            .sum();
+        assert!(spinning >= pre * 9 / 10, "{spinning} of {pre} under spin");
+    }
+}
+
+/// `--folded` gives flame graph input in microseconds, outermost frame
+/// first; `--svg` writes a flame graph that parses as XML and names the
+/// functions, and `--kernel-stacks` adds the kernel's side of the sleep.
+#[test]
+fn folded_stacks_and_an_svg_flame_graph() {
+    if !bpf_tests_enabled("folded_stacks_and_an_svg_flame_graph") {
+        return;
+    }
+    let w = workload("ratio");
+    let pid = w.pid().to_string();
+    let folded = rip_probe_ok(
+        CLI,
+        &["offcpu", "--pid", &pid, "--duration", "1s", "--folded"],
+    );
+    let line = folded
+        .lines()
+        .find(|l| l.contains(";sleep_long;"))
+        .unwrap_or_else(|| panic!("no sleep_long line:\n{folded}"));
+    assert!(line.starts_with("c-offcpu-"), "{line}");
+    assert!(line.contains(";sleeper;sleep_long;nap;"), "{line}");
+    let us: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    // About 750 ms of 1 s, in microseconds.
+    assert!((400_000..=1_000_000).contains(&us), "{line}");
+
+    let dir = TempDir::new("/tmp", "offcpu-svg");
+    let svg = dir.join("off.svg");
+    let out = rip_probe_ok(
+        CLI,
+        &[
+            "offcpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--kernel-stacks",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("flame graph: {}", svg.display())),
+        "{out}"
+    );
+    // The text report names the kernel's side of the sleep.
+    assert!(out.contains("kernel: "), "{out}");
+    assert!(out.contains("nanosleep"), "{out}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let mut reader = quick_xml::Reader::from_str(&text);
+    let mut elements = 0;
+    loop {
+        match reader.read_event() {
+            Ok(quick_xml::events::Event::Eof) => break,
+            Ok(quick_xml::events::Event::Start(_)) => elements += 1,
+            Ok(_) => {}
+            Err(e) => panic!("the SVG is not XML at {}: {e}", reader.buffer_position()),
+        }
+    }
+    assert!(elements > 10, "{elements} elements");
+    // inferno colours the `_[k]` frames as kernel ones and drops the mark.
+    for name in ["sleep_long", "sleep_short", "Off-CPU time", "schedule"] {
+        assert!(text.contains(name), "{name} not in the SVG");
+    }
+    // Written whole, then renamed: nothing else is left in the directory.
+    let files: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files, vec![svg.clone()]);
+}
+
+/// An instrumented program's time off the CPU by last snap: the worker
+/// snaps before each sleep, so 75 % follows the snap before the 30 ms
+/// sleep, at its exact line.
+#[test]
+fn instrumented_programs_split_off_cpu_time_by_last_snap() {
+    if !bpf_tests_enabled("instrumented_programs_split_off_cpu_time_by_last_snap") {
+        return;
+    }
+    let lib = build_librip_release();
+    let dir = target_dir().join(format!("offcpu-build/{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("offcpu_snaps");
+    compile_librip_c("offcpu_snaps", &exe, &librip_static(&lib));
+    let tmp = TempDir::new("/dev/shm", "offcpu-snaps");
+    let ring = tmp.join("ring");
+    let mut cmd = Command::new(&exe);
+    cmd.arg(&ring);
+    let w = Workload::start(cmd);
+    let r = rip_probe_json(
+        CLI,
+        &[
+            "offcpu",
+            "--pid",
+            &w.pid().to_string(),
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    );
+    let long_line = marker_line("c/offcpu_snaps.c", "SNAP: long");
+    let short_line = marker_line("c/offcpu_snaps.c", "SNAP: short");
+    let by_line = |line: u32| -> u64 {
+        r["snaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s["snap"]["line"] == line
+                    && s["snap"]["file"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("offcpu_snaps.c")
+            })
+            .map(|s| s["off_cpu_ns"].as_u64().unwrap())
+            .sum()
+    };
+    let (long, short) = (by_line(long_line), by_line(short_line));
+    assert!(long > 0 && short > 0, "{}", r["snaps"]);
+    let share = long as f64 / (long + short) as f64;
+    assert!((0.70..=0.80).contains(&share), "{share:.3}: {}", r["snaps"]);
+    // The text view lists them.
+    let text = rip_probe_ok(
+        CLI,
+        &["offcpu", "--pid", &w.pid().to_string(), "--duration", "1s"],
+    );
+    assert!(text.contains("By last snap:"), "{text}");
+    assert!(
+        text.contains(&format!("offcpu_snaps.c:{long_line}")),
+        "{text}"
+    );
+}
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let (code, out, err) = rip_probe(CLI, args);
+    assert_ne!(code, 0, "{args:?} succeeded: {out}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+/// Bad input is one line that says what to do; the process exiting during
+/// the window ends it early with the times up to then.
+#[test]
+fn errors_are_one_line_and_an_exit_ends_the_window() {
+    if !bpf_tests_enabled("errors_are_one_line_and_an_exit_ends_the_window") {
+        return;
+    }
+    let w = workload("ratio");
+    let pid = w.pid().to_string();
+    one_line_error(
+        &["offcpu", "--pid", &pid, "--duration", "0"],
+        "offcpu needs a window",
+    );
+    one_line_error(
+        &["offcpu", "--pid", "2000000000", "--duration", "1s"],
+        "no process with pid 2000000000",
+    );
+    one_line_error(
+        &[
+            "offcpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--svg",
+            "/nonexistent/dir/off.svg",
+        ],
+        "does not exist",
+    );
+    one_line_error(
+        &[
+            "offcpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--folded",
+            "--json",
+        ],
+        "cannot be used with",
+    );
+    let (code, out, err) = rip_probe(
+        "setpriv",
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            CLI,
+            "offcpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+        ],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF"), "{err}");
+
+    // The workload is killed a second into a 10 s window.
+    let mut w = w;
+    let child = Command::new(CLI)
+        .args(["offcpu", "--pid", &pid, "--duration", "10s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let window = r["window_ns"].as_u64().unwrap();
+    assert!(window < 5_000_000_000, "window {window}");
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains("exited during observation"), "{warnings}");
+    assert!(
+        time_under(&r, u64::from(w.tid("sleeper")), "sleep_long") > 0,
+        "{r}"
+    );
+}
