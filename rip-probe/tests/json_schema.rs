@@ -2,7 +2,7 @@
 //! every report validates against a schema generated from the model
 //! (schemars), and docs/JSON.md documents every field of every object of
 //! that schema, and no field it does not have. The same holds for the
-//! reports of `rip-probe locks` and `rip-probe calls`, which docs/JSON.md
+//! reports of `rip-probe locks`, `calls` and `offcpu`, which docs/JSON.md
 //! documents beside it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +14,7 @@ use rip_probe::model::{
     ProcessInfo, Report, SCHEMA_VERSION,
     calls::{Bounds, Bucket, CallsReport, FunctionCalls, OutlierRule, SlowCall},
     contention::LocksReport,
+    offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
 };
 
 fn schema() -> serde_json::Value {
@@ -23,6 +24,74 @@ fn schema() -> serde_json::Value {
 /// The schema of `rip-probe calls --json`.
 fn calls_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(CallsReport)).unwrap()
+}
+
+/// The schema of `rip-probe offcpu --json`.
+fn offcpu_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(OffCpuReport)).unwrap()
+}
+
+/// An `offcpu` report with every optional part filled in.
+fn offcpu_report() -> OffCpuReport {
+    let f = frame();
+    OffCpuReport {
+        schema: SCHEMA_VERSION,
+        process: ProcessInfo {
+            pid: 42,
+            exe: Some("/srv/app".into()),
+            comm: Some("app".into()),
+            alive: true,
+            lost: None,
+            ns_pid: Some(7),
+        },
+        window_ns: 2_000_000_000,
+        min_block_ns: 1_000,
+        kernel_stacks: true,
+        total_ns: 3_000_000_000,
+        preempted_ns: 1_000_000,
+        short: Periods { count: 3, ns: 2_000 },
+        stacks: vec![OffCpuStack {
+            off_cpu_ns: 3_000_000_000,
+            count: 100,
+            preempted: false,
+            tids: vec![43, 44],
+            frames: vec![f.clone(), f.clone()].into(),
+            unwound: true,
+            kernel_stack: vec![f.clone()].into(),
+            snap: Some(f.clone()),
+        }],
+        threads: vec![ThreadOffCpu {
+            tid: 43,
+            name: Some("worker".into()),
+            blocked_ns: 1_500_000_000,
+            preempted_ns: 1_000_000,
+            count: 50,
+            whole_window: false,
+        }],
+        snaps: vec![SnapOffCpu {
+            snap: f,
+            off_cpu_ns: 3_000_000_000,
+            count: 100,
+        }],
+        warnings: vec!["process 42 exited during observation".into()],
+    }
+}
+
+#[test]
+fn an_offcpu_report_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&offcpu_schema()).expect("a valid schema");
+    let full = offcpu_report();
+    let mut sparse = offcpu_report();
+    sparse.stacks[0].snap = None;
+    sparse.threads[0].name = None;
+    sparse.snaps.clear();
+    for r in [full, sparse] {
+        let mut out = Vec::new();
+        rip_probe::render::offcpu_json(&r, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+    }
 }
 
 /// A `calls` report with every optional part filled in.
@@ -188,6 +257,7 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
     for (name, fields) in objects_of(&locks_schema(), "LocksReport")
         .into_iter()
         .chain(objects_of(&calls_schema(), "CallsReport"))
+        .chain(objects_of(&offcpu_schema(), "OffCpuReport"))
     {
         out.entry(name).or_default().extend(fields);
     }
@@ -313,6 +383,7 @@ fn the_schema_covers_every_serialized_key() {
     keys(&json(&full_report()), &mut names);
     keys(&json(&full_locks_report()), &mut names);
     keys(&json(&calls_report()), &mut names);
+    keys(&json(&offcpu_report()), &mut names);
     let all: BTreeSet<String> = schema_objects().into_values().flatten().collect();
     let missing: Vec<_> = names.difference(&all).collect();
     assert!(missing.is_empty(), "{missing:?}");

@@ -304,3 +304,126 @@ fn container_view() {
         "\n{got}"
     );
 }
+
+/// An `offcpu` report: a worker blocked under one stack with a last snap
+/// and a kernel stack, preempted under another.
+fn offcpu_report() -> offcpu::OffCpuReport {
+    use offcpu::*;
+    let stack = common::stack();
+    let kernel: std::sync::Arc<[Frame]> = vec![Frame {
+        addr: 0xffff_ffff_8100_0000,
+        function: Some("schedule".into()),
+        ..Frame::default()
+    }]
+    .into();
+    OffCpuReport {
+        schema: SCHEMA_VERSION,
+        process: full_report().process,
+        window_ns: 2_000_000_000,
+        min_block_ns: 1_000,
+        kernel_stacks: true,
+        total_ns: 1_600_000_000,
+        preempted_ns: 100_000_000,
+        short: Periods {
+            count: 7,
+            ns: 3_500,
+        },
+        stacks: vec![
+            OffCpuStack {
+                off_cpu_ns: 1_500_000_000,
+                count: 50,
+                preempted: false,
+                tids: vec![12],
+                frames: stack.clone(),
+                unwound: true,
+                kernel_stack: kernel,
+                snap: Some(frame()),
+            },
+            OffCpuStack {
+                off_cpu_ns: 100_000_000,
+                count: 9,
+                preempted: true,
+                tids: vec![12, 13],
+                frames: stack,
+                unwound: false,
+                kernel_stack: Default::default(),
+                snap: None,
+            },
+        ],
+        threads: vec![ThreadOffCpu {
+            tid: 12,
+            name: Some("worker".into()),
+            blocked_ns: 1_500_000_000,
+            preempted_ns: 100_000_000,
+            count: 59,
+            whole_window: true,
+        }],
+        snaps: vec![SnapOffCpu {
+            snap: frame(),
+            off_cpu_ns: 1_500_000_000,
+            count: 50,
+        }],
+        warnings: vec![],
+    }
+}
+
+fn render_offcpu(
+    f: fn(&offcpu::OffCpuReport, &mut dyn std::io::Write) -> std::io::Result<()>,
+    r: &offcpu::OffCpuReport,
+) -> String {
+    let mut out = Vec::new();
+    f(r, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn offcpu_views() {
+    let mut r = offcpu_report();
+    let text = render_offcpu(render::offcpu_text, &r);
+    let want = "\
+pid 1 (server) /usr/bin/server: 1.6s off CPU in 2.0s over 1 thread (blocked 1.5s, preempted 100ms)
+7 periods shorter than 1µs (3µs in all) are not attributed
+
+  TID      NAME               OFF-CPU   BLOCKED PREEMPTED  SHARE
+  12       worker                1.6s      1.5s     100ms 100.0%  blocked all window
+
+By last snap:
+   93.8%      1.5s  src/inner.rs:3 inner
+
+Stacks, most time off CPU first:
+
+ 93.8% 1.5s  blocked, 50 periods, thread 12
+    last snap: src/inner.rs:3 inner
+    #0  0x7f0000001000 __futex_abstimed_wait_common+0x10e (libc.so.6)
+    #1  inlined        inner at src/inner.rs:3 (server)
+    #2  0x1234         Pool::take at src/pool.rs:88 (server)
+    kernel: schedule
+
+  6.2% 100ms  preempted (runnable, waiting for a CPU), 9 periods, threads 12 13
+    (stack not unwound: only where the thread entered the kernel)
+    #0  0x7f0000001000 __futex_abstimed_wait_common+0x10e (libc.so.6)
+    #1  inlined        inner at src/inner.rs:3 (server)
+    #2  0x1234         Pool::take at src/pool.rs:88 (server)
+";
+    assert_eq!(text, want, "\n{text}");
+    // Outermost first, in microseconds; the last snap under the process,
+    // kernel frames marked, preempted time marked.
+    let folded = render_offcpu(render::offcpu_folded, &r);
+    let want = "\
+server;Pool::take;inner;__futex_abstimed_wait_common;[preempted] 100000
+server;[snap src/inner.rs:3 inner];Pool::take;inner;__futex_abstimed_wait_common;schedule_[k] 1500000
+";
+    assert_eq!(folded, want, "\n{folded}");
+    // A control character from the target never reaches the terminal, and
+    // a `;` cannot split a folded frame.
+    let mut evil = r.stacks[0].frames.to_vec();
+    evil[0].function = Some("a;b\x1b[2J".into());
+    r.stacks[0].frames = evil.into();
+    let text = render_offcpu(render::offcpu_text, &r);
+    assert!(!text.contains('\x1b'), "{text}");
+    assert!(text.contains("a;b\\x1b[2J"), "{text}");
+    let folded = render_offcpu(render::offcpu_folded, &r);
+    assert!(folded.contains(";a:b\\x1b[2J;"), "{folded}");
+    let svg = render_offcpu(render::offcpu_svg, &r);
+    assert!(!svg.contains('\x1b'));
+}

@@ -277,6 +277,24 @@ fn parse_steal_skew(text: &str, hz: u64) -> u64 {
     }
 }
 
+/// The user stack and instruction pointers of a thread in a syscall, from
+/// `/proc/PID/task/TID/syscall` (`NR ARG1 … ARG6 SP PC`). No frame
+/// pointer: the unwinder follows the CFI. `None` for a thread not in a
+/// syscall (`running`, or a negative number: blocked by a fault or an
+/// interrupt).
+pub(crate) fn syscall_regs(pid: u32, tid: u32) -> Option<rip_ebpf::UserRegs> {
+    let text = crate::discover::read_proc(pid, tid, "syscall").ok()?;
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let hex = |s: &&str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let (sp, ip) = (hex(words.get(7)?)?, hex(words.get(8)?)?);
+    Some(rip_ebpf::UserRegs {
+        syscall_nr: words.first()?.parse().ok()?,
+        ip,
+        sp,
+        ..rip_ebpf::UserRegs::default()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,22 +382,4 @@ mod tests {
         assert!(!files.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// The user stack and instruction pointers of a thread in a syscall, from
-/// `/proc/PID/task/TID/syscall` (`NR ARG1 … ARG6 SP PC`). No frame
-/// pointer: the unwinder follows the CFI. `None` for a thread not in a
-/// syscall (`running`, or a negative number: blocked by a fault or an
-/// interrupt).
-pub(crate) fn syscall_regs(pid: u32, tid: u32) -> Option<rip_ebpf::UserRegs> {
-    let text = crate::discover::read_proc(pid, tid, "syscall").ok()?;
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let hex = |s: &&str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    let (sp, ip) = (hex(words.get(7)?)?, hex(words.get(8)?)?);
-    Some(rip_ebpf::UserRegs {
-        syscall_nr: words.first()?.parse().ok()?,
-        ip,
-        sp,
-        ..rip_ebpf::UserRegs::default()
-    })
 }

@@ -36,13 +36,14 @@ pub fn offcpu_text(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
     let p = &r.process;
     writeln!(
         w,
-        "pid {} ({}) {}: {} off CPU in {} over {} threads (blocked {}, preempted {})",
+        "pid {} ({}) {}: {} off CPU in {} over {} thread{} (blocked {}, preempted {})",
         p.pid,
         escape(p.comm.as_deref().unwrap_or("?")),
         escape(p.exe.as_deref().unwrap_or("?")),
         duration(r.total_ns),
         duration(r.window_ns),
         r.threads.len(),
+        if r.threads.len() == 1 { "" } else { "s" },
         duration(r.total_ns - r.preempted_ns),
         duration(r.preempted_ns),
     )?;
