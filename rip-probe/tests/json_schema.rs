@@ -49,7 +49,10 @@ fn offcpu_report() -> OffCpuReport {
         kernel_stacks: true,
         total_ns: 3_000_000_000,
         preempted_ns: 1_000_000,
-        short: Periods { count: 3, ns: 2_000 },
+        short: Periods {
+            count: 3,
+            ns: 2_000,
+        },
         stacks: vec![OffCpuStack {
             off_cpu_ns: 3_000_000_000,
             count: 100,

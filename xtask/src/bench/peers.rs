@@ -14,6 +14,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("gdb", "breakpoint row, thread apply all bt"),
     ("elfutils", "eu-stack: every thread's stack"),
     ("valgrind", "instruction counts (callgrind)"),
+    (
+        "libbpf-tools",
+        "BCC's offcputime (the libbpf build: BCC's Python tools need kernel headers)",
+    ),
 ];
 
 /// Each package's installed version, or why it is not available.

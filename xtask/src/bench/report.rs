@@ -296,7 +296,16 @@ impl Report {
              in hash maps (waits, wakes, a log2 histogram, per waiting thread, \
              per waking stack); the bpftrace row is the same count written as \
              a bpftrace script (`hist()` of the waits per futex word, wakes \
-             summed per word; its program is in the commands below). The last \
+             summed per word; its program is in the commands below). \
+             `rip-probe offcpu` attaches its own sched_switch program: at each \
+             switch of a target thread it reads the user registers and the \
+             return addresses user space has taught it to hash (rip-ebpf's \
+             `offcpu.rs` tells how) and adds the time off CPU to a \
+             hash map entry per (thread, stack); BCC's offcputime (the \
+             libbpf-tools build; BCC's Python tools need kernel headers this \
+             kernel lacks) does the same with `bpf_get_stackid` user and \
+             kernel stacks (frame pointers: it cannot unwind code built \
+             without them). The last \
              column counts \
              the involuntary context switches the workload suffered during its \
              measured part (`getrusage`).\n",
@@ -342,6 +351,18 @@ impl Report {
                  `rip-probe locks` {}, bpftrace {}.",
                 ratio(locks),
                 ratio(bt)
+            );
+        }
+        if let (Some(rip), Some(bcc)) = (
+            self.slowdown("pingpong-rip-probe-offcpu", "pingpong"),
+            self.slowdown("pingpong-offcputime", "pingpong"),
+        ) {
+            let _ = writeln!(
+                s,
+                "\nOff-CPU time summed by stack on the one-CPU ping-pong: \
+                 `rip-probe offcpu` {}, BCC's offcputime {}.",
+                ratio(rip),
+                ratio(bcc)
             );
         }
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
@@ -636,6 +657,18 @@ impl Report {
                 ns(snap),
                 vs.join(", ")
             ));
+        }
+        if let (Some(rip), Some(bcc)) = (
+            self.slowdown("pingpong-rip-probe-offcpu", "pingpong"),
+            self.slowdown("pingpong-offcputime", "pingpong"),
+        ) {
+            let _ = writeln!(
+                s,
+                "\nOff-CPU time summed by stack on the one-CPU ping-pong: \
+                 `rip-probe offcpu` {}, BCC's offcputime {}.",
+                ratio(rip),
+                ratio(bcc)
+            );
         }
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
             parts.push(format!(

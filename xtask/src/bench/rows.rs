@@ -29,6 +29,11 @@ pub enum Tracer {
     RipProbe(Option<&'static str>),
     /// `rip-probe locks --pid`: futex contention counted in BPF maps.
     RipProbeLocks,
+    /// `rip-probe offcpu --pid`: off-CPU time summed by stack at each
+    /// switch.
+    RipProbeOffcpu,
+    /// BCC's `offcputime -p PID` (the libbpf-tools build).
+    Offcputime,
     /// `rip-probe calls --uprobe` on this function (see `calls.rs`).
     RipProbeCalls(&'static str),
     /// rip-probe's uprobe on this function through its library
@@ -166,6 +171,17 @@ impl Measured {
                     ))
                 ),
             ],
+            Tracer::RipProbeOffcpu => vec![
+                run,
+                format!(
+                    "RIP_PROBE_TIMING=1 {}",
+                    shell_words(&tracers::rip_probe_offcpu_args(
+                        &super::workloads::rel(&ctx.rip_probe),
+                        "PID"
+                    ))
+                ),
+            ],
+            Tracer::Offcputime => vec![run, shell_words(&tracers::offcputime_args("PID"))],
             Tracer::RipProbeCalls(f) => vec![
                 run,
                 format!(
@@ -239,6 +255,16 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             let rp = RipProbe::attach_locks(&ctx.rip_probe, w.pid())?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
+        }
+        Tracer::RipProbeOffcpu => {
+            let rp = RipProbe::attach_offcpu(&ctx.rip_probe, w.pid())?;
+            let s = w.go(timeout)?;
+            Ok((s, None, rp.finish().err()))
+        }
+        Tracer::Offcputime => {
+            let oc = tracers::Offcputime::attach(w.pid())?;
+            let s = w.go(timeout)?;
+            Ok((s, None, oc.finish().err()))
         }
         Tracer::RipProbeCalls(f) => {
             let rp = super::calls::RipProbeCalls::attach(&ctx.rip_probe, w.pid(), f)?;

@@ -114,6 +114,79 @@ pub fn rip_probe_locks_args(exe: &str, pid: &str) -> Vec<String> {
         .to_vec()
 }
 
+/// The `rip-probe offcpu` command line observing `pid` for longer than
+/// any run, folded stacks out (the cheapest output: the run measures the
+/// observation).
+pub fn rip_probe_offcpu_args(exe: &str, pid: &str) -> Vec<String> {
+    [
+        exe,
+        "offcpu",
+        "--pid",
+        pid,
+        "--duration",
+        "600s",
+        "--folded",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// BCC's `offcputime` (libbpf-tools) on `pid` for longer than any run,
+/// folded stacks out.
+pub fn offcputime_args(pid: &str) -> Vec<String> {
+    ["offcputime", "-f", "-p", pid, "600"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Whether process `pid` holds a BPF link (its programs are attached).
+fn holds_bpf_link(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten().any(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// BCC's offcputime attached to a process.
+pub struct Offcputime(Proc);
+
+impl Offcputime {
+    /// Starts `offcputime -f -p PID 600` and waits until its programs are
+    /// attached (it says nothing until the end: its BPF link is the sign)
+    /// and it has settled.
+    pub fn attach(pid: u32) -> Result<Offcputime> {
+        let mut p = Proc::start(&offcputime_args(&pid.to_string()), &[])?;
+        let start = std::time::Instant::now();
+        while !holds_bpf_link(p.pid()) {
+            if start.elapsed() > ATTACH_TIMEOUT {
+                let err = p
+                    .stderr
+                    .as_mut()
+                    .expect("piped")
+                    .drain(Duration::from_secs(1));
+                bail!("offcputime did not attach: {err:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
+        Ok(Offcputime(p))
+    }
+
+    /// Stops offcputime (SIGINT: it prints its stacks and exits).
+    pub fn finish(mut self) -> Result<(), String> {
+        self.0.signal(libc::SIGINT);
+        if self.0.wait_or_kill(Duration::from_secs(20)) {
+            Ok(())
+        } else {
+            Err("offcputime did not exit after SIGINT".into())
+        }
+    }
+}
+
 /// rip-probe's CLI attached to a process.
 pub struct RipProbe(Proc);
 
@@ -131,6 +204,23 @@ impl RipProbe {
                 l.starts_with("rip-probe timing: load and attach:")
             })
             .context("rip-probe locks did not attach")?;
+        wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
+        Ok(RipProbe(p))
+    }
+
+    /// Starts `rip-probe offcpu --pid PID --duration 600s --folded` with
+    /// its phase timings on, and waits until its program is attached and
+    /// it has settled.
+    pub fn attach_offcpu(exe: &Path, pid: u32) -> Result<RipProbe> {
+        let args = rip_probe_offcpu_args(&exe.to_string_lossy(), &pid.to_string());
+        let mut p = Proc::start(&args, &[("RIP_PROBE_TIMING", "1")])?;
+        p.stderr
+            .as_mut()
+            .expect("piped")
+            .wait_for(ATTACH_TIMEOUT, |l| {
+                l.starts_with("rip-probe timing: attach offcpu:")
+            })
+            .context("rip-probe offcpu did not attach")?;
         wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
         Ok(RipProbe(p))
     }
