@@ -662,13 +662,12 @@ impl Report {
             self.slowdown("pingpong-rip-probe-offcpu", "pingpong"),
             self.slowdown("pingpong-offcputime", "pingpong"),
         ) {
-            let _ = writeln!(
-                s,
-                "\nOff-CPU time summed by stack on the one-CPU ping-pong: \
-                 `rip-probe offcpu` {}, BCC's offcputime {}.",
+            parts.push(format!(
+                "`rip-probe offcpu` slows a context-switch ping-pong {} \
+                 (BCC's offcputime: {})",
                 ratio(rip),
                 ratio(bcc)
-            );
+            ));
         }
         if let Some(r) = self.slowdown("getppid-rip-probe", "getppid") {
             parts.push(format!(
