@@ -353,15 +353,19 @@ impl Report {
                 ratio(bt)
             );
         }
-        if let (Some(rip), Some(bcc)) = (
+        if let (Some(rip), Some(kernel), Some(bcc)) = (
             self.slowdown("pingpong-rip-probe-offcpu", "pingpong"),
+            self.slowdown("pingpong-rip-probe-offcpu-kernel", "pingpong"),
             self.slowdown("pingpong-offcputime", "pingpong"),
         ) {
             let _ = writeln!(
                 s,
                 "\nOff-CPU time summed by stack on the one-CPU ping-pong: \
-                 `rip-probe offcpu` {}, BCC's offcputime {}.",
+                 `rip-probe offcpu` {} (user stacks), {} with kernel stacks; \
+                 BCC's offcputime {} (user and kernel stacks). The kernel \
+                 stack walk (`bpf_get_stackid`) is most of the cost of both.",
                 ratio(rip),
+                ratio(kernel),
                 ratio(bcc)
             );
         }
@@ -664,7 +668,7 @@ impl Report {
         ) {
             parts.push(format!(
                 "`rip-probe offcpu` slows a context-switch ping-pong {} \
-                 (BCC's offcputime: {})",
+                 (BCC's offcputime, which also walks kernel stacks: {})",
                 ratio(rip),
                 ratio(bcc)
             ));

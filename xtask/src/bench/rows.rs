@@ -30,8 +30,8 @@ pub enum Tracer {
     /// `rip-probe locks --pid`: futex contention counted in BPF maps.
     RipProbeLocks,
     /// `rip-probe offcpu --pid`: off-CPU time summed by stack at each
-    /// switch.
-    RipProbeOffcpu,
+    /// switch; with `--kernel-stacks` when true.
+    RipProbeOffcpu(bool),
     /// BCC's `offcputime -p PID` (the libbpf-tools build).
     Offcputime,
     /// `rip-probe calls --uprobe` on this function (see `calls.rs`).
@@ -171,13 +171,14 @@ impl Measured {
                     ))
                 ),
             ],
-            Tracer::RipProbeOffcpu => vec![
+            Tracer::RipProbeOffcpu(kernel) => vec![
                 run,
                 format!(
                     "RIP_PROBE_TIMING=1 {}",
                     shell_words(&tracers::rip_probe_offcpu_args(
                         &super::workloads::rel(&ctx.rip_probe),
-                        "PID"
+                        "PID",
+                        *kernel
                     ))
                 ),
             ],
@@ -256,8 +257,8 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
         }
-        Tracer::RipProbeOffcpu => {
-            let rp = RipProbe::attach_offcpu(&ctx.rip_probe, w.pid())?;
+        Tracer::RipProbeOffcpu(kernel) => {
+            let rp = RipProbe::attach_offcpu(&ctx.rip_probe, w.pid(), kernel)?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
         }

@@ -131,12 +131,10 @@ pub fn rip_probe_offcpu_args(exe: &str, pid: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// BCC's `offcputime` (libbpf-tools) on `pid` for longer than any run,
-/// folded stacks out.
+/// BCC's `offcputime` (libbpf-tools) on `pid` for longer than any run
+/// (user and kernel stacks; this build has no folded output).
 pub fn offcputime_args(pid: &str) -> Vec<String> {
-    ["offcputime", "-f", "-p", pid, "600"]
-        .map(String::from)
-        .to_vec()
+    ["offcputime", "-p", pid, "600"].map(String::from).to_vec()
 }
 
 /// Whether process `pid` holds a BPF link (its programs are attached).
@@ -155,7 +153,7 @@ fn holds_bpf_link(pid: u32) -> bool {
 pub struct Offcputime(Proc);
 
 impl Offcputime {
-    /// Starts `offcputime -f -p PID 600` and waits until its programs are
+    /// Starts `offcputime -p PID 600` and waits until its programs are
     /// attached (it says nothing until the end: its BPF link is the sign)
     /// and it has settled.
     pub fn attach(pid: u32) -> Result<Offcputime> {
@@ -208,11 +206,11 @@ impl RipProbe {
         Ok(RipProbe(p))
     }
 
-    /// Starts `rip-probe offcpu --pid PID --duration 600s --folded` with
-    /// its phase timings on, and waits until its program is attached and
-    /// it has settled.
-    pub fn attach_offcpu(exe: &Path, pid: u32) -> Result<RipProbe> {
-        let args = rip_probe_offcpu_args(&exe.to_string_lossy(), &pid.to_string());
+    /// Starts `rip-probe offcpu --pid PID --duration 600s
+    /// [--kernel-stacks] --folded` with its phase timings on, and waits
+    /// until its program is attached and it has settled.
+    pub fn attach_offcpu(exe: &Path, pid: u32, kernel: bool) -> Result<RipProbe> {
+        let args = rip_probe_offcpu_args(&exe.to_string_lossy(), &pid.to_string(), kernel);
         let mut p = Proc::start(&args, &[("RIP_PROBE_TIMING", "1")])?;
         p.stderr
             .as_mut()
