@@ -115,20 +115,17 @@ pub fn rip_probe_locks_args(exe: &str, pid: &str) -> Vec<String> {
 }
 
 /// The `rip-probe offcpu` command line observing `pid` for longer than
-/// any run, folded stacks out (the cheapest output: the run measures the
-/// observation).
-pub fn rip_probe_offcpu_args(exe: &str, pid: &str) -> Vec<String> {
-    [
-        exe,
-        "offcpu",
-        "--pid",
-        pid,
-        "--duration",
-        "600s",
-        "--folded",
-    ]
-    .map(String::from)
-    .to_vec()
+/// any run, with kernel stacks (what offcputime takes too) when `kernel`,
+/// folded stacks out.
+pub fn rip_probe_offcpu_args(exe: &str, pid: &str, kernel: bool) -> Vec<String> {
+    let mut a: Vec<String> = [exe, "offcpu", "--pid", pid, "--duration", "600s"]
+        .map(String::from)
+        .to_vec();
+    if kernel {
+        a.push("--kernel-stacks".into());
+    }
+    a.push("--folded".into());
+    a
 }
 
 /// BCC's `offcputime` (libbpf-tools) on `pid` for longer than any run
