@@ -101,6 +101,16 @@ pub fn run_demo() -> Result<()> {
         Ok(())
     };
     let live = show(&["--pid", &pid_s, "--duration", "1s"]);
+    let svg = demo_target.join("offcpu-flamegraph.svg");
+    let offcpu = show(&[
+        "offcpu",
+        "--pid",
+        &pid_s,
+        "--duration",
+        "3s",
+        "--svg",
+        svg.to_str().expect("UTF-8 path"),
+    ]);
 
     step("SIGKILL the demo server; its ring survives on tmpfs");
     let _ = server.kill();
@@ -108,5 +118,12 @@ pub fn run_demo() -> Result<()> {
     let dead = show(&["dump", ring.to_str().expect("UTF-8 path")]);
     let _ = std::fs::remove_file(&ring);
     live?;
-    dead
+    dead?;
+    offcpu?;
+    eprintln!();
+    step(&format!(
+        "off-CPU flame graph of the demo server (3 s): {} — open it in a browser",
+        svg.display()
+    ));
+    Ok(())
 }

@@ -192,6 +192,7 @@ pub(crate) fn figures(
             }
         })
         .collect();
+    fig.stacks = merge_same_names(fig.stacks);
     fig.snaps = snaps
         .into_iter()
         .map(|(a, p)| SnapOffCpu {
@@ -211,6 +212,62 @@ pub(crate) fn figures(
     });
     fig.threads = threads;
     fig
+}
+
+/// A frame as a reader tells it apart: by name and line, or by address
+/// where it has no name.
+fn frame_key(f: &Frame) -> String {
+    match &f.function {
+        Some(func) => {
+            let inlined: Vec<&str> = f.inlined.iter().map(|i| i.function.as_str()).collect();
+            format!(
+                "{func}|{:?}|{:?}|{:?}|{}",
+                f.file,
+                f.line,
+                f.module,
+                inlined.join(",")
+            )
+        }
+        None => format!("{:#x}", f.addr),
+    }
+}
+
+/// Stacks that read the same (a thread preempted at two instructions of
+/// one function, no line known) are one: their times are summed under the
+/// one with the most time. Keeps the order, most time first.
+fn merge_same_names(stacks: Vec<OffCpuStack>) -> Vec<OffCpuStack> {
+    let mut out: Vec<OffCpuStack> = Vec::with_capacity(stacks.len());
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for s in stacks {
+        let key = format!(
+            "{}/{}/{}/{}",
+            s.preempted,
+            s.snap.as_ref().map(frame_key).unwrap_or_default(),
+            s.frames.iter().map(frame_key).collect::<Vec<_>>().join(";"),
+            s.kernel_stack
+                .iter()
+                .map(frame_key)
+                .collect::<Vec<_>>()
+                .join(";"),
+        );
+        match index.get(&key) {
+            Some(&i) => {
+                let m = &mut out[i];
+                m.off_cpu_ns += s.off_cpu_ns;
+                m.count += s.count;
+                m.unwound &= s.unwound;
+                m.tids.extend(s.tids);
+                m.tids.sort_unstable();
+                m.tids.dedup();
+            }
+            None => {
+                index.insert(key, out.len());
+                out.push(s);
+            }
+        }
+    }
+    out.sort_by(|a, b| b.off_cpu_ns.cmp(&a.off_cpu_ns));
+    out
 }
 
 fn snap_frame(names: &HashMap<u64, Frame>, addr: u64) -> Frame {

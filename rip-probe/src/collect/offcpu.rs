@@ -147,7 +147,9 @@ impl OffCpuCollector {
     /// the end are cut there and added; threads that never switched during
     /// the window (blocked before it began, still blocked) are given the
     /// whole window, under the stack their saved registers show now.
-    pub fn finish(mut self, pid: u32, min_block_ns: u64) -> Result<OffCpuData> {
+    /// With `snaps`, a whole-window thread's last snap is read from the
+    /// ring (it has not snapped since: it has not run).
+    pub fn finish(mut self, pid: u32, min_block_ns: u64, snaps: bool) -> Result<OffCpuData> {
         // The window ends as the detach begins: periods still running are
         // cut here, not when the detach (an RCU grace period) returns.
         let end_ns = monotonic_ns();
@@ -166,6 +168,11 @@ impl OffCpuCollector {
             }
         }
         let mut whole_window = Vec::new();
+        let last = if snaps {
+            last_snaps(pid)
+        } else {
+            HashMap::new()
+        };
         for tid in procfs::tids(pid).unwrap_or_default() {
             if seen.contains(&tid) {
                 continue;
@@ -182,6 +189,7 @@ impl OffCpuCollector {
                 kstack_id: -1,
                 hash,
                 ip: regs.ip,
+                snap: last.get(&tid).copied().unwrap_or(0),
                 ..OffKey::default()
             };
             totals.insert(
@@ -238,6 +246,29 @@ fn return_slots(sp: u64, slots: &[u64], copied: usize) -> ReturnSlots {
 /// the thread's id as the kernel (and rip-probe) numbers it. Empty when
 /// the process maps no ring.
 pub fn snap_slots(pid: u32) -> Vec<(u32, SnapSlot)> {
+    ring_threads(pid)
+        .into_iter()
+        .map(|t| (t.tid, t.slot))
+        .collect()
+}
+
+/// Each live thread's last snap in process `pid`'s rings, by thread id
+/// (kernel numbering).
+pub fn last_snaps(pid: u32) -> HashMap<u32, u64> {
+    ring_threads(pid)
+        .into_iter()
+        .filter_map(|t| Some((t.tid, t.last?)))
+        .collect()
+}
+
+/// A live thread slot of a ring a process maps.
+struct RingThread {
+    tid: u32,
+    slot: SnapSlot,
+    last: Option<u64>,
+}
+
+fn ring_threads(pid: u32) -> Vec<RingThread> {
     let Ok(maps) = ProcessMaps::open(pid) else {
         return Vec::new();
     };
@@ -281,13 +312,14 @@ pub fn snap_slots(pid: u32) -> Vec<(u32, SnapSlot)> {
             if end > base.end - base.start {
                 continue;
             }
-            out.push((
+            out.push(RingThread {
                 tid,
-                SnapSlot {
+                slot: SnapSlot {
                     seq_addr: base.start + offset,
                     mask: u64::from(h.depth.max(1) - 1),
                 },
-            ));
+                last: s.entries.last().map(|e| e.addr),
+            });
         }
     }
     out

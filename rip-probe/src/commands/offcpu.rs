@@ -186,7 +186,7 @@ fn watch(
         p.finish();
     }
     let data = timing::phase("read totals", || {
-        c.finish(a.pid, a.min_block.as_nanos() as u64)
+        c.finish(a.pid, a.min_block.as_nanos() as u64, snaps)
     })?;
     let elapsed = Duration::from_nanos(data.window_ns);
     Ok((data, elapsed, lost))

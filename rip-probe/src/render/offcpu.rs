@@ -131,7 +131,7 @@ fn one_stack(r: &OffCpuReport, s: &OffCpuStack, w: &mut dyn Write) -> io::Result
     let more = if s.tids.len() > 8 { " …" } else { "" };
     writeln!(
         w,
-        "{:>5.1}% {}  {}, {} periods, thread{} {}{more}",
+        "{:>5.1}% {}  {}, {} period{}, thread{} {}{more}",
         percent(s.off_cpu_ns, r.total_ns),
         duration(s.off_cpu_ns),
         if s.preempted {
@@ -140,6 +140,7 @@ fn one_stack(r: &OffCpuReport, s: &OffCpuStack, w: &mut dyn Write) -> io::Result
             "blocked"
         },
         s.count,
+        if s.count == 1 { "" } else { "s" },
         if s.tids.len() == 1 { "" } else { "s" },
         tids.join(" ")
     )?;
