@@ -329,6 +329,46 @@ fn ring_threads(pid: u32) -> Vec<RingThread> {
 mod tests {
     use super::*;
 
+    /// Stack copies come from the target: random bytes, with registers
+    /// pointing into our own code, unwind without panicking, and every
+    /// slot found lies in the copy, one per frame after the first.
+    #[test]
+    fn hostile_stack_copies_unwind_to_slots_inside_the_copy() {
+        let mut stacks = Stacks::new(std::process::id()).unwrap();
+        let ip = hostile_stack_copies_unwind_to_slots_inside_the_copy as usize as u64;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut slots = Vec::new();
+        for round in 0..2000 {
+            let len = (next() % 4096) as usize & !7;
+            let mut bytes = vec![0u8; len];
+            for w in bytes.chunks_mut(8) {
+                // Half the words look like return addresses into our code.
+                let v = if next() % 2 == 0 {
+                    ip + next() % 0x10000
+                } else {
+                    next()
+                };
+                w.copy_from_slice(&v.to_le_bytes()[..w.len()]);
+            }
+            let sp = 0x7ff0_0000_0000 + (next() % 0x1000) * 8;
+            let regs = unwind::regs(ip + round % 64, sp, next());
+            let frames = stacks.unwind_copy_slots(&regs, &bytes, &mut slots);
+            assert_eq!(slots.len(), frames.len().saturating_sub(1));
+            let rs = return_slots(sp, &slots, len);
+            assert!(rs.count as usize <= slots.len());
+            assert!(rs.span as usize <= len);
+            for &o in &rs.offsets[..rs.count as usize] {
+                assert!(o as usize + 8 <= len && o % 8 == 0);
+            }
+        }
+    }
+
     #[test]
     fn slots_stop_at_the_first_outside_the_copy() {
         let s = return_slots(1000, &[1008, 1040, 1000 + 4096, 2000], 4096);

@@ -72,9 +72,10 @@ impl OffCpuProbe {
             .unwrap_or(u32::MAX)
             .min(1 << 18);
         // Each thread blocks in a handful of places with a handful of
-        // kernel stacks; the table has room for 64 keys a thread, within
-        // bounds (a full table is counted and reported).
-        let keys = per_thread.saturating_mul(64).clamp(1 << 14, 1 << 20);
+        // kernel stacks: room for 8 keys a thread, within bounds (the map
+        // is preallocated, about 100 bytes an entry; a full table is
+        // counted and reported).
+        let keys = per_thread.saturating_mul(8).clamp(1 << 13, 1 << 18);
         let config = OffCpuConfig {
             min_block_ns: opts.min_block_ns,
             kernel_stacks: u32::from(opts.kernel_stacks),
