@@ -135,8 +135,10 @@ fn preempted_time_is_told_from_blocked_time() {
     for tid in w.tids("spinner") {
         let t = thread(&r, u64::from(tid));
         let pre = t["preempted_ns"].as_u64().unwrap();
+        // Half the window on a quiet machine; more when other work shares
+        // CPU 0, never none, never all.
         assert!(
-            (window / 5..=window * 4 / 5).contains(&pre),
+            (window / 5..=window * 19 / 20).contains(&pre),
             "{tid} preempted {pre} of {window}: {t}"
         );
         assert!(t["blocked_ns"].as_u64().unwrap() < window / 10, "{t}");
