@@ -266,7 +266,7 @@ fn merge_same_names(stacks: Vec<OffCpuStack>) -> Vec<OffCpuStack> {
             }
         }
     }
-    out.sort_by(|a, b| b.off_cpu_ns.cmp(&a.off_cpu_ns));
+    out.sort_by_key(|s| std::cmp::Reverse(s.off_cpu_ns));
     out
 }
 

@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn hostile_stack_copies_unwind_to_slots_inside_the_copy() {
         let mut stacks = Stacks::new(std::process::id()).unwrap();
-        let ip = hostile_stack_copies_unwind_to_slots_inside_the_copy as usize as u64;
+        let ip = hostile_stack_copies_unwind_to_slots_inside_the_copy as *const () as usize as u64;
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             seed ^= seed << 13;
