@@ -260,7 +260,7 @@ fn stack_hash(ip: u64, sp: u64, bp: u64, tid: u32, st: Option<*mut OffStats>) ->
     };
     let place = Place { ip, sp };
     // SAFETY: the value is only read during this run.
-    let hash = match unsafe { OFF_SLOTS.get(&place) } {
+    let hash = match unsafe { OFF_SLOTS.get(place) } {
         None => finish(mix(mix(mix(HASH_SEED, ip), sp), FIRST_MARK)),
         Some(slots) => {
             let span = if slots.span as usize > STACK_COPY {
@@ -293,7 +293,7 @@ fn stack_hash(ip: u64, sp: u64, bp: u64, tid: u32, st: Option<*mut OffStats>) ->
             }
             let h = finish(h);
             // SAFETY: presence only.
-            if unsafe { OFF_KNOWN.get(&h) }.is_some() {
+            if unsafe { OFF_KNOWN.get(h) }.is_some() {
                 return h;
             }
             h
@@ -317,7 +317,7 @@ fn send_copy(
     st: Option<*mut OffStats>,
 ) {
     // SAFETY: presence only.
-    if unsafe { OFF_PENDING.get(&hash) }.is_some() {
+    if unsafe { OFF_PENDING.get(hash) }.is_some() {
         return;
     }
     // SAFETY: `buf` is this CPU's scratch value; each size fits in
@@ -346,7 +346,9 @@ fn send_copy(
             0
         };
     }
-    // SAFETY: `buf` stays valid for the program's run.
+    // SAFETY: `buf` stays valid for the program's run. Passed by
+    // reference: a 16 KiB value does not fit on the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     let sent = OFF_PENDING
         .insert(hash, unsafe { &*buf }, BPF_NOEXIST as u64)
         .is_ok();
@@ -367,7 +369,7 @@ fn send_copy(
 #[inline(always)]
 fn last_snap(tid: u32) -> u64 {
     // SAFETY: the value is copied out at once.
-    let Some(slot) = (unsafe { OFF_SNAP_SLOTS.get(&tid) }).copied() else {
+    let Some(slot) = (unsafe { OFF_SNAP_SLOTS.get(tid) }).copied() else {
         return 0;
     };
     // SAFETY: probe reads check the user address.
