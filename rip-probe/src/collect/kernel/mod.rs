@@ -11,6 +11,7 @@ pub mod calls;
 pub mod contention;
 pub mod features;
 mod near_names;
+pub(crate) mod pidns;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;
@@ -44,12 +45,42 @@ pub struct KernelProbe {
     tgid: u32,
     tracefs: PathBuf,
     config: Config,
-    /// The kernel BTF being parsed for the task iterator.
-    btf: Option<std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>>,
+    /// The kernel BTF for the task iterator.
+    btf: Option<KernelTypes>,
     iter_loaded: bool,
     switch_link: Option<aya::programs::trace_point::TracePointLinkId>,
     /// What the kernel offers, and so which build of the programs is loaded.
     features: features::KernelFeatures,
+    /// When rip-probe runs in a pid namespace other than the host's: the
+    /// target's threads' ids there, by global id.
+    ids: Option<pidns::SharedIds>,
+}
+
+/// aya's parse of the kernel BTF, which loading the task iterator needs.
+enum KernelTypes {
+    /// Being parsed while the session observes.
+    Parsing(std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>),
+    /// Parsed already (inside a pid namespace, the finding pass needed it).
+    Ready(aya::Btf),
+}
+
+impl KernelTypes {
+    fn is_ready(&self) -> bool {
+        match self {
+            KernelTypes::Parsing(h) => h.is_finished(),
+            KernelTypes::Ready(_) => true,
+        }
+    }
+
+    fn get(self) -> Result<aya::Btf> {
+        match self {
+            KernelTypes::Parsing(h) => h
+                .join()
+                .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
+                .map_err(Error::KernelBtf),
+            KernelTypes::Ready(btf) => Ok(btf),
+        }
+    }
 }
 
 /// Entries of the per-thread maps: room for the target's threads now and
@@ -74,6 +105,10 @@ impl KernelProbe {
     /// tracepoint. With `events`, every switch of the target is also sent
     /// to user space (see [`Self::take_events`]); without, the program only
     /// keeps the per-thread table, which is all a report needs.
+    ///
+    /// `tgid` and every thread id this probe hands back are rip-probe's:
+    /// in a pid namespace other than the host's (a debug container), the
+    /// namespace's, translated from the kernel's global ids.
     pub fn attach(tgid: u32, events: bool) -> Result<Self> {
         Self::attach_with(tgid, events, None)
     }
@@ -98,7 +133,7 @@ impl KernelProbe {
         if let Some(regs) = regs {
             features.task_pt_regs = regs == features::RegsSource::Helper && features.task_pt_regs;
         }
-        let (switch_prog, _) = features.regs_source().programs();
+        let (switch_prog, iter_prog) = features.regs_source().programs();
 
         let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
         let field = |name, size| {
@@ -107,7 +142,7 @@ impl KernelProbe {
                 what,
             })
         };
-        let config = Config {
+        let mut config = Config {
             target_tgid: tgid,
             prev_pid_off: field("prev_pid", 4)?.offset,
             prev_state_off: field("prev_state", 8)?.offset,
@@ -115,14 +150,31 @@ impl KernelProbe {
             regs: kbtf.pt_regs()?,
             task: kbtf.task_struct()?,
             emit_events: u32::from(events),
+            pid_ns: rip_ebpf::pid_ns::HOST,
         };
 
         // aya parses the whole kernel BTF (about a quarter of a second) to
         // resolve the task iterator's attach point. The programs need no
         // CO-RE relocations, so the loader goes without it, and the parse
-        // runs on another thread while the session observes.
-        let btf = crate::util::background::spawn("rip-btf", aya::Btf::from_sys_fs);
-        let tids = super::procfs::tids(tgid)?;
+        // runs on another thread while the session observes; unless
+        // rip-probe is in a pid namespace of its own, where a first pass
+        // of the iterator must find the target's global ids now.
+        let (btf, ids, tids) = match pidns::ours() {
+            Some(ns) => {
+                let btf = aya::Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+                let ids = pidns::NsIds::find(ns, tgid, &config, &btf, iter_prog)?;
+                config.target_tgid = ids.table.global_tgid();
+                config.pid_ns = rip_ebpf::pid_ns::RECORD;
+                let tids = ids.table.global_tids();
+                let table = std::sync::Arc::new(std::sync::Mutex::new(ids.table));
+                (KernelTypes::Ready(btf), Some(table), tids)
+            }
+            None => {
+                let btf = crate::util::background::spawn("rip-btf", aya::Btf::from_sys_fs);
+                let tids = super::procfs::tids(tgid)?;
+                (KernelTypes::Parsing(btf), None, tids)
+            }
+        };
         let entries = thread_entries(tids.len());
         let mut ebpf = EbpfLoader::new()
             .btf(None)
@@ -159,6 +211,7 @@ impl KernelProbe {
             iter_loaded: false,
             switch_link: Some(switch_link),
             features,
+            ids,
         })
     }
 
@@ -197,6 +250,15 @@ impl KernelProbe {
         self.read_table(names::THREADS)
     }
 
+    /// `table`, keyed by the BPF's thread ids, keyed by rip-probe's
+    /// instead (the same on the host; see [`pidns`]).
+    fn our_ids<V>(&self, table: HashMap<u32, V>) -> HashMap<u32, V> {
+        match &self.ids {
+            Some(ids) => pidns::lock(ids).translate_keys(table),
+            None => table,
+        }
+    }
+
     /// A whole `HashMap<u32, V>` map of the programs, copied out.
     fn read_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
         let map = self
@@ -206,7 +268,7 @@ impl KernelProbe {
             .ok_or_else(|| missing(name))?;
         let entries =
             batch::lookup_all(map).map_err(|e| Error::map_batch(format!("reading {name}"), e))?;
-        Ok(entries.into_iter().collect())
+        Ok(self.our_ids(entries.into_iter().collect()))
     }
 
     /// The kernel stack recorded under `id` (innermost first), if any.
@@ -223,50 +285,18 @@ impl KernelProbe {
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
         self.load_iter()?;
         let (_, iter_prog) = self.features.regs_source().programs();
-        let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
-        let id = iter
-            .attach()
-            .map_err(|e| Error::program("attaching the task iterator", e))?;
-        let link = iter
-            .take_link(id)
-            .map_err(|e| Error::program("taking the task iterator link", e))?;
-        let mut file = link.into_file().map_err(|source| Error::Link {
-            op: "creating the task iterator".into(),
-            source,
-        })?;
-        // The iterator writes whole TaskRecords back to back. They are
-        // parsed as they come, through a small buffer: reading all of
-        // them first would hold every record twice (100,000 threads: twice
-        // 50 MB). zerocopy copies each out whatever the buffer's alignment.
-        const RECORD: usize = std::mem::size_of::<TaskRecord>();
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 * RECORD];
-        let mut filled = 0;
-        loop {
-            let n = match file.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io("BPF task iterator", e)),
-            };
-            filled += n;
-            let whole = filled / RECORD * RECORD;
-            out.extend(
-                buf[..whole]
-                    .chunks_exact(RECORD)
-                    .filter_map(|c| TaskRecord::read_from_bytes(c).ok()),
-            );
-            buf.copy_within(whole..filled, 0);
-            filled -= whole;
-        }
-        Ok(out)
+        let tasks = run_task_iter(&mut self.ebpf, iter_prog)?;
+        Ok(match &self.ids {
+            Some(ids) => pidns::lock(ids).translate_tasks(tasks),
+            None => tasks,
+        })
     }
 
     /// Loads the task iterator if the kernel BTF parse (started at attach)
     /// is done, without waiting for it: sessions call this while they
     /// observe, so the verifier's work is not added after the window.
     pub fn prepare(&mut self) -> Result<()> {
-        if self.btf.as_ref().is_some_and(|h| h.is_finished()) {
+        if self.btf.as_ref().is_some_and(KernelTypes::is_ready) {
             self.load_iter()?;
         }
         Ok(())
@@ -298,9 +328,7 @@ impl KernelProbe {
             .btf
             .take()
             .ok_or(Error::KernelBtfLost("it failed earlier"))?
-            .join()
-            .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
-            .map_err(Error::KernelBtf)?;
+            .get()?;
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", &btf)
@@ -327,7 +355,10 @@ impl KernelProbe {
             .ok_or_else(|| missing(names::EVENTS))?;
         let ring =
             RingBuf::try_from(map).map_err(|e| Error::map("opening the EVENTS ring buffer", e))?;
-        Ok(EventStream { ring })
+        Ok(EventStream {
+            ring,
+            ids: self.ids.clone(),
+        })
     }
 }
 
@@ -338,6 +369,8 @@ pub const EVENT_BATCH: Duration = Duration::from_millis(10);
 /// recorded them.
 pub struct EventStream {
     ring: RingBuf<MapData>,
+    /// Inside a pid namespace: the ids there (see [`pidns`]).
+    ids: Option<pidns::SharedIds>,
 }
 
 impl EventStream {
@@ -362,16 +395,69 @@ impl EventStream {
     }
 
     fn drain(&mut self) -> Vec<SwitchEvent> {
+        let ids = self.ids.as_ref().map(pidns::lock);
         let mut out = Vec::new();
         while let Some(item) = self.ring.next() {
             // The program writes whole SwitchEvents (a longer record would
             // be a newer program's: its prefix is still ours).
-            if let Ok((ev, _)) = SwitchEvent::read_from_prefix(&item) {
-                out.push(ev);
+            let Ok((mut ev, _)) = SwitchEvent::read_from_prefix(&item) else {
+                continue;
+            };
+            // Inside a pid namespace, by the namespace's thread ids: those
+            // of threads created since attach are learnt by the next task
+            // iterator pass (a snapshot); until then their switches are
+            // not delivered, rather than delivered under a global id.
+            if let Some(ids) = &ids {
+                match ids.to_ns(ev.tid) {
+                    Some(tid) => ev.tid = tid,
+                    None => continue,
+                }
             }
+            out.push(ev);
         }
         out
     }
+}
+
+/// One pass of the (loaded) task iterator `prog` of `ebpf`: its records.
+pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecord>> {
+    let iter: &mut Iter = program(ebpf, prog)?;
+    let id = iter
+        .attach()
+        .map_err(|e| Error::program("attaching the task iterator", e))?;
+    let link = iter
+        .take_link(id)
+        .map_err(|e| Error::program("taking the task iterator link", e))?;
+    let mut file = link.into_file().map_err(|source| Error::Link {
+        op: "creating the task iterator".into(),
+        source,
+    })?;
+    // The iterator writes whole TaskRecords back to back. They are
+    // parsed as they come, through a small buffer: reading all of
+    // them first would hold every record twice (100,000 threads: twice
+    // 50 MB). zerocopy copies each out whatever the buffer's alignment.
+    const RECORD: usize = std::mem::size_of::<TaskRecord>();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * RECORD];
+    let mut filled = 0;
+    loop {
+        let n = match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("BPF task iterator", e)),
+        };
+        filled += n;
+        let whole = filled / RECORD * RECORD;
+        out.extend(
+            buf[..whole]
+                .chunks_exact(RECORD)
+                .filter_map(|c| TaskRecord::read_from_bytes(c).ok()),
+        );
+        buf.copy_within(whole..filled, 0);
+        filled -= whole;
+    }
+    Ok(out)
 }
 
 /// Program `name` of `ebpf`, as its type `P`.
