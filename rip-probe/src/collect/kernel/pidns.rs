@@ -181,6 +181,25 @@ impl NsIds {
         Ok(ids)
     }
 
+    /// [`Self::find`] for a command with no task iterator of its own
+    /// (`locks`, `calls`): reads the kernel's types and features itself.
+    /// `None` in the host's pid namespace, where BPF's ids are ours.
+    pub(crate) fn find_here(ns_tgid: u32) -> Result<Option<Self>> {
+        let Some(ns) = ours() else {
+            return Ok(None);
+        };
+        let kbtf = super::btf::KernelBtf::load()?;
+        let features = super::features::KernelFeatures::probe(&kbtf)?;
+        let base = Config {
+            regs: kbtf.pt_regs()?,
+            task: kbtf.task_struct()?,
+            ..Config::default()
+        };
+        let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+        let (_, iter) = features.regs_source().programs();
+        Self::find(ns, ns_tgid, &base, &btf, iter).map(Some)
+    }
+
     /// Runs the finding pass again: learns the threads created since.
     pub(crate) fn refresh(&mut self) -> Result<()> {
         let recs = run_task_iter(&mut self.ebpf, self.prog)?;
