@@ -115,6 +115,8 @@ impl Target {
             .ok()
             .and_then(Pid::from_raw)
             .ok_or(Error::NoSuchProcess(pid))?;
+        // pidfd_open takes our pid namespace's ids; /proc must agree.
+        crate::collect::namespaces::check_proc()?;
         let pidfd = pidfd_open(raw, PidfdFlags::empty()).map_err(|e| match e {
             Errno::SRCH | Errno::INVAL => Error::NoSuchProcess(pid),
             e => Error::io(format!("pidfd_open({pid})"), e.into()),
