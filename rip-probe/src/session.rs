@@ -276,16 +276,11 @@ impl Session {
         let (ring, kernel) = std::thread::scope(|s| {
             let ring =
                 s.spawn(|| timing::phase("read ring", || Self::ring(opts, pid, maps.as_ref())));
-            let kernel = (|| {
-                let switches = timing::phase("read thread map", || self.probe.threads())?;
-                let hits = self.probe.uprobe_hits()?;
-                let tasks = if self.target.lost().is_none() {
-                    timing::phase("task iterator", || self.probe.tasks())?
-                } else {
-                    Vec::new()
-                };
-                Ok::<_, Error>((switches, hits, tasks))
-            })();
+            let alive = self.target.lost().is_none();
+            let kernel = self
+                .probe
+                .snapshot(alive)
+                .map(|k| (k.switches, k.uprobe_hits, k.tasks));
             (ring.join().expect("the ring reader does not panic"), kernel)
         });
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);

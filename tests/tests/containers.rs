@@ -321,9 +321,10 @@ fn inside_a_pid_namespace_a_thread_created_while_watching_has_its_id_there() {
     let dir = TempDir::new("/tmp", "late-thread");
     let file = dir.join("late.tid");
     let bin = build_c("late_thread", &[]);
-    // The thread starts 400 ms into a 1.2 s window.
-    let c = Contained::start(bin.to_str().unwrap(), &["400", file.to_str().unwrap()]);
-    let v = inside_json(&c, &["--pid", "1", "--duration", "1200ms", "--json"]);
+    // The thread starts 1.2 s after the program, well after rip-probe
+    // attached (a few hundred ms, on a busy machine), in a 2.5 s window.
+    let c = Contained::start(bin.to_str().unwrap(), &["1200", file.to_str().unwrap()]);
+    let v = inside_json(&c, &["--pid", "1", "--duration", "2500ms", "--json"]);
     let late: u32 = std::fs::read_to_string(&file)
         .expect("the late thread wrote its id")
         .trim()
@@ -333,6 +334,9 @@ fn inside_a_pid_namespace_a_thread_created_while_watching_has_its_id_there() {
     let t = json_thread(&v, late);
     assert_eq!(t["name"], "late", "{t}");
     assert_eq!(t["syscall"]["name"], "clock_nanosleep", "{t}");
+    // sched_switch saw it leave the CPU under its global id: that record
+    // is joined too, so the time it has slept is exact.
+    assert_eq!(t["blocked"]["exact"], true, "{t}");
     let tids: Vec<u64> = v["threads"]
         .as_array()
         .unwrap()

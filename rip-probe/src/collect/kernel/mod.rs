@@ -31,7 +31,10 @@ use rustix::{
 };
 use zerocopy::FromBytes;
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    util::timing,
+};
 
 /// rip-ebpf's object file, built by build.rs and embedded in this library.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rip-ebpf"));
@@ -259,8 +262,14 @@ impl KernelProbe {
         }
     }
 
-    /// A whole `HashMap<u32, V>` map of the programs, copied out.
+    /// A whole `HashMap<u32, V>` map of the programs (keyed by thread),
+    /// copied out, with rip-probe's thread ids.
     fn read_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
+        Ok(self.our_ids(self.read_global_table(name)?))
+    }
+
+    /// [`Self::read_table`] with the kernel's global ids.
+    fn read_global_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
         let map = self
             .ebpf
             .map(name)
@@ -268,7 +277,30 @@ impl KernelProbe {
             .ok_or_else(|| missing(name))?;
         let entries =
             batch::lookup_all(map).map_err(|e| Error::map_batch(format!("reading {name}"), e))?;
-        Ok(self.our_ids(entries.into_iter().collect()))
+        Ok(entries.into_iter().collect())
+    }
+
+    /// What a report needs from the kernel, read in this order: the
+    /// per-thread table and uprobe hits, then (`with_tasks`) a pass of the
+    /// task iterator, so that no switch recorded is newer than the
+    /// iterator's snapshot. Inside a pid namespace the tables are
+    /// translated after the pass, which learns the ids of threads created
+    /// during the window.
+    pub fn snapshot(&mut self, with_tasks: bool) -> Result<KernelSnapshot> {
+        let switches = timing::phase("read thread map", || {
+            self.read_global_table::<ThreadRecord>(names::THREADS)
+        })?;
+        let hits = self.read_global_table::<FnHit>(names::LAST_FN)?;
+        let tasks = if with_tasks {
+            timing::phase("task iterator", || self.tasks())?
+        } else {
+            Vec::new()
+        };
+        Ok(KernelSnapshot {
+            switches: self.our_ids(switches),
+            uprobe_hits: self.our_ids(hits),
+            tasks,
+        })
     }
 
     /// The kernel stack recorded under `id` (innermost first), if any.
@@ -360,6 +392,18 @@ impl KernelProbe {
             ids: self.ids.clone(),
         })
     }
+}
+
+/// The kernel's side of one report, by rip-probe's thread ids (see
+/// [`KernelProbe::snapshot`]).
+#[derive(Clone, Debug, Default)]
+pub struct KernelSnapshot {
+    /// sched_switch's per-thread records.
+    pub switches: HashMap<u32, ThreadRecord>,
+    /// The last function each thread entered (`--uprobe`).
+    pub uprobe_hits: HashMap<u32, FnHit>,
+    /// The task iterator's records (empty when not asked for).
+    pub tasks: Vec<TaskRecord>,
 }
 
 /// How long a reader waits between looks at the event ring buffer.
