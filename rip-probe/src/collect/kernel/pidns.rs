@@ -129,7 +129,7 @@ impl NsIds {
         btf: &Btf,
         prog: &'static str,
     ) -> Result<Self> {
-        namespaces::check_proc()?;
+        crate::discover::check_proc()?;
         let config = Config {
             target_tgid: ns_tgid,
             pid_ns: pid_ns::FIND,
