@@ -73,7 +73,8 @@ impl SessionOptions {
 /// Receives what a session sees while it observes.
 pub trait Observer {
     /// A thread of the target left or got a CPU (only with
-    /// [`SessionOptions::events`]).
+    /// [`SessionOptions::events`]), by rip-probe's thread ids (inside a
+    /// pid namespace, the namespace's).
     fn on_switch(&mut self, _event: &SwitchEvent) {}
     /// The target exited (or its pid was reused).
     fn on_lost(&mut self, _lost: &Lost) {}
@@ -196,7 +197,14 @@ impl Session {
             }
             let step = left.min(Duration::from_millis(50));
             if self.opts.events {
-                for ev in self.events.poll(step)? {
+                let mut events = self.events.poll(step)?;
+                if self.events.waiting_for_ids() {
+                    // Inside a pid namespace, a thread created since the
+                    // last pass: one more learns its id there.
+                    self.probe.tasks()?;
+                    events.extend(self.events.release_held());
+                }
+                for ev in events {
                     obs.on_switch(&ev);
                 }
             } else {

@@ -389,7 +389,10 @@ impl KernelProbe {
             RingBuf::try_from(map).map_err(|e| Error::map("opening the EVENTS ring buffer", e))?;
         Ok(EventStream {
             ring,
-            ids: self.ids.clone(),
+            ids: self
+                .ids
+                .clone()
+                .map(|ids| (ids, pidns::HeldEvents::default())),
         })
     }
 }
@@ -413,8 +416,9 @@ pub const EVENT_BATCH: Duration = Duration::from_millis(10);
 /// recorded them.
 pub struct EventStream {
     ring: RingBuf<MapData>,
-    /// Inside a pid namespace: the ids there (see [`pidns`]).
-    ids: Option<pidns::SharedIds>,
+    /// Inside a pid namespace: the ids there (see [`pidns`]), and the
+    /// events waiting to learn theirs.
+    ids: Option<(pidns::SharedIds, pidns::HeldEvents)>,
 }
 
 impl EventStream {
@@ -439,27 +443,34 @@ impl EventStream {
     }
 
     fn drain(&mut self) -> Vec<SwitchEvent> {
-        let ids = self.ids.as_ref().map(pidns::lock);
         let mut out = Vec::new();
         while let Some(item) = self.ring.next() {
             // The program writes whole SwitchEvents (a longer record would
             // be a newer program's: its prefix is still ours).
-            let Ok((mut ev, _)) = SwitchEvent::read_from_prefix(&item) else {
-                continue;
-            };
-            // Inside a pid namespace, by the namespace's thread ids: those
-            // of threads created since attach are learnt by the next task
-            // iterator pass (a snapshot); until then their switches are
-            // not delivered, rather than delivered under a global id.
-            if let Some(ids) = &ids {
-                match ids.to_ns(ev.tid) {
-                    Some(tid) => ev.tid = tid,
-                    None => continue,
-                }
+            if let Ok((ev, _)) = SwitchEvent::read_from_prefix(&item) {
+                out.push(ev);
             }
-            out.push(ev);
         }
-        out
+        match &mut self.ids {
+            Some((ids, held)) => held.translate(&pidns::lock(ids), out, false),
+            None => out,
+        }
+    }
+
+    /// Inside a pid namespace: whether events of a thread created since
+    /// the last task iterator pass wait for one (see
+    /// [`KernelProbe::tasks`]), which learns its id there.
+    pub fn waiting_for_ids(&self) -> bool {
+        self.ids.as_ref().is_some_and(|(_, held)| held.waiting())
+    }
+
+    /// After a task iterator pass: the events that waited for it, by the
+    /// namespace's ids (those of threads gone before it are dropped).
+    pub fn release_held(&mut self) -> Vec<SwitchEvent> {
+        match &mut self.ids {
+            Some((ids, held)) => held.translate(&pidns::lock(ids), Vec::new(), true),
+            None => Vec::new(),
+        }
     }
 }
 

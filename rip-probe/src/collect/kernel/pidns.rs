@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::{Btf, Ebpf, EbpfLoader, programs::Iter};
-use rip_ebpf::{Config, TaskRecord, names, pid_ns};
+use rip_ebpf::{Config, SwitchEvent, TaskRecord, names, pid_ns};
 
 use super::{EBPF_OBJECT, program, run_task_iter};
 use crate::{
@@ -194,6 +194,51 @@ impl NsIds {
     }
 }
 
+/// Switch events (global ids, in order), held back from the first one of a
+/// thread whose id in the namespace is not known yet (created since the
+/// last task iterator pass): observers get them in order, by the
+/// namespace's ids, once a pass has learnt it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeldEvents {
+    held: Vec<SwitchEvent>,
+}
+
+impl HeldEvents {
+    /// The held events then `raw`, translated as far as `ids` knows their
+    /// threads; the rest is held. With `after_pass` (a task iterator pass
+    /// just ran), events of threads still unknown (gone before it) are
+    /// dropped instead.
+    pub(crate) fn translate(
+        &mut self,
+        ids: &IdTable,
+        raw: Vec<SwitchEvent>,
+        after_pass: bool,
+    ) -> Vec<SwitchEvent> {
+        let pending = std::mem::take(&mut self.held);
+        let mut out = Vec::new();
+        for mut ev in pending.into_iter().chain(raw) {
+            if !self.held.is_empty() {
+                self.held.push(ev);
+                continue;
+            }
+            match ids.to_ns(ev.tid) {
+                Some(tid) => {
+                    ev.tid = tid;
+                    out.push(ev);
+                }
+                None if after_pass => {}
+                None => self.held.push(ev),
+            }
+        }
+        out
+    }
+
+    /// Whether events wait for a task iterator pass.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
+
 /// An [`IdTable`] shared between a probe and its event stream.
 pub(crate) type SharedIds = Arc<Mutex<IdTable>>;
 
@@ -212,6 +257,31 @@ mod tests {
         let mut r: TaskRecord = unsafe { std::mem::zeroed() };
         (r.tid, r.tgid, r.ns_tid, r.ns_tgid) = (tid, tgid, ns_tid, ns_tgid);
         r
+    }
+
+    #[test]
+    fn events_of_new_threads_wait_for_a_pass_in_order() {
+        let ev = |tid, ts_ns| SwitchEvent {
+            tid,
+            ts_ns,
+            ..SwitchEvent::default()
+        };
+        let mut t = IdTable::new(1);
+        t.learn(&[rec(4711, 4711, 1, 1)]);
+        let mut h = HeldEvents::default();
+        // 4800 is new: it and everything after it wait.
+        let out = h.translate(&t, vec![ev(4711, 1), ev(4800, 2), ev(4711, 3)], false);
+        assert_eq!(
+            out.iter().map(|e| (e.tid, e.ts_ns)).collect::<Vec<_>>(),
+            [(1, 1)]
+        );
+        assert!(h.waiting());
+        // A pass learns 4800; 4900 came and went before it: dropped.
+        t.learn(&[rec(4800, 4711, 2, 1)]);
+        let out = h.translate(&t, vec![ev(4900, 4), ev(4800, 5)], true);
+        let got: Vec<_> = out.iter().map(|e| (e.tid, e.ts_ns)).collect();
+        assert_eq!(got, [(2, 2), (1, 3), (2, 5)]);
+        assert!(!h.waiting());
     }
 
     #[test]
