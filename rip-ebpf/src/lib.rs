@@ -37,6 +37,25 @@ pub struct Config {
     /// registers, through `EVENTS` (for observers); 0: only keep `THREADS`
     /// up to date (times and states), which costs a switch far less.
     pub emit_events: u32,
+    /// What the task iterator does about pid namespaces: one of
+    /// [`pid_ns`]'s constants.
+    pub pid_ns: u32,
+}
+
+/// [`Config::pid_ns`]: the ids rip-probe sees when it runs in a pid
+/// namespace other than the host's (a debug container sharing the
+/// target's). BPF always sees the kernel's global ids; /proc and the user
+/// see the namespace's.
+pub mod pid_ns {
+    /// rip-probe runs in the host's pid namespace: global ids are its ids
+    /// ([`super::TaskRecord::ns_tid`] is the global tid).
+    pub const HOST: u32 = 0;
+    /// Record each task's ids in rip-probe's pid namespace beside the
+    /// global ones; `target_tgid` is global.
+    pub const RECORD: u32 = 1;
+    /// As [`RECORD`], but `target_tgid` is the target's pid in rip-probe's
+    /// namespace: the pass that learns its global ids.
+    pub const FIND: u32 = 2;
 }
 
 /// Byte offsets of `task_struct` members, from BTF.
@@ -66,6 +85,23 @@ pub struct TaskOffsets {
     /// registers. Read only by the programs for kernels without
     /// `bpf_task_pt_regs` (before 5.15).
     pub stack: u32,
+    /// `thread_pid`: the task's `struct pid`, which holds its id in each
+    /// pid namespace it is in.
+    pub thread_pid: u32,
+    /// `group_leader`: the thread group's leader, whose ids are the
+    /// process's.
+    pub group_leader: u32,
+    /// `struct pid`'s `level`: the depth of the task's innermost pid
+    /// namespace (0: the host's).
+    pub pid_level: u32,
+    /// `struct pid`'s `numbers`: one `struct upid` per level.
+    pub pid_numbers: u32,
+    /// `sizeof(struct upid)`.
+    pub upid_size: u32,
+    /// `struct upid`'s `nr`: the id at that level.
+    pub upid_nr: u32,
+    /// `struct upid`'s `ns`: the `struct pid_namespace` of that level.
+    pub upid_ns: u32,
     /// Set to 1 when the offsets above are valid.
     pub valid: u32,
 }
@@ -99,6 +135,11 @@ pub struct TaskRecord {
     pub on_rq: u32,
     /// Number of valid frames in `kstack`.
     pub kstack_len: u32,
+    /// Thread id in rip-probe's pid namespace (the global id when it runs
+    /// in the host's; 0 when the thread is not in its namespace).
+    pub ns_tid: u32,
+    /// Process id in rip-probe's pid namespace, like `ns_tid`.
+    pub ns_tgid: u32,
     /// `se.exec_start` (run-queue task clock, ns).
     pub exec_start: u64,
     /// `se.sum_exec_runtime` (ns).
@@ -168,6 +209,8 @@ pub struct UserRegs {
 const _: () = {
     assert!(core::mem::size_of::<UserRegs>() == 10 * 8);
     assert!(core::mem::size_of::<PtRegsOffsets>() == 14 * 4);
+    assert!(core::mem::size_of::<TaskOffsets>() == 17 * 4);
+    assert!(core::mem::size_of::<TaskRecord>() == 8 * 4 + 4 * 8 + 80 + 16 + TASK_STACK_DEPTH * 8);
 };
 
 /// Per-thread kernel state kept in the `THREADS` map, keyed by thread id.

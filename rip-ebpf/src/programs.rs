@@ -27,7 +27,7 @@ use aya_ebpf::{
 };
 use rip_ebpf::{
     Config, FnHit, KERNEL_STACK_SIZES, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH,
-    TaskRecord, ThreadRecord, UserRegs,
+    TaskRecord, ThreadRecord, UserRegs, pid_ns,
 };
 
 /// Hash maps used from tracing programs are preallocated (flags 0): a
@@ -65,9 +65,17 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
         exec_start: 0,
         sum_exec_runtime: 0,
         stack: 0,
+        thread_pid: 0,
+        group_leader: 0,
+        pid_level: 0,
+        pid_numbers: 0,
+        upid_size: 0,
+        upid_nr: 0,
+        upid_ns: 0,
         valid: 0,
     },
     emit_events: 0,
+    pid_ns: 0,
 });
 
 /// Per-thread state. The loader seeds it with the target's threads so that
@@ -370,17 +378,26 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
     // SAFETY: as above.
     let rd64 =
         |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u64) }.unwrap_or(0);
-    if rd32(t.tgid) != cfg.target_tgid {
-        return 0;
-    }
+    let (tid, tgid) = (rd32(t.pid), rd32(t.tgid));
+    let (ns_tid, ns_tgid) = match cfg.pid_ns {
+        pid_ns::HOST if tgid == cfg.target_tgid => (tid, tgid),
+        pid_ns::RECORD if tgid == cfg.target_tgid => ns_ids(base, &cfg),
+        pid_ns::FIND => match ns_ids(base, &cfg) {
+            (tid, tgid) if tgid == cfg.target_tgid && tgid != 0 => (tid, tgid),
+            _ => return 0,
+        },
+        _ => return 0,
+    };
     let Some(rec) = TASK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
     // SAFETY: `rec` points to this CPU's scratch value; `task` is non-null
     // and trusted (iterator context); `meta` is the iterator's metadata.
     unsafe {
-        (*rec).tid = rd32(t.pid);
-        (*rec).tgid = cfg.target_tgid;
+        (*rec).tid = tid;
+        (*rec).tgid = tgid;
+        (*rec).ns_tid = ns_tid;
+        (*rec).ns_tgid = ns_tgid;
         (*rec).state = rd32(t.state);
         (*rec).on_cpu = rd32(t.on_cpu);
         (*rec).on_rq = rd32(t.on_rq);
@@ -408,6 +425,47 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         );
     }
     0
+}
+
+/// A task's thread and process ids in rip-probe's pid namespace (0 where
+/// it is not in it), as the kernel's `pid_nr_ns` finds them: the
+/// namespace is the one of the task running the iterator (rip-probe,
+/// reading it), at depth `level`; a task's `struct pid` holds its id at
+/// each depth, valid for us when that depth's namespace is ours.
+#[inline(always)]
+fn ns_ids(task: *const u8, cfg: &Config) -> (u32, u32) {
+    let t = &cfg.task;
+    // SAFETY: every read goes through bpf_probe_read_kernel, which
+    // tolerates any address; offsets come from BTF.
+    let rd = |p: *const u8, o: u32| unsafe {
+        bpf_probe_read_kernel(p.add(o as usize) as *const u64).unwrap_or(0) as *const u8
+    };
+    // SAFETY: as above.
+    let rd32 = |p: *const u8, o: u32| unsafe {
+        bpf_probe_read_kernel(p.add(o as usize) as *const u32).unwrap_or(0)
+    };
+    // SAFETY: no preconditions; a plain address is enough for probe reads.
+    let me = unsafe { bpf_get_current_task() } as *const u8;
+    let my_pid = rd(me, t.thread_pid);
+    if my_pid.is_null() {
+        return (0, 0);
+    }
+    let level = rd32(my_pid, t.pid_level);
+    let at = |pid: *const u8| -> *const u8 {
+        // SAFETY: address arithmetic only; the result is only probe-read.
+        unsafe { pid.add(t.pid_numbers.wrapping_add(level.wrapping_mul(t.upid_size)) as usize) }
+    };
+    let ours = rd(at(my_pid), t.upid_ns);
+    let nr = |task: *const u8| -> u32 {
+        let pid = rd(task, t.thread_pid);
+        if pid.is_null() || rd32(pid, t.pid_level) < level || rd(at(pid), t.upid_ns) != ours {
+            return 0;
+        }
+        rd32(at(pid), t.upid_nr)
+    };
+    let leader = rd(task, t.group_leader);
+    let tgid = if leader.is_null() { 0 } else { nr(leader) };
+    (nr(task), tgid)
 }
 
 /// Attached by the loader to each function the user asked for; records the

@@ -68,6 +68,23 @@ pub(crate) fn exe(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
+/// Fails when /proc numbers processes as another pid namespace than
+/// rip-probe's does (`unshare --pid --fork` without `--mount-proc` keeps
+/// the parent's /proc): pids given to rip-probe, read from /proc and
+/// passed to the kernel would then name different processes. A /proc that
+/// cannot be read is left to the steps that need it to report.
+pub(crate) fn check_proc() -> Result<()> {
+    let Ok(link) = std::fs::read_link("/proc/self") else {
+        return Ok(());
+    };
+    if link.to_str().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id()) {
+        return Ok(());
+    }
+    use std::os::unix::fs::MetadataExt;
+    let ns = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    Err(Error::ProcOfAnotherPidNamespace(ns))
+}
+
 /// Whether our /proc hides other users' processes (`hidepid=` 1, 2,
 /// `invisible` or `noaccess`) from a caller that is not root.
 pub(crate) fn hides_pids() -> bool {
@@ -115,6 +132,8 @@ impl Target {
             .ok()
             .and_then(Pid::from_raw)
             .ok_or(Error::NoSuchProcess(pid))?;
+        // pidfd_open takes our pid namespace's ids; /proc must agree.
+        check_proc()?;
         let pidfd = pidfd_open(raw, PidfdFlags::empty()).map_err(|e| match e {
             Errno::SRCH | Errno::INVAL => Error::NoSuchProcess(pid),
             e => Error::io(format!("pidfd_open({pid})"), e.into()),
@@ -201,6 +220,11 @@ impl Lost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_proc_is_ours() {
+        assert!(check_proc().is_ok());
+    }
 
     #[test]
     fn stat_with_odd_comm() {

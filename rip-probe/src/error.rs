@@ -44,15 +44,28 @@ pub enum Error {
          container (docker run --privileged)"
     )]
     UserNamespace(u64),
-    /// rip-probe runs in a pid namespace other than the host's: BPF
-    /// reports the kernel's global thread ids, which it cannot map.
+    /// rip-probe runs in a pid namespace other than the host's, and the
+    /// /proc it sees numbers processes in another namespace: pids given
+    /// to it, and read from /proc, cannot be matched with BPF's.
     #[error(
-        "rip-probe runs in pid namespace pid:[{0}], not the host's: BPF sees the kernel's global \
-         thread ids, which cannot be mapped from inside; run it in the host's pid namespace \
-         (on the host, docker run --pid=host --privileged, a pod with hostPID: true), where it \
-         shows each thread's container id beside the host's"
+        "rip-probe runs in pid namespace pid:[{0}] but /proc belongs to another pid namespace: \
+         mount a /proc for it (unshare --pid --fork --mount-proc, or `mount -t proc proc /proc` \
+         in a mount namespace of its own), or run it in the host's pid namespace"
     )]
-    PidNamespace(u64),
+    ProcOfAnotherPidNamespace(u64),
+    /// rip-probe runs in a pid namespace other than the host's and BPF
+    /// finds no process with that pid there.
+    #[error(
+        "process {pid} is not in rip-probe's pid namespace pid:[{ns}] as BPF sees it: give the \
+         pid as `ps` shows it in this namespace, or run rip-probe in the target's pid namespace \
+         (kubectl debug --target=CONTAINER, docker run --pid=container:X) or the host's"
+    )]
+    NotInOurPidNamespace {
+        /// The pid asked for, in rip-probe's namespace.
+        pid: u32,
+        /// rip-probe's pid namespace (its inode).
+        ns: u64,
+    },
     /// /proc is mounted with hidepid and hides the target.
     #[error(
         "process {0} exists but /proc hides it (mounted with hidepid): run as root, or mount \

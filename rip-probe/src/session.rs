@@ -73,7 +73,8 @@ impl SessionOptions {
 /// Receives what a session sees while it observes.
 pub trait Observer {
     /// A thread of the target left or got a CPU (only with
-    /// [`SessionOptions::events`]).
+    /// [`SessionOptions::events`]), by rip-probe's thread ids (inside a
+    /// pid namespace, the namespace's).
     fn on_switch(&mut self, _event: &SwitchEvent) {}
     /// The target exited (or its pid was reused).
     fn on_lost(&mut self, _lost: &Lost) {}
@@ -196,7 +197,14 @@ impl Session {
             }
             let step = left.min(Duration::from_millis(50));
             if self.opts.events {
-                for ev in self.events.poll(step)? {
+                let mut events = self.events.poll(step)?;
+                if self.events.waiting_for_ids() {
+                    // Inside a pid namespace, a thread created since the
+                    // last pass: one more learns its id there.
+                    self.probe.tasks()?;
+                    events.extend(self.events.release_held());
+                }
+                for ev in events {
                     obs.on_switch(&ev);
                 }
             } else {
@@ -276,16 +284,11 @@ impl Session {
         let (ring, kernel) = std::thread::scope(|s| {
             let ring =
                 s.spawn(|| timing::phase("read ring", || Self::ring(opts, pid, maps.as_ref())));
-            let kernel = (|| {
-                let switches = timing::phase("read thread map", || self.probe.threads())?;
-                let hits = self.probe.uprobe_hits()?;
-                let tasks = if self.target.lost().is_none() {
-                    timing::phase("task iterator", || self.probe.tasks())?
-                } else {
-                    Vec::new()
-                };
-                Ok::<_, Error>((switches, hits, tasks))
-            })();
+            let alive = self.target.lost().is_none();
+            let kernel = self
+                .probe
+                .snapshot(alive)
+                .map(|k| (k.switches, k.uprobe_hits, k.tasks));
             (ring.join().expect("the ring reader does not panic"), kernel)
         });
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);

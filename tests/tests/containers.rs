@@ -6,6 +6,8 @@
 //! process's own view of files, snaps at their exact lines, syscalls,
 //! kernel stacks), `dump --pid`, `--uprobe`; and a ring written in a pid
 //! namespace but shared with the host, dumped live and after SIGKILL.
+//! rip-probe run inside a container's pid and mount namespaces (`nsenter`,
+//! as a debug container sharing them) reports the namespace's ids.
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -86,6 +88,38 @@ impl Contained {
     fn host_tid(&self, ns_tid: u32) -> u32 {
         host_tid(self.pid, ns_tid)
     }
+}
+
+/// The ids of host process `pid`'s threads in its own pid namespace (the
+/// last of each `NSpid` line), ascending.
+fn ns_tids(pid: u32) -> Vec<u64> {
+    let mut out: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| {
+            let status = std::fs::read_to_string(e.ok()?.path().join("status")).ok()?;
+            let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+            line.split_whitespace().last()?.parse().ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Runs the rip-probe CLI inside `c`'s pid and mount namespaces, as a
+/// debug container sharing them does (`kubectl debug --target`, `docker
+/// run --pid=container:X`), where `c`'s program is pid 1; which must
+/// succeed: its stdout.
+fn inside(c: &Contained, args: &[&str]) -> String {
+    let pid = c.pid.to_string();
+    let mut all = vec!["--target", pid.as_str(), "--pid", "--mount", "--", CLI];
+    all.extend(args);
+    rip_probe_ok("nsenter", &all)
+}
+
+/// [`inside`], for `--json`.
+fn inside_json(c: &Contained, args: &[&str]) -> serde_json::Value {
+    let out = inside(c, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}"))
 }
 
 /// The host's tid of thread `ns_tid` (as its pid namespace numbers it) of
@@ -192,6 +226,193 @@ fn a_contained_process_is_reported_under_host_tids_with_its_ring_and_lines() {
         t["location"]["frame"]["line"].as_u64(),
         Some(u64::from(marker_line(SOURCE, "// SNAP: wait_for_message")))
     );
+}
+
+#[test]
+fn inside_the_targets_pid_namespace_ids_are_the_namespaces() {
+    if !bpf_tests_enabled("inside_the_targets_pid_namespace_ids_are_the_namespaces") {
+        return;
+    }
+    let c = Contained::start(SERVER, &["--workers", "2", "--spinners", "1"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let v = inside_json(&c, &["--pid", "1", "--duration", "300ms", "--json"]);
+    // Its pid there, and no other namespace to name beside it.
+    assert_eq!(v["process"]["pid"], 1, "{}", v["process"]);
+    assert!(v["process"]["ns_pid"].is_null(), "{}", v["process"]);
+    assert_eq!(v["process"]["exe"], c.seen_as.as_str());
+    assert_eq!(v["rings"][0]["path"], "/dev/shm/rip-0/prog.1.ring");
+    // Every thread, by the ids the host's NSpid lines give for the
+    // namespace.
+    let mut tids: Vec<u64> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tid"].as_u64().unwrap())
+        .collect();
+    tids.sort_unstable();
+    assert_eq!(tids, ns_tids(c.pid), "{v}");
+    for (role, syscall, marker) in [
+        ("pool-0", "futex", "// SNAP: Pool::take"),
+        ("pipe-reader", "read", "// SNAP: wait_for_message"),
+        ("sleeper", "clock_nanosleep", "// SNAP: nap"),
+        ("acceptor", "accept4", "// SNAP: serve"),
+        ("locker-a", "futex", "// SNAP: transfer"),
+    ] {
+        // The workload prints its threads' ids as its namespace numbers
+        // them; the host's (from NSpid) differ, and are nowhere.
+        let tid = c.w.tid(&format!("role {role}"));
+        assert_ne!(
+            c.host_tid(tid),
+            tid,
+            "{role}: host and namespace ids differ"
+        );
+        let t = json_thread(&v, tid);
+        assert!(t["ns_tid"].is_null(), "{role}: {t}");
+        assert_eq!(t["name"], role, "{t}");
+        assert_eq!(t["name_source"], "ring", "{t}");
+        assert_eq!(t["state"], "sleeping", "{t}");
+        assert_eq!(t["syscall"]["name"], syscall, "{t}");
+        assert!(!t["kernel_stack"].as_array().unwrap().is_empty(), "{t}");
+        let loc = &t["location"];
+        assert_eq!(loc["source"], "ring", "{role}: {t}");
+        assert_eq!(
+            loc["frame"]["line"].as_u64(),
+            Some(u64::from(marker_line(SOURCE, marker))),
+            "{role}: {t}"
+        );
+    }
+    let (a, b) = (c.w.tid("role locker-a"), c.w.tid("role locker-b"));
+    assert_eq!(json_thread(&v, a)["waits_for"]["owner_tid"], b, "{v}");
+    assert_eq!(v["deadlocks"][0].as_array().unwrap().len(), 2, "{v}");
+
+    // The text view: the namespace's ids, alone.
+    let text = inside(&c, &["--pid", "1", "--duration", "200ms"]);
+    let sleeper = c.w.tid("role sleeper");
+    assert!(
+        text.lines().any(|l| l.contains(&format!(" {sleeper} "))
+            && l.contains("sleeper")
+            && l.contains("clock_nanosleep(")),
+        "{text}"
+    );
+    assert!(text.starts_with("pid 1 (prog)"), "{text}");
+    assert!(!text.contains("(ns "), "{text}");
+
+    // --uprobe: the last function entered, keyed by the namespace's ids.
+    let bin = build_c("uninstrumented", &[]);
+    let u = Contained::start(bin.to_str().unwrap(), &["2"]);
+    let cmd = "--pid 1 --duration 700ms --uprobe worker_* --json";
+    let v = inside_json(&u, &cmd.split(' ').collect::<Vec<_>>());
+    let workers = u.w.tids("worker ");
+    assert_eq!(workers.len(), 2);
+    for tid in workers {
+        assert_ne!(u.host_tid(tid), tid);
+        let t = json_thread(&v, tid);
+        assert_eq!(t["syscall"]["name"], "poll", "{t}");
+        assert_uprobe_in_worker_wait(t);
+    }
+}
+
+#[test]
+fn inside_a_pid_namespace_a_thread_created_while_watching_has_its_id_there() {
+    if !bpf_tests_enabled("inside_a_pid_namespace_a_thread_created_while_watching_has_its_id_there")
+    {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "late-thread");
+    let file = dir.join("late.tid");
+    let bin = build_c("late_thread", &[]);
+    // The thread starts 1.2 s after the program, well after rip-probe
+    // attached (a few hundred ms, on a busy machine), in a 2.5 s window.
+    let c = Contained::start(bin.to_str().unwrap(), &["1200", file.to_str().unwrap()]);
+    let v = inside_json(&c, &["--pid", "1", "--duration", "2500ms", "--json"]);
+    let late: u32 = std::fs::read_to_string(&file)
+        .expect("the late thread wrote its id")
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(c.host_tid(late), late, "host and namespace ids differ");
+    let t = json_thread(&v, late);
+    assert_eq!(t["name"], "late", "{t}");
+    assert_eq!(t["syscall"]["name"], "clock_nanosleep", "{t}");
+    // sched_switch saw it leave the CPU under its global id: that record
+    // is joined too, so the time it has slept is exact.
+    assert_eq!(t["blocked"]["exact"], true, "{t}");
+    let tids: Vec<u64> = v["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tids, [1, u64::from(late)], "{v}");
+}
+
+#[test]
+fn locks_and_calls_inside_a_pid_namespace_name_its_threads() {
+    if !bpf_tests_enabled("locks_and_calls_inside_a_pid_namespace_name_its_threads") {
+        return;
+    }
+    let bin = build_c("lock_contention", &["-fno-omit-frame-pointer"]);
+    let c = Contained::start(bin.to_str().unwrap(), &["4", "5"]);
+    let workers = c.w.tids("worker");
+    assert_eq!(workers.len(), 4, "{:?}", c.w.lines);
+    let v = inside_json(&c, &["locks", "--pid", "1", "--duration", "1s", "--json"]);
+    assert_eq!(v["process"]["pid"], 1);
+    let lock = &v["locks"][0];
+    assert_eq!(lock["symbol"], "g_contended", "{lock}");
+    let waiters = lock["top_waiters"].as_array().unwrap();
+    assert!(waiters.len() >= 2, "{lock}");
+    for w in waiters {
+        let tid = w["tid"].as_u64().unwrap() as u32;
+        assert!(
+            workers.contains(&tid),
+            "{tid} is not a worker's id there: {lock}"
+        );
+        assert_eq!(w["name"], "prog", "named from the namespace's /proc: {w}");
+    }
+    let waker = lock["wakers"][0]["tid"].as_u64().unwrap() as u32;
+    assert!(workers.contains(&waker), "{lock}");
+    drop(c);
+
+    // calls: outliers by the namespace's tid of the calling thread.
+    let bin = build_c("calls", &["-fomit-frame-pointer"]);
+    let mut c = Contained::start(bin.to_str().unwrap(), &[]);
+    let pid = c.pid.to_string();
+    let args = [
+        "--target",
+        &pid,
+        "--pid",
+        "--mount",
+        "--",
+        CLI,
+        "calls",
+        "--pid",
+        "1",
+        "--uprobe",
+        "sleep_*",
+        "--duration",
+        "2s",
+        "--slower-than",
+        "10ms",
+        "--json",
+    ];
+    let child = Command::new("nsenter")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    use std::io::Write;
+    let stdin = c.w.child.stdin.as_mut().unwrap();
+    stdin.write_all(b"long 3\nshort 2\n").unwrap();
+    stdin.flush().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outliers = r["outliers"].as_array().unwrap();
+    assert_eq!(outliers.len(), 3, "{r}");
+    for o in outliers {
+        assert_eq!(o["tid"], 1, "the main thread, pid 1 there: {o}");
+    }
 }
 
 #[test]
@@ -426,8 +647,8 @@ fn a_cgroup_is_reported_process_by_process_and_listed() {
 }
 
 /// What cannot work says so in one line naming what is missing: a user
-/// namespace (no capabilities over the host), a pid namespace (BPF's ids
-/// are the host's), a /proc mounted with hidepid=2.
+/// namespace (no capabilities over the host), a pid namespace whose /proc
+/// is another namespace's, a /proc mounted with hidepid=2.
 #[test]
 fn what_cannot_work_is_one_line_naming_what_is_missing() {
     let c = Contained::start(SERVER, &["--workers", "1", "--spinners", "0"]);
@@ -452,17 +673,15 @@ fn what_cannot_work_is_one_line_naming_what_is_missing() {
             ],
         );
     }
+    // A pid namespace of its own with the parent's /proc: pids there are
+    // not rip-probe's. (With its own /proc it works: tests above.)
     one_line(
+        &["unshare", "--pid", "--fork", CLI, "--pid", &pid],
         &[
-            "unshare",
-            "--pid",
-            "--fork",
+            "runs in pid namespace pid:[",
+            "/proc belongs to another pid namespace",
             "--mount-proc",
-            CLI,
-            "--pid",
-            "1",
         ],
-        &["runs in pid namespace pid:[", "hostPID"],
     );
     let hidden = format!(
         "mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid 65534 --regid 65534 \

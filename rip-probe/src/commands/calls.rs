@@ -272,7 +272,7 @@ fn watch(
             probe.set_thresholds(thresholds)?;
             training = None;
         }
-        keep(probe.take_outliers());
+        keep(probe.take_outliers()?);
         if let Some(lost) = target.lost() {
             break Some(lost);
         }
@@ -288,7 +288,7 @@ fn watch(
     };
     let elapsed = start.elapsed().min(a.duration);
     let stats = probe.stats()?;
-    keep(probe.take_outliers());
+    keep(probe.take_outliers()?);
     if let Some(p) = progress {
         p.finish();
     }

@@ -549,6 +549,8 @@ mod tests {
             on_cpu: 0,
             on_rq: 0,
             kstack_len: 0,
+            ns_tid: tid,
+            ns_tgid: 1,
             exec_start,
             sum_exec_runtime: 0,
             now_ns: 0,

@@ -129,6 +129,7 @@ fn main() {
     report("locks", check_locks(&paths));
     report("offcpu", check_offcpu(&paths));
     report("foreign", check_foreign(&paths));
+    report("pidns", check_pidns(&paths));
     report("cleanup", check_cleanup(&paths));
     report("dmesg", check_dmesg(kmsg_start));
     println!("RIPDONE");
@@ -659,6 +660,93 @@ fn check_foreign(paths: &Paths) -> Result<String> {
     })();
     let _ = child.kill();
     let _ = child.wait();
+    result
+}
+
+/// The process whose parent is `ppid` (the first found).
+fn child_of(ppid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the parenthesised name: state, then ppid.
+        let parent: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        (parent == ppid).then_some(pid)
+    })
+}
+
+/// `pidns`: rip-probe inside the pid and mount namespaces of its target (as
+/// a debug container sharing them): vm_stuck is pid 1 of a namespace made
+/// by `unshare`, rip-probe is run there by `nsenter`, and the report's pid
+/// and tids are the namespace's (those the workload prints), each role in
+/// its syscall.
+fn check_pidns(paths: &Paths) -> Result<String> {
+    let ring = paths
+        .dir
+        .join(format!("vm-stuck-ns.{}.ring", std::process::id()));
+    let _ = std::fs::remove_file(&ring);
+    let w = Workload::start(
+        Command::new(BUSYBOX)
+            .args(["unshare", "--pid", "--fork", "--mount-proc", "--"])
+            .arg(&paths.stuck)
+            .arg(&ring),
+    )?;
+    let result = (|| {
+        let inside = child_of(w.pid()).context("no process under unshare")?;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (code, out, err) = run(Command::new(BUSYBOX)
+                .args(["nsenter", "-t", &inside.to_string(), "-p", "-m", "--"])
+                .arg(&paths.probe)
+                .args(["--pid", "1", "--duration", "300ms", "--json"]))?;
+            for l in err.lines().filter(|l| !l.trim().is_empty()) {
+                println!("RIPNOTE pidns {l}");
+            }
+            ensure!(
+                code == 0,
+                "rip-probe exited {code}: {}",
+                err.lines().last().unwrap_or("")
+            );
+            let v: Value = serde_json::from_str(&out).context("not JSON")?;
+            ensure!(v["process"]["pid"] == 1, "process {}", v["process"]);
+            let blocked = ROLES.iter().try_fold(0, |n, r| {
+                let tid = w.tid(r.name)?;
+                let t = thread(&v, tid)?;
+                let name = t["syscall"]["name"].as_str().unwrap_or_default();
+                let ok = t["state"] == "sleeping" && r.syscalls.iter().any(|s| s.0 == name);
+                ensure!(
+                    ok || tries < 5,
+                    "{} ({tid}) not blocked in {:?}: {t}",
+                    r.name,
+                    r.syscalls
+                );
+                anyhow::Ok(n + usize::from(ok))
+            })?;
+            if blocked == ROLES.len() {
+                check_snap(thread(&v, w.tid("sleeper")?)?, "sleeper")?;
+                let n = v["threads"].as_array().map_or(0, Vec::len);
+                return Ok(format!(
+                    "pid 1 and {n} threads by the namespace's ids, {} roles in their syscalls",
+                    ROLES.len()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    })();
+    // busybox unshare does not kill its child when killed: the namespace's
+    // init first, which ends everything in it.
+    if let Some(inside) = child_of(w.pid()) {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(inside as i32, libc::SIGKILL) };
+    }
+    drop(w);
+    let _ = std::fs::remove_file(&ring);
     result
 }
 

@@ -201,6 +201,13 @@ impl KernelBtf {
             exec_start: o("se.exec_start")?,
             sum_exec_runtime: o("se.sum_exec_runtime")?,
             stack: o("stack")?,
+            thread_pid: o("thread_pid")?,
+            group_leader: o("group_leader")?,
+            pid_level: self.offset_of("pid", "level")?,
+            pid_numbers: self.offset_of("pid", "numbers")?,
+            upid_size: self.size_of("upid")?,
+            upid_nr: self.offset_of("upid", "nr")?,
+            upid_ns: self.offset_of("upid", "ns")?,
             valid: 1,
         })
     }
@@ -248,9 +255,23 @@ mod tests {
             ("se", 3, 64),
             ("pid", 1, 128),
             ("tgid", 1, 132),
+            ("group_leader", 2, 144),
+            ("thread_pid", 2, 152),
             ("comm", 2, 200),
         ];
         types.extend([name("task_struct"), (4 << 24) | members.len() as u32, 256]);
+        for (m, t, off) in members {
+            types.extend([name(m), t, off * 8]);
+        }
+        // [5] struct upid { int nr; long ns; }, [6] struct pid { ...; int
+        // level; ...; struct upid numbers[]; } as 5.10 to 7.x have them.
+        let members = [("nr", 1, 0), ("ns", 2, 8)];
+        types.extend([name("upid"), (4 << 24) | members.len() as u32, 16]);
+        for (m, t, off) in members {
+            types.extend([name(m), t, off * 8]);
+        }
+        let members = [("level", 1, 4), ("numbers", 5, 96)];
+        types.extend([name("pid"), (4 << 24) | members.len() as u32, 112]);
         for (m, t, off) in members {
             types.extend([name(m), t, off * 8]);
         }
@@ -276,6 +297,9 @@ mod tests {
             assert_eq!((t.stack, t.on_cpu, t.on_rq), (24, 32, 36));
             assert_eq!((t.exec_start, t.sum_exec_runtime), (72, 80));
             assert_eq!((t.pid, t.tgid, t.comm), (128, 132, 200));
+            assert_eq!((t.group_leader, t.thread_pid), (144, 152));
+            assert_eq!((t.pid_level, t.pid_numbers), (4, 96));
+            assert_eq!((t.upid_size, t.upid_nr, t.upid_ns), (16, 0, 8));
         }
         let btf = KernelBtf::from_bytes(&task_struct_btf("run_state")).unwrap();
         let e = btf.task_struct().unwrap_err().to_string();
@@ -312,5 +336,10 @@ mod tests {
             t.tgid
         );
         assert!(t.exec_start > 0 && t.comm > 0);
+        // struct upid has been { int nr; struct pid_namespace *ns; } since
+        // 4.15, and struct pid's level the second int.
+        assert_eq!((t.upid_size, t.upid_nr, t.upid_ns), (16, 0, 8));
+        assert_eq!(t.pid_level, 4);
+        assert!(t.pid_numbers > t.pid_level && t.thread_pid > 0 && t.group_leader > 0);
     }
 }

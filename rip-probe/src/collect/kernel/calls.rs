@@ -15,7 +15,7 @@ use rip_ebpf::{
 };
 use zerocopy::FromBytes;
 
-use super::{missing, privileges, program, tracefs, uprobe::ProbeSite};
+use super::{missing, pidns, privileges, program, tracefs, uprobe::ProbeSite};
 use crate::error::{Error, Result};
 
 /// Every function of one process counted and timed.
@@ -26,6 +26,10 @@ pub struct CallsProbe {
     functions: usize,
     addrs: Vec<u64>,
     outliers: RingBuf<MapData>,
+    /// In a pid namespace other than the host's: the target's thread ids
+    /// there (the programs see global ones; the uprobes themselves are
+    /// attached by our pid, which the kernel translates).
+    ids: Option<pidns::NsIds>,
 }
 
 impl CallsProbe {
@@ -43,6 +47,7 @@ impl CallsProbe {
         privileges::check()?;
         tracefs::ensure_mounted()?;
         let addrs = runtime_addresses(pid, sites)?;
+        let ns_ids = pidns::NsIds::find_here(pid)?;
         // Room for nested calls of every thread, and of threads created
         // during the window.
         let in_flight = u32::try_from(threads.saturating_mul(2).saturating_add(256) * 8)
@@ -94,6 +99,7 @@ impl CallsProbe {
             functions: sites.len(),
             addrs,
             outliers,
+            ids: ns_ids,
         })
     }
 
@@ -138,15 +144,27 @@ impl CallsProbe {
         Ok(())
     }
 
-    /// The outliers recorded since the last call.
-    pub fn take_outliers(&mut self) -> Vec<CallOutlier> {
+    /// The outliers recorded since the last call, with thread ids as
+    /// rip-probe's pid namespace numbers them.
+    pub fn take_outliers(&mut self) -> Result<Vec<CallOutlier>> {
         let mut out = Vec::new();
         while let Some(item) = self.outliers.next() {
             if let Ok((o, _)) = CallOutlier::read_from_prefix(&item) {
                 out.push(o);
             }
         }
-        out
+        if let Some(ids) = &mut self.ids {
+            // Learn the threads created since the last pass, only when
+            // one of them made an outlier.
+            if out.iter().any(|o| ids.table.to_ns(o.tid).is_none()) {
+                ids.refresh()?;
+            }
+            // 0: a thread that came and went between two passes.
+            for o in &mut out {
+                o.tid = ids.table.to_ns(o.tid).unwrap_or(0);
+            }
+        }
+        Ok(out)
     }
 }
 

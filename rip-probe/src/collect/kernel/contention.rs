@@ -15,7 +15,7 @@ use rip_ebpf::{
     contention::{LockConfig, LockStat, WaiterKey, WaiterStat, WakerKey, WakerStat, names},
 };
 
-use super::{EBPF_OBJECT, btf, features, privileges, program, tracefs};
+use super::{EBPF_OBJECT, btf, features, pidns, privileges, program, tracefs};
 use crate::error::{Error, Result};
 
 /// How many distinct futex words are counted; more are dropped (and the
@@ -38,6 +38,9 @@ pub struct LockProbe {
     links: Vec<(&'static str, TracePointLinkId)>,
     /// Whether futex_waitv(2) is counted too (5.16 on).
     waitv: bool,
+    /// In a pid namespace other than the host's: the target's thread ids
+    /// there (the programs see global ones).
+    ids: Option<pidns::NsIds>,
 }
 
 /// What the programs counted, copied out of their maps.
@@ -86,8 +89,28 @@ impl LockProbe {
         let waitv = tracefs
             .join("events/syscalls/sys_enter_futex_waitv")
             .is_dir();
-        let lock_config = LockConfig {
+        // The exit program reads a waker's stack pointer the way the
+        // sched_switch program reads registers: same offsets, same builds.
+        let mut config = Config {
             target_tgid: tgid,
+            regs: kbtf.pt_regs()?,
+            task: kbtf.task_struct()?,
+            ..Config::default()
+        };
+        // The programs filter on the kernel's global pid.
+        let ids = match pidns::ours() {
+            Some(ns) => {
+                let btf = aya::Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+                let (_, iter) = features.regs_source().programs();
+                Some(pidns::NsIds::find(ns, tgid, &config, &btf, iter)?)
+            }
+            None => None,
+        };
+        if let Some(ids) = &ids {
+            config.target_tgid = ids.table.global_tgid();
+        }
+        let lock_config = LockConfig {
+            target_tgid: config.target_tgid,
             uaddr_off: field("sys_enter_futex", "uaddr", 8)?,
             op_off: field("sys_enter_futex", "op", 8)?,
             val_off: field("sys_enter_futex", "val", 8)?,
@@ -104,14 +127,6 @@ impl LockProbe {
                 what: "its ret is not where sys_exit_futex has it".into(),
             });
         }
-        // The exit program reads a waker's stack pointer the way the
-        // sched_switch program reads registers: same offsets, same builds.
-        let config = Config {
-            target_tgid: tgid,
-            regs: kbtf.pt_regs()?,
-            task: kbtf.task_struct()?,
-            ..Config::default()
-        };
         let pending = crate::collect::procfs::tids(tgid)?
             .len()
             .saturating_mul(2)
@@ -164,7 +179,12 @@ impl LockProbe {
             attach(exit, &["sys_exit_futex"])?;
         }
         attach(names::FUTEX_ENTER, &["sys_enter_futex"])?;
-        Ok(LockProbe { ebpf, links, waitv })
+        Ok(LockProbe {
+            ebpf,
+            links,
+            waitv,
+            ids,
+        })
     }
 
     /// Stops counting: detaches every program (the maps stay readable), so
@@ -183,11 +203,31 @@ impl LockProbe {
         self.waitv
     }
 
-    /// Copies out what the programs counted so far.
-    pub fn read(&self) -> Result<Counted> {
+    /// Copies out what the programs counted so far, with thread ids as
+    /// rip-probe's pid namespace numbers them.
+    pub fn read(&mut self) -> Result<Counted> {
         let locks: Vec<(u64, LockStat)> = self.table(names::LOCK_STATS)?;
-        let waiters = self.table(names::LOCK_WAITERS)?;
-        let wakers: Vec<(WakerKey, WakerStat)> = self.table(names::LOCK_WAKERS)?;
+        let mut waiters: Vec<(WaiterKey, WaiterStat)> = self.table(names::LOCK_WAITERS)?;
+        let mut wakers: Vec<(WakerKey, WakerStat)> = self.table(names::LOCK_WAKERS)?;
+        if let Some(ids) = &mut self.ids {
+            // Threads created during the window are learnt now.
+            ids.refresh()?;
+            let t = &ids.table;
+            // A waiter that came and went inside the window has no id
+            // here: its waits stay in the lock's totals, its row goes.
+            waiters.retain_mut(|(k, _)| match t.to_ns(k.tid) {
+                Some(tid) => {
+                    k.tid = tid;
+                    true
+                }
+                None => false,
+            });
+            // A waking stack is kept whoever woke from it last (0: such a
+            // thread).
+            for (_, w) in &mut wakers {
+                w.tid = t.to_ns(w.tid).unwrap_or(0);
+            }
+        }
         let mut stacks = HashMap::new();
         if let Some(map) = self.ebpf.map(names::USER_STACKS) {
             let map = StackTraceMap::try_from(map)

@@ -12,6 +12,7 @@ pub mod contention;
 pub mod features;
 mod near_names;
 pub mod offcpu;
+pub(crate) mod pidns;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;
@@ -31,7 +32,10 @@ use rustix::{
 };
 use zerocopy::FromBytes;
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    util::timing,
+};
 
 /// rip-ebpf's object file, built by build.rs and embedded in this library.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rip-ebpf"));
@@ -45,12 +49,42 @@ pub struct KernelProbe {
     tgid: u32,
     tracefs: PathBuf,
     config: Config,
-    /// The kernel BTF being parsed for the task iterator.
-    btf: Option<std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>>,
+    /// The kernel BTF for the task iterator.
+    btf: Option<KernelTypes>,
     iter_loaded: bool,
     switch_link: Option<aya::programs::trace_point::TracePointLinkId>,
     /// What the kernel offers, and so which build of the programs is loaded.
     features: features::KernelFeatures,
+    /// When rip-probe runs in a pid namespace other than the host's: the
+    /// target's threads' ids there, by global id.
+    ids: Option<pidns::SharedIds>,
+}
+
+/// aya's parse of the kernel BTF, which loading the task iterator needs.
+enum KernelTypes {
+    /// Being parsed while the session observes.
+    Parsing(std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>),
+    /// Parsed already (inside a pid namespace, the finding pass needed it).
+    Ready(aya::Btf),
+}
+
+impl KernelTypes {
+    fn is_ready(&self) -> bool {
+        match self {
+            KernelTypes::Parsing(h) => h.is_finished(),
+            KernelTypes::Ready(_) => true,
+        }
+    }
+
+    fn get(self) -> Result<aya::Btf> {
+        match self {
+            KernelTypes::Parsing(h) => h
+                .join()
+                .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
+                .map_err(Error::KernelBtf),
+            KernelTypes::Ready(btf) => Ok(btf),
+        }
+    }
 }
 
 /// Entries of the per-thread maps: room for the target's threads now and
@@ -118,6 +152,7 @@ impl SwitchSetup {
             regs: kbtf.pt_regs()?,
             task: kbtf.task_struct()?,
             emit_events: u32::from(events),
+            pid_ns: rip_ebpf::pid_ns::HOST,
         };
 
         Ok(SwitchSetup {
@@ -133,6 +168,10 @@ impl KernelProbe {
     /// tracepoint. With `events`, every switch of the target is also sent
     /// to user space (see [`Self::take_events`]); without, the program only
     /// keeps the per-thread table, which is all a report needs.
+    ///
+    /// `tgid` and every thread id this probe hands back are rip-probe's:
+    /// in a pid namespace other than the host's (a debug container), the
+    /// namespace's, translated from the kernel's global ids.
     pub fn attach(tgid: u32, events: bool) -> Result<Self> {
         Self::attach_with(tgid, events, None)
     }
@@ -147,18 +186,34 @@ impl KernelProbe {
         regs: Option<features::RegsSource>,
     ) -> Result<Self> {
         let SwitchSetup {
-            config,
+            mut config,
             features,
             tracefs,
         } = SwitchSetup::new(tgid, events, regs)?;
-        let (switch_prog, _) = features.regs_source().programs();
+        let (switch_prog, iter_prog) = features.regs_source().programs();
 
         // aya parses the whole kernel BTF (about a quarter of a second) to
         // resolve the task iterator's attach point. The programs need no
         // CO-RE relocations, so the loader goes without it, and the parse
-        // runs on another thread while the session observes.
-        let btf = crate::util::background::spawn("rip-btf", aya::Btf::from_sys_fs);
-        let tids = super::procfs::tids(tgid)?;
+        // runs on another thread while the session observes; unless
+        // rip-probe is in a pid namespace of its own, where a first pass
+        // of the iterator must find the target's global ids now.
+        let (btf, ids, tids) = match pidns::ours() {
+            Some(ns) => {
+                let btf = aya::Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+                let ids = pidns::NsIds::find(ns, tgid, &config, &btf, iter_prog)?;
+                config.target_tgid = ids.table.global_tgid();
+                config.pid_ns = rip_ebpf::pid_ns::RECORD;
+                let tids = ids.table.global_tids();
+                let table = std::sync::Arc::new(std::sync::Mutex::new(ids.table));
+                (KernelTypes::Ready(btf), Some(table), tids)
+            }
+            None => {
+                let btf = crate::util::background::spawn("rip-btf", aya::Btf::from_sys_fs);
+                let tids = super::procfs::tids(tgid)?;
+                (KernelTypes::Parsing(btf), None, tids)
+            }
+        };
         let entries = thread_entries(tids.len());
         let mut ebpf = EbpfLoader::new()
             .btf(None)
@@ -195,6 +250,7 @@ impl KernelProbe {
             iter_loaded: false,
             switch_link: Some(switch_link),
             features,
+            ids,
         })
     }
 
@@ -233,8 +289,23 @@ impl KernelProbe {
         self.read_table(names::THREADS)
     }
 
-    /// A whole `HashMap<u32, V>` map of the programs, copied out.
+    /// `table`, keyed by the BPF's thread ids, keyed by rip-probe's
+    /// instead (the same on the host; see [`pidns`]).
+    fn our_ids<V>(&self, table: HashMap<u32, V>) -> HashMap<u32, V> {
+        match &self.ids {
+            Some(ids) => pidns::lock(ids).translate_keys(table),
+            None => table,
+        }
+    }
+
+    /// A whole `HashMap<u32, V>` map of the programs (keyed by thread),
+    /// copied out, with rip-probe's thread ids.
     fn read_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
+        Ok(self.our_ids(self.read_global_table(name)?))
+    }
+
+    /// [`Self::read_table`] with the kernel's global ids.
+    fn read_global_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
         let map = self
             .ebpf
             .map(name)
@@ -243,6 +314,29 @@ impl KernelProbe {
         let entries =
             batch::lookup_all(map).map_err(|e| Error::map_batch(format!("reading {name}"), e))?;
         Ok(entries.into_iter().collect())
+    }
+
+    /// What a report needs from the kernel, read in this order: the
+    /// per-thread table and uprobe hits, then (`with_tasks`) a pass of the
+    /// task iterator, so that no switch recorded is newer than the
+    /// iterator's snapshot. Inside a pid namespace the tables are
+    /// translated after the pass, which learns the ids of threads created
+    /// during the window.
+    pub fn snapshot(&mut self, with_tasks: bool) -> Result<KernelSnapshot> {
+        let switches = timing::phase("read thread map", || {
+            self.read_global_table::<ThreadRecord>(names::THREADS)
+        })?;
+        let hits = self.read_global_table::<FnHit>(names::LAST_FN)?;
+        let tasks = if with_tasks {
+            timing::phase("task iterator", || self.tasks())?
+        } else {
+            Vec::new()
+        };
+        Ok(KernelSnapshot {
+            switches: self.our_ids(switches),
+            uprobe_hits: self.our_ids(hits),
+            tasks,
+        })
     }
 
     /// The kernel stack recorded under `id` (innermost first), if any.
@@ -259,50 +353,18 @@ impl KernelProbe {
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
         self.load_iter()?;
         let (_, iter_prog) = self.features.regs_source().programs();
-        let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
-        let id = iter
-            .attach()
-            .map_err(|e| Error::program("attaching the task iterator", e))?;
-        let link = iter
-            .take_link(id)
-            .map_err(|e| Error::program("taking the task iterator link", e))?;
-        let mut file = link.into_file().map_err(|source| Error::Link {
-            op: "creating the task iterator".into(),
-            source,
-        })?;
-        // The iterator writes whole TaskRecords back to back. They are
-        // parsed as they come, through a small buffer: reading all of
-        // them first would hold every record twice (100,000 threads: twice
-        // 50 MB). zerocopy copies each out whatever the buffer's alignment.
-        const RECORD: usize = std::mem::size_of::<TaskRecord>();
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 * RECORD];
-        let mut filled = 0;
-        loop {
-            let n = match file.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io("BPF task iterator", e)),
-            };
-            filled += n;
-            let whole = filled / RECORD * RECORD;
-            out.extend(
-                buf[..whole]
-                    .chunks_exact(RECORD)
-                    .filter_map(|c| TaskRecord::read_from_bytes(c).ok()),
-            );
-            buf.copy_within(whole..filled, 0);
-            filled -= whole;
-        }
-        Ok(out)
+        let tasks = run_task_iter(&mut self.ebpf, iter_prog)?;
+        Ok(match &self.ids {
+            Some(ids) => pidns::lock(ids).translate_tasks(tasks),
+            None => tasks,
+        })
     }
 
     /// Loads the task iterator if the kernel BTF parse (started at attach)
     /// is done, without waiting for it: sessions call this while they
     /// observe, so the verifier's work is not added after the window.
     pub fn prepare(&mut self) -> Result<()> {
-        if self.btf.as_ref().is_some_and(|h| h.is_finished()) {
+        if self.btf.as_ref().is_some_and(KernelTypes::is_ready) {
             self.load_iter()?;
         }
         Ok(())
@@ -334,9 +396,7 @@ impl KernelProbe {
             .btf
             .take()
             .ok_or(Error::KernelBtfLost("it failed earlier"))?
-            .join()
-            .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
-            .map_err(Error::KernelBtf)?;
+            .get()?;
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", &btf)
@@ -363,8 +423,26 @@ impl KernelProbe {
             .ok_or_else(|| missing(names::EVENTS))?;
         let ring =
             RingBuf::try_from(map).map_err(|e| Error::map("opening the EVENTS ring buffer", e))?;
-        Ok(EventStream { ring })
+        Ok(EventStream {
+            ring,
+            ids: self
+                .ids
+                .clone()
+                .map(|ids| (ids, pidns::HeldEvents::default())),
+        })
     }
+}
+
+/// The kernel's side of one report, by rip-probe's thread ids (see
+/// [`KernelProbe::snapshot`]).
+#[derive(Clone, Debug, Default)]
+pub struct KernelSnapshot {
+    /// sched_switch's per-thread records.
+    pub switches: HashMap<u32, ThreadRecord>,
+    /// The last function each thread entered (`--uprobe`).
+    pub uprobe_hits: HashMap<u32, FnHit>,
+    /// The task iterator's records (empty when not asked for).
+    pub tasks: Vec<TaskRecord>,
 }
 
 /// How long a reader waits between looks at the event ring buffer.
@@ -374,6 +452,9 @@ pub const EVENT_BATCH: Duration = Duration::from_millis(10);
 /// recorded them.
 pub struct EventStream {
     ring: RingBuf<MapData>,
+    /// Inside a pid namespace: the ids there (see [`pidns`]), and the
+    /// events waiting to learn theirs.
+    ids: Option<(pidns::SharedIds, pidns::HeldEvents)>,
 }
 
 impl EventStream {
@@ -406,8 +487,68 @@ impl EventStream {
                 out.push(ev);
             }
         }
-        out
+        match &mut self.ids {
+            Some((ids, held)) => held.translate(&pidns::lock(ids), out, false),
+            None => out,
+        }
     }
+
+    /// Inside a pid namespace: whether events of a thread created since
+    /// the last task iterator pass wait for one (see
+    /// [`KernelProbe::tasks`]), which learns its id there.
+    pub fn waiting_for_ids(&self) -> bool {
+        self.ids.as_ref().is_some_and(|(_, held)| held.waiting())
+    }
+
+    /// After a task iterator pass: the events that waited for it, by the
+    /// namespace's ids (those of threads gone before it are dropped).
+    pub fn release_held(&mut self) -> Vec<SwitchEvent> {
+        match &mut self.ids {
+            Some((ids, held)) => held.translate(&pidns::lock(ids), Vec::new(), true),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// One pass of the (loaded) task iterator `prog` of `ebpf`: its records.
+pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecord>> {
+    let iter: &mut Iter = program(ebpf, prog)?;
+    let id = iter
+        .attach()
+        .map_err(|e| Error::program("attaching the task iterator", e))?;
+    let link = iter
+        .take_link(id)
+        .map_err(|e| Error::program("taking the task iterator link", e))?;
+    let mut file = link.into_file().map_err(|source| Error::Link {
+        op: "creating the task iterator".into(),
+        source,
+    })?;
+    // The iterator writes whole TaskRecords back to back. They are
+    // parsed as they come, through a small buffer: reading all of
+    // them first would hold every record twice (100,000 threads: twice
+    // 50 MB). zerocopy copies each out whatever the buffer's alignment.
+    const RECORD: usize = std::mem::size_of::<TaskRecord>();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * RECORD];
+    let mut filled = 0;
+    loop {
+        let n = match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("BPF task iterator", e)),
+        };
+        filled += n;
+        let whole = filled / RECORD * RECORD;
+        out.extend(
+            buf[..whole]
+                .chunks_exact(RECORD)
+                .filter_map(|c| TaskRecord::read_from_bytes(c).ok()),
+        );
+        buf.copy_within(whole..filled, 0);
+        filled -= whole;
+    }
+    Ok(out)
 }
 
 /// Program `name` of `ebpf`, as its type `P`.

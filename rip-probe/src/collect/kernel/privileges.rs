@@ -9,16 +9,14 @@ use crate::{
 };
 
 /// Succeeds when the effective capabilities include CAP_SYS_ADMIN, or both
-/// CAP_BPF and CAP_PERFMON, in the host's user namespace, and rip-probe
-/// sees the host's thread ids (those BPF reports).
+/// CAP_BPF and CAP_PERFMON, in the host's user namespace. Another pid
+/// namespace is fine: the programs translate BPF's global ids (see
+/// `super::pidns`).
 pub(crate) fn check() -> Result<()> {
     // Capabilities inside a user namespace are the namespace's own: BPF
     // wants them in the host's, whatever capget says.
     if let Some(ns) = namespaces::ours_if_not_host("user", namespaces::HOST_USER_NS) {
         return Err(Error::UserNamespace(ns));
-    }
-    if let Some(ns) = namespaces::ours_if_not_host("pid", namespaces::HOST_PID_NS) {
-        return Err(Error::PidNamespace(ns));
     }
     let caps = capabilities(None).map_err(|e| Error::io("capget", e.into()))?;
     if permitted(caps.effective) {
