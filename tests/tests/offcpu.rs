@@ -383,3 +383,50 @@ fn errors_are_one_line_and_an_exit_ends_the_window() {
         "{r}"
     );
 }
+
+/// rip-probe run inside the target's pid namespace (a debug container):
+/// the pid it takes and the thread ids it reports are the namespace's,
+/// though BPF sees the kernel's.
+#[test]
+fn inside_a_pid_namespace_ids_are_the_namespaces() {
+    if !bpf_tests_enabled("inside_a_pid_namespace_ids_are_the_namespaces") {
+        return;
+    }
+    let exe = build_c("offcpu", &["-fomit-frame-pointer"]);
+    let dir = TempDir::new("/tmp", "offcpu-pidns");
+    let lines = dir.join("lines");
+    // The workload writes its tids (as the namespace numbers them) then
+    // `ready`; rip-probe runs once it has.
+    let script = format!(
+        "{exe} ratio > {lines} & \
+         while ! grep -q ready {lines}; do sleep 0.05; done; \
+         {CLI} offcpu --pid $! --duration 2s --json; kill $!",
+        exe = exe.display(),
+        lines = lines.display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = std::fs::read_to_string(&lines).unwrap();
+    let sleeper: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sleeper ")?.parse().ok())
+        .unwrap();
+    // The shell is 1; the workload, started by it, is a small number too.
+    let pid = r["process"]["pid"].as_u64().unwrap();
+    assert!(pid < 100, "{}", r["process"]);
+    assert!(sleeper < 100, "{text}");
+    let long = time_under(&r, sleeper, "sleep_long");
+    let short = time_under(&r, sleeper, "sleep_short");
+    assert!(long > 0 && short > 0, "{r}");
+    let share = long as f64 / (long + short) as f64;
+    assert!((0.70..=0.80).contains(&share), "{share:.3}");
+    assert_eq!(thread(&r, pid)["whole_window"], true, "{r}");
+}

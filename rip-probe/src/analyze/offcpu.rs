@@ -12,29 +12,11 @@ use crate::{
     collect::offcpu::OffCpuData,
     model::{
         Frame,
-        offcpu::{OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
+        offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
     },
     symbolize::stacks::StackSymbolizer,
+    util::timefmt::duration,
 };
-
-/// What the analysis makes of one window's data.
-#[derive(Debug, Default)]
-pub(crate) struct OffCpuFigures {
-    /// Attributed time, ns.
-    pub total_ns: u64,
-    /// Of which preempted, ns.
-    pub preempted_ns: u64,
-    /// Below the minimum.
-    pub short: Periods,
-    /// Most time first.
-    pub stacks: Vec<OffCpuStack>,
-    /// Most time first.
-    pub threads: Vec<ThreadOffCpu>,
-    /// Most time first.
-    pub snaps: Vec<SnapOffCpu>,
-    /// Time under stacks that were never unwound, ns.
-    pub not_unwound_ns: u64,
-}
 
 /// A stack's identity before symbolization.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -53,23 +35,23 @@ struct Sum {
     tids: BTreeSet<u32>,
 }
 
-/// Builds the figures of a process from `data`, naming frames with `sym`
+/// Fills `fig`'s figures (totals, stacks, threads, snaps, and the
+/// warnings the counters call for) from `data`, naming frames with `sym`
 /// (the process's, which may have named most stacks while it ran). `name`
 /// gives a thread's name (None once it has exited).
-pub(crate) fn figures(
+pub(crate) fn fill(
+    fig: &mut OffCpuReport,
     sym: &mut StackSymbolizer,
     data: &OffCpuData,
     name: impl Fn(u32) -> Option<String>,
-) -> OffCpuFigures {
+) {
     let mut by_stack: HashMap<StackKey, Sum> = HashMap::new();
     let mut by_thread: HashMap<u32, ThreadOffCpu> = HashMap::new();
     let mut by_snap: HashMap<u64, Periods> = HashMap::new();
-    let mut fig = OffCpuFigures {
-        short: Periods {
-            count: data.stats.short,
-            ns: data.stats.short_ns,
-        },
-        ..OffCpuFigures::default()
+    let mut not_unwound_ns = 0;
+    fig.short = Periods {
+        count: data.stats.short,
+        ns: data.stats.short_ns,
     };
     for (key, total) in &data.totals {
         let (user, unwound) = match data.user_stacks.get(&key.hash) {
@@ -78,7 +60,7 @@ pub(crate) fn figures(
             None => (Arc::from(Vec::new()), false),
         };
         if !unwound {
-            fig.not_unwound_ns += total.ns;
+            not_unwound_ns += total.ns;
         }
         let preempted = key.preempted != 0;
         let kernel = data
@@ -192,7 +174,7 @@ pub(crate) fn figures(
             }
         })
         .collect();
-    fig.stacks = merge_same_names(fig.stacks);
+    fig.stacks = merge_same_names(std::mem::take(&mut fig.stacks));
     fig.snaps = snaps
         .into_iter()
         .map(|(a, p)| SnapOffCpu {
@@ -211,7 +193,34 @@ pub(crate) fn figures(
             .then(a.tid.cmp(&b.tid))
     });
     fig.threads = threads;
-    fig
+    fig.warnings.extend(warnings(data, not_unwound_ns));
+}
+
+/// What the counters say the user should know.
+fn warnings(d: &OffCpuData, not_unwound_ns: u64) -> Vec<String> {
+    let s = &d.stats;
+    let mut w = Vec::new();
+    if s.time_full > 0 {
+        w.push(format!(
+            "{} off-CPU periods ({}) were not attributed: the kernel's table was full \
+             (raise --min-block to keep fewer, shorter periods out)",
+            s.time_full,
+            duration(s.time_full_ns)
+        ));
+    }
+    if not_unwound_ns > 0 {
+        w.push(format!(
+            "{} off CPU under stacks that were never unwound (their copies were lost while \
+             many new stacks appeared at once): shown by where the thread entered the kernel",
+            duration(not_unwound_ns)
+        ));
+    }
+    if s.no_regs > 0 && s.no_regs == s.switches {
+        w.push(
+            "no user registers could be read at any switch: user stacks are missing".to_string(),
+        );
+    }
+    w
 }
 
 /// A frame as a reader tells it apart: by name and line, or by address

@@ -130,8 +130,11 @@ impl OffCpuCollector {
         std::mem::take(&mut self.fresh)
     }
 
-    /// Tells the program where the threads' ring slots are.
+    /// Tells the program where the threads' ring slots are (by our
+    /// thread ids; in a pid namespace of rip-probe's own, the ids of the
+    /// threads created since the last call are learnt first).
     pub fn set_snap_slots(&mut self, slots: &[(u32, SnapSlot)]) -> Result<()> {
+        self.probe.refresh_ids()?;
         self.probe.set_snap_slots(slots)
     }
 
@@ -154,9 +157,19 @@ impl OffCpuCollector {
         // cut here, not when the detach (an RCU grace period) returns.
         let end_ns = monotonic_ns();
         self.probe.detach()?;
+        // Threads created during the window (in a pid namespace of
+        // rip-probe's own, their ids there).
+        self.probe.refresh_ids()?;
         let window_ns = end_ns.saturating_sub(self.attached_ns);
         self.serve()?;
-        let mut totals: HashMap<OffKey, OffTotal> = self.probe.totals()?.into_iter().collect();
+        // Two keys may become one (threads whose ids in rip-probe's pid
+        // namespace were never learnt are all 0): add, never overwrite.
+        let mut totals: HashMap<OffKey, OffTotal> = HashMap::new();
+        for (k, t) in self.probe.totals()? {
+            let e = totals.entry(k).or_default();
+            e.ns += t.ns;
+            e.count += t.count;
+        }
         let mut seen = HashSet::new();
         for (tid, start) in self.probe.starts()? {
             seen.insert(tid);

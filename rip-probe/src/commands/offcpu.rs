@@ -15,7 +15,7 @@ use clap::Args;
 
 use super::{parse_duration, write_err};
 use crate::{
-    analyze::offcpu::figures,
+    analyze::offcpu::fill,
     collect::{
         kernel::{
             offcpu::{OffCpuOptions, OffCpuProbe},
@@ -27,7 +27,10 @@ use crate::{
     },
     discover::{Target, read_proc},
     error::{Error, Result},
-    model::{SCHEMA_VERSION, offcpu::OffCpuReport},
+    model::{
+        SCHEMA_VERSION,
+        offcpu::{OffCpuReport, Periods},
+    },
     render,
     symbolize::stacks::StackSymbolizer,
     util::{progress::Progress, timefmt::duration, timing},
@@ -106,28 +109,27 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
             duration(elapsed.as_nanos() as u64)
         ));
     }
-    let fig = timing::phase("analyze and symbolize", || {
-        figures(&mut sym, &data, |tid| {
-            read_proc(a.pid, tid, "comm")
-                .ok()
-                .map(|s| s.trim_end().to_string())
-        })
-    });
-    warnings.extend(data_warnings(&data, fig.not_unwound_ns));
-    let report = OffCpuReport {
+    let mut report = OffCpuReport {
         schema: SCHEMA_VERSION,
         process: crate::session::process_info(&target, lost.as_ref()),
         window_ns: elapsed.as_nanos() as u64,
         min_block_ns: opts.min_block_ns,
         kernel_stacks: a.kernel_stacks,
-        total_ns: fig.total_ns,
-        preempted_ns: fig.preempted_ns,
-        short: fig.short,
-        stacks: fig.stacks,
-        threads: fig.threads,
-        snaps: fig.snaps,
+        total_ns: 0,
+        preempted_ns: 0,
+        short: Periods::default(),
+        stacks: Vec::new(),
+        threads: Vec::new(),
+        snaps: Vec::new(),
         warnings,
     };
+    timing::phase("analyze and symbolize", || {
+        fill(&mut report, &mut sym, &data, |tid| {
+            read_proc(a.pid, tid, "comm")
+                .ok()
+                .map(|s| s.trim_end().to_string())
+        })
+    });
     if let Some(svg) = svg {
         svg.write(&report)?;
         render::offcpu_text(&report, &mut *out).map_err(write_err)?;
@@ -190,33 +192,6 @@ fn watch(
     })?;
     let elapsed = Duration::from_nanos(data.window_ns);
     Ok((data, elapsed, lost))
-}
-
-/// What the counters say the user should know.
-fn data_warnings(d: &OffCpuData, not_unwound_ns: u64) -> Vec<String> {
-    let s = &d.stats;
-    let mut w = Vec::new();
-    if s.time_full > 0 {
-        w.push(format!(
-            "{} off-CPU periods ({}) were not attributed: the kernel's table was full \
-             (raise --min-block to keep fewer, shorter periods out)",
-            s.time_full,
-            duration(s.time_full_ns)
-        ));
-    }
-    if not_unwound_ns > 0 {
-        w.push(format!(
-            "{} off CPU under stacks that were never unwound (their copies were lost while \
-             many new stacks appeared at once): shown by where the thread entered the kernel",
-            duration(not_unwound_ns)
-        ));
-    }
-    if s.no_regs > 0 && s.no_regs == s.switches {
-        w.push(
-            "no user registers could be read at any switch: user stacks are missing".to_string(),
-        );
-    }
-    w
 }
 
 /// The `--svg` output file: written whole next to its final place, then

@@ -18,7 +18,7 @@ use rip_ebpf::{
     },
 };
 
-use super::{SwitchSetup, features::RegsSource, missing, program};
+use super::{SwitchSetup, features::RegsSource, missing, pidns::NsIds, program};
 use crate::error::{Error, Result};
 
 /// How `offcpu` observes.
@@ -50,6 +50,9 @@ pub struct OffCpuProbe {
     ebpf: Ebpf,
     program: &'static str,
     link: Option<aya::programs::trace_point::TracePointLinkId>,
+    /// In a pid namespace other than the host's (a debug container): the
+    /// target's global ids against the namespace's.
+    ids: Option<NsIds>,
 }
 
 impl OffCpuProbe {
@@ -57,13 +60,21 @@ impl OffCpuProbe {
     /// count is about `threads` (it sizes the per-thread tables). `regs`
     /// forces a build of the program (see
     /// [`super::KernelProbe::attach_with`]).
+    ///
+    /// `tgid` and the thread ids this probe takes and gives are
+    /// rip-probe's: in a pid namespace of its own, the namespace's,
+    /// translated from and to the kernel's.
     pub fn attach(
         tgid: u32,
         threads: usize,
         opts: OffCpuOptions,
         regs: Option<RegsSource>,
     ) -> Result<Self> {
-        let setup = SwitchSetup::new(tgid, false, regs)?;
+        let mut setup = SwitchSetup::new(tgid, false, regs)?;
+        let ids = NsIds::find_here(tgid)?;
+        if let Some(ids) = &ids {
+            setup.config.target_tgid = ids.table.global_tgid();
+        }
         let prog_name = match setup.features.regs_source() {
             RegsSource::Helper => names::OFFCPU_SWITCH,
             RegsSource::KernelStack => names::OFFCPU_SWITCH_KSTACK,
@@ -115,7 +126,26 @@ impl OffCpuProbe {
             ebpf,
             program: prog_name,
             link: Some(link),
+            ids,
         })
+    }
+
+    /// Learns the ids of the threads created since the last call (only in
+    /// a pid namespace of rip-probe's own; nothing to do on the host).
+    pub fn refresh_ids(&mut self) -> Result<()> {
+        match &mut self.ids {
+            Some(ids) => ids.refresh(),
+            None => Ok(()),
+        }
+    }
+
+    /// Our id of the thread the kernel calls `global` (0: a thread that
+    /// came and went between two looks at the namespace's ids).
+    fn ours(&self, global: u32) -> u32 {
+        match &self.ids {
+            Some(ids) => ids.table.to_ns(global).unwrap_or(0),
+            None => global,
+        }
     }
 
     /// Detaches the program: the totals stop growing and stay readable.
@@ -196,8 +226,15 @@ impl OffCpuProbe {
 
     /// Tells the program where each thread's librip ring slot is.
     pub fn set_snap_slots(&mut self, slots: &[(u32, SnapSlot)]) -> Result<()> {
+        let global: Vec<(u32, SnapSlot)> = slots
+            .iter()
+            .filter_map(|&(tid, s)| match &self.ids {
+                Some(ids) => Some((ids.table.to_global(tid)?, s)),
+                None => Some((tid, s)),
+            })
+            .collect();
         let mut map: BpfHashMap<_, u32, SnapSlot> = self.hash_map(names::OFF_SNAP_SLOTS)?;
-        for (tid, s) in slots {
+        for (tid, s) in &global {
             match map.insert(tid, s, 0) {
                 Ok(()) => {}
                 Err(aya::maps::MapError::SyscallError(e))
@@ -215,13 +252,27 @@ impl OffCpuProbe {
     /// run since).
     pub fn starts(&mut self) -> Result<Vec<(u32, OffStart)>> {
         let map: BpfHashMap<_, u32, OffStart> = self.hash_map(names::OFF_START)?;
-        Ok(map.iter().filter_map(|e| e.ok()).collect())
+        let raw: Vec<(u32, OffStart)> = map.iter().filter_map(|e| e.ok()).collect();
+        Ok(raw
+            .into_iter()
+            .map(|(tid, mut s)| {
+                s.key.tid = self.ours(s.key.tid);
+                (self.ours(tid), s)
+            })
+            .collect())
     }
 
     /// The off-CPU totals so far.
     pub fn totals(&mut self) -> Result<Vec<(OffKey, OffTotal)>> {
         let map: BpfHashMap<_, OffKey, OffTotal> = self.hash_map(names::OFF_TIME)?;
-        Ok(map.iter().filter_map(|e| e.ok()).collect())
+        let raw: Vec<(OffKey, OffTotal)> = map.iter().filter_map(|e| e.ok()).collect();
+        Ok(raw
+            .into_iter()
+            .map(|(mut k, t)| {
+                k.tid = self.ours(k.tid);
+                (k, t)
+            })
+            .collect())
     }
 
     /// The program's counters, summed over the CPUs.

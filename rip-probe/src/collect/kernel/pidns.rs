@@ -84,6 +84,13 @@ impl IdTable {
         self.to_ns.get(&global).copied()
     }
 
+    /// The kernel's id of the thread the namespace calls `ns`, if known.
+    pub(crate) fn to_global(&self, ns: u32) -> Option<u32> {
+        self.to_ns
+            .iter()
+            .find_map(|(&g, &n)| (n == ns).then_some(g))
+    }
+
     /// The report iterator's records, learnt from and then given the
     /// namespace's ids, as if BPF had seen those.
     pub(crate) fn translate_tasks(&mut self, mut recs: Vec<TaskRecord>) -> Vec<TaskRecord> {
