@@ -316,10 +316,17 @@ fn outliers_against_a_training_window() {
     let threshold = op["threshold_ns"].as_u64().unwrap();
     assert!((5 * MS..60 * MS).contains(&threshold), "{op}");
     let outliers = r["outliers"].as_array().unwrap();
-    assert_eq!(outliers.len(), 3, "{r}");
+    // The three slow calls are flagged, and no call faster than the
+    // threshold is. (On a busy machine a 2 ms call may really take longer
+    // than the threshold: it is then rightly an outlier too.)
+    let slow = outliers
+        .iter()
+        .filter(|o| o["duration_ns"].as_u64().unwrap() >= 60 * MS)
+        .count();
+    assert_eq!(slow, 3, "{r}");
     for o in outliers {
         assert_eq!(o["function"], "op", "{o}");
-        assert!(o["duration_ns"].as_u64().unwrap() >= 60 * MS, "{o}");
+        assert!(o["duration_ns"].as_u64().unwrap() > threshold, "{o}");
         assert_eq!(o["caller"]["function"], "do_ops", "{o}");
     }
 }
