@@ -9,13 +9,17 @@
 //! does not disturb the entries of the calls around it.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        generated::bpf_probe_read_user as probe_read_user_raw,
+    },
     macros::{map, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use rip_ebpf::calls::{
-    BUCKETS, CallEntry, CallKey, CallOutlier, CallStats, MAX_DEPTH, MAX_FUNCTIONS, bucket,
+    BUCKETS, CallEntry, CallKey, CallOutlier, CallStats, MAX_DEPTH, MAX_FUNCTIONS, OUTLIER_STACK,
+    bucket,
 };
 
 /// Preallocated hash maps (see `programs::PREALLOC`).
@@ -48,7 +52,32 @@ static CALL_DEPTH: HashMap<u32, u32> = HashMap::with_max_entries(256, PREALLOC);
 
 /// Calls slower than their function's threshold.
 #[map]
-static CALL_OUTLIERS: RingBuf = RingBuf::with_byte_size(1 << 18, 0);
+static CALL_OUTLIERS: RingBuf = RingBuf::with_byte_size(1 << 21, 0);
+
+/// Copies the user stack from `sp` up into `dst` ([`OUTLIER_STACK`]
+/// bytes): all of it, or less where the stack ends sooner. The bytes
+/// copied.
+///
+/// # Safety
+/// `dst` must be writable for [`OUTLIER_STACK`] bytes.
+#[inline(always)]
+unsafe fn copy_stack(dst: *mut core::ffi::c_void, sp: u64) -> u32 {
+    let src = sp as *const core::ffi::c_void;
+    // SAFETY: the caller's contract; the helper checks `src`.
+    unsafe {
+        if probe_read_user_raw(dst, OUTLIER_STACK as u32, src) == 0 {
+            OUTLIER_STACK as u32
+        } else if probe_read_user_raw(dst, 4096, src) == 0 {
+            4096
+        } else if probe_read_user_raw(dst, 1024, src) == 0 {
+            1024
+        } else if probe_read_user_raw(dst, 256, src) == 0 {
+            256
+        } else {
+            0
+        }
+    }
+}
 
 /// Entry of a probed function: count it, and note when and where from.
 #[uprobe]
@@ -160,15 +189,25 @@ pub fn calls_return(ctx: RetProbeContext) -> u32 {
     }
     let threshold = CALL_THRESHOLDS.get(entry.fn_id).copied().unwrap_or(0);
     if threshold != 0 && ns >= threshold {
+        // SAFETY: for a uretprobe the context is the user register frame.
+        let bp = unsafe { (*ctx.regs).rbp };
         let sent = match CALL_OUTLIERS.reserve::<CallOutlier>(0) {
             Some(mut slot) => {
-                slot.write(CallOutlier {
-                    start_ns: entry.ts_ns,
-                    duration_ns: ns,
-                    ret_addr: entry.ret_addr,
-                    tid,
-                    fn_id: entry.fn_id,
-                });
+                let o = slot.as_mut_ptr();
+                // SAFETY: `o` is the reserved record, written field by
+                // field (8 KiB do not fit on the BPF stack); the stack is
+                // copied by a helper that checks the user address.
+                unsafe {
+                    (*o).start_ns = entry.ts_ns;
+                    (*o).duration_ns = ns;
+                    (*o).ret_addr = entry.ret_addr;
+                    (*o).tid = tid;
+                    (*o).fn_id = entry.fn_id;
+                    (*o).sp = sp;
+                    (*o).bp = bp;
+                    (*o)._pad = 0;
+                    (*o).stack_len = copy_stack((&raw mut (*o).stack).cast(), sp);
+                }
                 slot.submit(BPF_RB_NO_WAKEUP);
                 true
             }

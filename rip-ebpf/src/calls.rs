@@ -157,28 +157,44 @@ pub struct CallKey {
     pub depth: u32,
 }
 
+/// Bytes of the caller's stack copied with each outlier: its callers are
+/// unwound from them in user space (deeper frames are cut).
+pub const OUTLIER_STACK: usize = 8 << 10;
+
 /// A call slower than its function's threshold, sent through
-/// `CALL_OUTLIERS`.
+/// `CALL_OUTLIERS`, with a copy of the stack it returned to: the caller's
+/// frames are as they were at entry, so user space unwinds the thread's
+/// stack at entry from it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "user", derive(zerocopy::FromBytes))]
 pub struct CallOutlier {
     /// CLOCK_MONOTONIC ns at entry.
     pub start_ns: u64,
     /// Latency, ns.
     pub duration_ns: u64,
-    /// The caller's return address.
+    /// The caller's return address (where the call returned to).
     pub ret_addr: u64,
     /// Thread id.
     pub tid: u32,
     /// The function's id.
     pub fn_id: u32,
+    /// The stack pointer after the return (the caller's).
+    pub sp: u64,
+    /// `rbp` after the return (the caller's frame pointer, if it has one).
+    pub bp: u64,
+    /// Bytes of `stack` copied (0: none could be read).
+    pub stack_len: u32,
+    /// Explicit padding, always 0.
+    pub _pad: u32,
+    /// The stack from `sp` up.
+    pub stack: [u8; OUTLIER_STACK],
 }
 
 // Padded by hand: no implicit padding.
 const _: () = {
     assert!(core::mem::size_of::<CallEntry>() == 32);
-    assert!(core::mem::size_of::<CallOutlier>() == 32);
+    assert!(core::mem::size_of::<CallOutlier>() == 56 + OUTLIER_STACK);
     assert!(core::mem::size_of::<CallStats>() == 8 * (8 + BUCKETS));
 };
 

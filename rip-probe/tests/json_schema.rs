@@ -143,6 +143,7 @@ fn calls_report() -> CallsReport {
             start_unix_ns: 1_795_853_265_120_000_000,
             duration_ns: 24_000_000,
             caller: frame(),
+            stack: vec![frame(), frame()],
         }],
         outliers_omitted: 0,
         warnings: vec!["process 42 exited during observation after 1.0s".into()],

@@ -328,6 +328,17 @@ fn outliers_against_a_training_window() {
         assert_eq!(o["function"], "op", "{o}");
         assert!(o["duration_ns"].as_u64().unwrap() > threshold, "{o}");
         assert_eq!(o["caller"]["function"], "do_ops", "{o}");
+        // The whole stack at entry, unwound through the CFI (the workload
+        // has no frame pointers): the function, its caller, main.
+        let names: Vec<&str> = o["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["function"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(names.first(), Some(&"op"), "{names:?}");
+        assert_eq!(names.get(1), Some(&"do_ops"), "{names:?}");
+        assert!(names.contains(&"main"), "{names:?}");
     }
 }
 

@@ -23,6 +23,7 @@ use crate::{
             uprobe::{self, ProbeSite},
         },
         procfs,
+        stacks::Stacks,
     },
     discover::Target,
     error::{Error, Result},
@@ -100,7 +101,8 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
         probe.set_thresholds(&thresholds)?;
     }
     let clock = MonotonicToUnix::now();
-    let w = watch(&mut probe, &target, a, &rule, &mut thresholds)?;
+    let mut sym = StackSymbolizer::new(a.pid);
+    let w = watch(&mut probe, &mut sym, &target, a, &rule, &mut thresholds)?;
     let addrs = probe.addresses().to_vec();
     // Detached before the report is built: the target runs at full speed
     // again while rip-probe symbolizes.
@@ -126,7 +128,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
             .cmp(&a.calls)
             .then_with(|| a.function.cmp(&b.function))
     });
-    let outliers = slow_calls(a.pid, &w.outliers, &names, &addrs, &clock);
+    let outliers = slow_calls(&mut sym, &w.outliers, &names, &addrs, &clock);
     let mut warnings = Vec::new();
     let lost = w.lost.as_ref().map(|l| l.describe(a.pid));
     if let Some(l) = &lost {
@@ -219,12 +221,50 @@ fn display_name(stored: &str) -> String {
     format!("{:#}", rustc_demangle::demangle(stored))
 }
 
+/// An outlier as kept: its figures and the thread's stack at entry
+/// without the function itself (the return address, then its callers),
+/// unwound from the copy the program sent while the process ran.
+struct Slow {
+    start_ns: u64,
+    duration_ns: u64,
+    tid: u32,
+    fn_id: u32,
+    callers: Vec<u64>,
+}
+
+impl Slow {
+    /// Unwinds `o`'s callers with `stacks` (when the process's unwinder
+    /// could be made), else keeps the return address alone.
+    fn of(o: &CallOutlier, stacks: Option<&mut Stacks>) -> Slow {
+        let len = (o.stack_len as usize).min(o.stack.len());
+        let callers = match stacks {
+            Some(s) if len > 0 => {
+                let regs = rip_ebpf::UserRegs {
+                    ip: o.ret_addr,
+                    sp: o.sp,
+                    bp: o.bp,
+                    ..rip_ebpf::UserRegs::default()
+                };
+                s.unwind_copy(&regs, &o.stack[..len])
+            }
+            _ => vec![o.ret_addr],
+        };
+        Slow {
+            start_ns: o.start_ns,
+            duration_ns: o.duration_ns,
+            tid: o.tid,
+            fn_id: o.fn_id,
+            callers,
+        }
+    }
+}
+
 /// What the window saw.
 struct Watched {
     /// Per function id, summed over CPUs, at the end.
     stats: Vec<CallStats>,
     /// Outliers kept (at most [`MAX_OUTLIERS_KEPT`]).
-    outliers: Vec<CallOutlier>,
+    outliers: Vec<Slow>,
     /// Outliers past that.
     omitted: u64,
     /// How long the window lasted.
@@ -238,6 +278,7 @@ struct Watched {
 /// exits.
 fn watch(
     probe: &mut CallsProbe,
+    sym: &mut StackSymbolizer,
     target: &Target,
     a: &CallsArgs,
     rule: &Option<OutlierRule>,
@@ -252,15 +293,27 @@ fn watch(
         }) => Some((Duration::from_nanos(*training_ns), *percent)),
         _ => None,
     };
-    let (mut outliers, mut omitted) = (Vec::new(), 0u64);
-    let mut keep = |batch: Vec<CallOutlier>| {
+    let (mut outliers, mut omitted) = (Vec::<Slow>::new(), 0u64);
+    // Outliers are unwound and named as they come, while the process runs
+    // (its binaries are read through /proc/PID).
+    let mut stacks = Stacks::new(a.pid).ok();
+    let mut named = 0;
+    let mut keep = |batch: Vec<CallOutlier>, sym: &mut StackSymbolizer| {
         for o in batch {
             if outliers.len() < MAX_OUTLIERS_KEPT {
-                outliers.push(o);
+                outliers.push(Slow::of(&o, stacks.as_mut()));
             } else {
                 omitted += 1;
             }
         }
+        let fresh: Vec<&[u64]> = outliers[named..]
+            .iter()
+            .map(|s| &s.callers[..])
+            .collect();
+        if !fresh.is_empty() {
+            sym.frames_of_many(&fresh);
+        }
+        named = outliers.len();
     };
     let lost = loop {
         let elapsed = start.elapsed();
@@ -301,30 +354,36 @@ fn watch(
     })
 }
 
-/// The outliers with their callers symbolized and their times on the wall
-/// clock, in the order they started.
+/// The outliers with their stacks at entry symbolized and their times on
+/// the wall clock, in the order they started.
 fn slow_calls(
-    pid: u32,
-    raw: &[CallOutlier],
+    sym: &mut StackSymbolizer,
+    raw: &[Slow],
     names: &[String],
     addrs: &[u64],
     clock: &MonotonicToUnix,
 ) -> Vec<SlowCall> {
-    let fn_addr = |o: &CallOutlier| addrs.get(o.fn_id as usize).copied().unwrap_or(0);
-    // Each as a two-frame stack, the function then its return address,
-    // so the caller is looked up as a return address (its call's line).
-    let stacks: Vec<[u64; 2]> = raw.iter().map(|o| [fn_addr(o), o.ret_addr]).collect();
+    // Each stack at entry: the function (where the thread was), then the
+    // return addresses, looked up as such (their call's line).
+    let stacks: Vec<Vec<u64>> = raw
+        .iter()
+        .map(|o| {
+            let f = addrs.get(o.fn_id as usize).copied().unwrap_or(0);
+            std::iter::once(f).chain(o.callers.iter().copied()).collect()
+        })
+        .collect();
     let refs: Vec<&[u64]> = stacks.iter().map(|s| &s[..]).collect();
-    let frames = StackSymbolizer::new(pid).frames_of_many(&refs);
+    let frames = sym.frames_of_many(&refs);
     let mut out: Vec<SlowCall> = raw
         .iter()
         .zip(frames)
-        .map(|(o, mut f)| SlowCall {
+        .map(|(o, f)| SlowCall {
             function: names.get(o.fn_id as usize).cloned().unwrap_or_default(),
             tid: o.tid,
             start_unix_ns: clock.unix_ns(o.start_ns),
             duration_ns: o.duration_ns,
-            caller: f.pop().unwrap_or_default(),
+            caller: f.get(1).cloned().unwrap_or_default(),
+            stack: f,
         })
         .collect();
     out.sort_by_key(|s| s.start_unix_ns);

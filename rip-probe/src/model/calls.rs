@@ -118,4 +118,8 @@ pub struct SlowCall {
     pub duration_ns: u64,
     /// Where it was called from: the caller's return address, symbolized.
     pub caller: Frame,
+    /// The thread's stack at entry, innermost first: the function, the
+    /// caller (as `caller`), and its callers, unwound from the binaries'
+    /// CFI (no frame pointers needed).
+    pub stack: Vec<Frame>,
 }

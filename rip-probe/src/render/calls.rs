@@ -151,8 +151,36 @@ fn outliers(r: &CallsReport, rule: &OutlierRule, w: &mut dyn Write) -> io::Resul
     if r.outliers_omitted > 0 {
         writeln!(w, "  … and {} more, not kept", r.outliers_omitted)?;
     }
+    // The slowest calls' stacks at entry: who called, through what.
+    let mut slowest: Vec<&crate::model::calls::SlowCall> =
+        r.outliers.iter().filter(|o| o.stack.len() > 1).collect();
+    slowest.sort_by_key(|o| std::cmp::Reverse(o.duration_ns));
+    for o in slowest.iter().take(STACKS_SHOWN) {
+        writeln!(w)?;
+        writeln!(
+            w,
+            "  {} in thread {} at {}: {}, stack at entry:",
+            escape(&o.function),
+            o.tid,
+            utc(o.start_unix_ns),
+            duration(o.duration_ns)
+        )?;
+        let mut frames = o.stack.clone();
+        frames.iter_mut().for_each(super::text::escape_frame);
+        let mut out: &mut dyn Write = &mut *w;
+        super::stack::write(&frames, None, "    ", &mut out)?;
+    }
+    if slowest.len() > STACKS_SHOWN {
+        writeln!(
+            w,
+            "\n  (the stacks of the {STACKS_SHOWN} slowest; --json has every outlier's)"
+        )?;
+    }
     Ok(())
 }
+
+/// Outliers whose stacks the text view shows, slowest first.
+const STACKS_SHOWN: usize = 5;
 
 #[cfg(test)]
 mod tests {
@@ -228,6 +256,20 @@ mod tests {
                     line: Some(40),
                     ..Frame::default()
                 },
+                stack: vec![
+                    Frame {
+                        addr: 0x1000,
+                        function: Some("work\x1b".into()),
+                        ..Frame::default()
+                    },
+                    Frame {
+                        addr: 0x2000,
+                        function: Some("main".into()),
+                        file: Some("app.c".into()),
+                        line: Some(40),
+                        ..Frame::default()
+                    },
+                ],
             }],
             outliers_omitted: 0,
             warnings: Vec::new(),
@@ -269,7 +311,15 @@ mod tests {
             text.contains("2026-11-28T08:07:45.120Z       43 work\\x1b"),
             "{text}"
         );
-        assert!(text.trim_end().ends_with("20ms  app.c:40 main"), "{text}");
+        assert!(text.contains("20ms  app.c:40 main\n"), "{text}");
+        // The slowest outliers' stacks at entry follow the table.
+        assert!(
+            text.trim_end().ends_with(
+                "  work\\x1b in thread 43 at 2026-11-28T08:07:45.120Z: 20ms, stack at entry:\n    \
+                 #0  0x1000         work\\x1b\n    #1  0x2000         main at app.c:40"
+            ),
+            "{text}"
+        );
         assert!(!text.contains('\x1b'), "escaped: {text}");
     }
 }
