@@ -306,10 +306,7 @@ fn watch(
                 omitted += 1;
             }
         }
-        let fresh: Vec<&[u64]> = outliers[named..]
-            .iter()
-            .map(|s| &s.callers[..])
-            .collect();
+        let fresh: Vec<&[u64]> = outliers[named..].iter().map(|s| &s.callers[..]).collect();
         if !fresh.is_empty() {
             sym.frames_of_many(&fresh);
         }
@@ -325,7 +322,7 @@ fn watch(
             probe.set_thresholds(thresholds)?;
             training = None;
         }
-        keep(probe.take_outliers()?);
+        keep(probe.take_outliers()?, sym);
         if let Some(lost) = target.lost() {
             break Some(lost);
         }
@@ -341,7 +338,7 @@ fn watch(
     };
     let elapsed = start.elapsed().min(a.duration);
     let stats = probe.stats()?;
-    keep(probe.take_outliers()?);
+    keep(probe.take_outliers()?, sym);
     if let Some(p) = progress {
         p.finish();
     }
@@ -369,7 +366,9 @@ fn slow_calls(
         .iter()
         .map(|o| {
             let f = addrs.get(o.fn_id as usize).copied().unwrap_or(0);
-            std::iter::once(f).chain(o.callers.iter().copied()).collect()
+            std::iter::once(f)
+                .chain(o.callers.iter().copied())
+                .collect()
         })
         .collect();
     let refs: Vec<&[u64]> = stacks.iter().map(|s| &s[..]).collect();
