@@ -24,6 +24,21 @@ fn workload(mode: &str) -> Workload {
     Workload::start(cmd)
 }
 
+/// `rip-probe offcpu --pid PID --duration D --json`.
+fn offcpu_json(pid: u32, duration: &str) -> Value {
+    rip_probe_json(
+        CLI,
+        &[
+            "offcpu",
+            "--pid",
+            &pid.to_string(),
+            "--duration",
+            duration,
+            "--json",
+        ],
+    )
+}
+
 fn functions(stack: &Value) -> Vec<String> {
     stack["frames"]
         .as_array()
@@ -66,17 +81,7 @@ fn off_cpu_shares_match_known_sleep_ratios_without_frame_pointers() {
     }
     let w = workload("ratio");
     let tid = u64::from(w.tid("sleeper"));
-    let r = rip_probe_json(
-        CLI,
-        &[
-            "offcpu",
-            "--pid",
-            &w.pid().to_string(),
-            "--duration",
-            "3s",
-            "--json",
-        ],
-    );
+    let r = offcpu_json(w.pid(), "3s");
     let window = r["window_ns"].as_u64().unwrap();
     assert!((2_900_000_000..4_000_000_000).contains(&window), "{r}");
     let long = time_under(&r, tid, "sleep_long");
@@ -120,17 +125,7 @@ fn preempted_time_is_told_from_blocked_time() {
         return;
     }
     let w = workload("spin");
-    let r = rip_probe_json(
-        CLI,
-        &[
-            "offcpu",
-            "--pid",
-            &w.pid().to_string(),
-            "--duration",
-            "2s",
-            "--json",
-        ],
-    );
+    let r = offcpu_json(w.pid(), "2s");
     let window = r["window_ns"].as_u64().unwrap();
     for tid in w.tids("spinner") {
         let t = thread(&r, u64::from(tid));
@@ -245,17 +240,7 @@ fn instrumented_programs_split_off_cpu_time_by_last_snap() {
     let mut cmd = Command::new(&exe);
     cmd.arg(&ring);
     let w = Workload::start(cmd);
-    let r = rip_probe_json(
-        CLI,
-        &[
-            "offcpu",
-            "--pid",
-            &w.pid().to_string(),
-            "--duration",
-            "2s",
-            "--json",
-        ],
-    );
+    let r = offcpu_json(w.pid(), "2s");
     let long_line = marker_line("c/offcpu_snaps.c", "SNAP: long");
     let short_line = marker_line("c/offcpu_snaps.c", "SNAP: short");
     let by_line = |line: u32| -> u64 {
