@@ -102,6 +102,14 @@ pub struct TaskOffsets {
     pub upid_nr: u32,
     /// `struct upid`'s `ns`: the `struct pid_namespace` of that level.
     pub upid_ns: u32,
+    /// `se.cfs_rq`: the CFS run queue the task is (or was last) queued on
+    /// (0: the kernel has no group scheduling, and so no such member).
+    pub se_cfs_rq: u32,
+    /// `struct cfs_rq`'s `rq`: the CPU's run queue.
+    pub cfs_rq_rq: u32,
+    /// `struct rq`'s `clock_task`: the clock `se.exec_start` is stamped
+    /// with, on that CPU.
+    pub rq_clock_task: u32,
     /// Set to 1 when the offsets above are valid.
     pub valid: u32,
 }
@@ -149,6 +157,10 @@ pub struct TaskRecord {
     /// `se.exec_start` of the task running the iterator (rip-probe itself,
     /// on a CPU): "now" on the run-queue task clock, at most a tick behind.
     pub cur_exec_start: u64,
+    /// `clock_task` of the run queue of the task's last CPU: the same clock
+    /// as its `exec_start` (0: unknown). Not updated while that CPU idles,
+    /// so never ahead of "now" there.
+    pub rq_clock_task: u64,
     /// Saved user registers (syscall number and arguments).
     pub regs: UserRegs,
     /// Thread name.
@@ -209,8 +221,8 @@ pub struct UserRegs {
 const _: () = {
     assert!(core::mem::size_of::<UserRegs>() == 10 * 8);
     assert!(core::mem::size_of::<PtRegsOffsets>() == 14 * 4);
-    assert!(core::mem::size_of::<TaskOffsets>() == 17 * 4);
-    assert!(core::mem::size_of::<TaskRecord>() == 8 * 4 + 4 * 8 + 80 + 16 + TASK_STACK_DEPTH * 8);
+    assert!(core::mem::size_of::<TaskOffsets>() == 20 * 4);
+    assert!(core::mem::size_of::<TaskRecord>() == 8 * 4 + 5 * 8 + 80 + 16 + TASK_STACK_DEPTH * 8);
 };
 
 /// Per-thread kernel state kept in the `THREADS` map, keyed by thread id.

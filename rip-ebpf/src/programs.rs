@@ -72,6 +72,9 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
         upid_size: 0,
         upid_nr: 0,
         upid_ns: 0,
+        se_cfs_rq: 0,
+        cfs_rq_rq: 0,
+        rq_clock_task: 0,
         valid: 0,
     },
     emit_events: 0,
@@ -408,6 +411,18 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         let cur = bpf_get_current_task() as *const u8;
         (*rec).cur_exec_start =
             bpf_probe_read_kernel(cur.add(t.exec_start as usize) as *const u64).unwrap_or(0);
+        // The clock of the task's own CPU, where its exec_start was
+        // stamped: se.cfs_rq->rq->clock_task.
+        (*rec).rq_clock_task = 0;
+        if t.se_cfs_rq != 0 {
+            let cfs_rq = rd64(t.se_cfs_rq) as *const u8;
+            if let Ok(rq) = bpf_probe_read_kernel(cfs_rq.add(t.cfs_rq_rq as usize) as *const u64) {
+                let rq = rq as *const u8;
+                (*rec).rq_clock_task =
+                    bpf_probe_read_kernel(rq.add(t.rq_clock_task as usize) as *const u64)
+                        .unwrap_or(0);
+            }
+        }
         (*rec).regs = user_regs::<HELPER>(task, &cfg);
         (*rec).comm =
             bpf_probe_read_kernel(base.add(t.comm as usize) as *const [u8; 16]).unwrap_or([0; 16]);

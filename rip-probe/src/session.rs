@@ -321,7 +321,7 @@ impl Session {
                 clock: Clock {
                     attached_ns: self.attached_ns,
                     now_ns,
-                    steal_skew_ns: procfs::steal_skew_ns(),
+                    task_clock_skew_ns: procfs::task_clock_skew_ns(),
                 },
                 ring: ring.as_ref(),
                 uprobe_hits: &hits,

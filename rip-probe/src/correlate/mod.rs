@@ -75,11 +75,11 @@ pub(crate) struct Clock {
     pub(crate) attached_ns: u64,
     /// CLOCK_MONOTONIC ns when the task snapshot was taken.
     pub(crate) now_ns: u64,
-    /// Largest difference in accumulated steal time between two CPUs, ns.
-    /// The run-queue task clock excludes steal time per CPU, so comparing
-    /// task-clock stamps taken on different CPUs may overstate a duration
-    /// by up to this much; lower bounds subtract it.
-    pub(crate) steal_skew_ns: u64,
+    /// Largest difference between two CPUs in the time their run-queue
+    /// task clocks left out (interrupts, soft interrupts, steal), ns:
+    /// comparing task-clock stamps taken on different CPUs may overstate a
+    /// duration by up to this much; lower bounds subtract it.
+    pub(crate) task_clock_skew_ns: u64,
 }
 
 /// Everything collected about a live process.
@@ -122,14 +122,24 @@ pub(crate) fn blocked_for(
     // Blocked since before we attached: at least the whole window...
     let window = clock.now_ns.saturating_sub(clock.attached_ns);
     // ...and at least the distance between "now" and the thread's last
-    // exec_start on the task clock (the iterator's own exec_start lags
-    // "now" by at most a tick, which only lowers the bound), less steal skew.
-    let est = task
+    // exec_start on the run-queue task clock. Two readings of "now":
+    // - its own CPU's clock, the one exec_start was stamped with: it stops
+    //   while that CPU idles, which only lowers the bound;
+    // - the iterator's CPU's clock (its own exec_start, at most a tick
+    //   behind), less how far two CPUs' task clocks can drift apart.
+    if task.exec_start == 0 {
+        return Some(Blocked {
+            ns: window,
+            exact: false,
+        });
+    }
+    let same_cpu = task.rq_clock_task.saturating_sub(task.exec_start);
+    let other_cpu = task
         .cur_exec_start
         .saturating_sub(task.exec_start)
-        .saturating_sub(clock.steal_skew_ns);
+        .saturating_sub(clock.task_clock_skew_ns);
     Some(Blocked {
-        ns: window.max(if task.exec_start == 0 { 0 } else { est }),
+        ns: window.max(same_cpu).max(other_cpu),
         exact: false,
     })
 }
@@ -555,6 +565,7 @@ mod tests {
             sum_exec_runtime: 0,
             now_ns: 0,
             cur_exec_start: cur,
+            rq_clock_task: 0,
             regs: Default::default(),
             comm: *b"worker\0\0\0\0\0\0\0\0\0\0",
             kstack: [0; rip_ebpf::TASK_STACK_DEPTH],
@@ -582,7 +593,7 @@ mod tests {
         let clock = Clock {
             attached_ns: 1_000,
             now_ns: 11_000,
-            steal_skew_ns: 100,
+            task_clock_skew_ns: 100,
         };
         // Seen leaving the CPU during the window: exact.
         let sw = ThreadRecord {
@@ -597,6 +608,15 @@ mod tests {
         // Estimate below the window: the window is the bound.
         let b = blocked_for(&task(1, 1, 79_000, 80_000), None, &clock).unwrap();
         assert_eq!((b.ns, b.exact), (10_000, false));
+        // Its own CPU's clock, when read, needs no skew allowance; the
+        // larger of the two bounds wins.
+        let mut t = task(1, 1, 50_000, 80_000);
+        t.rq_clock_task = 85_000;
+        let b = blocked_for(&t, None, &clock).unwrap();
+        assert_eq!((b.ns, b.exact), (35_000, false));
+        // An idle CPU's stale clock lowers that bound; the other stands.
+        t.rq_clock_task = 51_000;
+        assert_eq!(blocked_for(&t, None, &clock).unwrap().ns, 29_900);
         // Running threads are not blocked.
         assert!(blocked_for(&task(1, 0, 0, 0), None, &clock).is_none());
     }

@@ -190,6 +190,17 @@ impl KernelBtf {
     /// Offsets of the `task_struct` members the task iterator reads.
     pub fn task_struct(&self) -> Result<TaskOffsets> {
         let o = |m| self.offset_of("task_struct", m);
+        // Without CONFIG_FAIR_GROUP_SCHED there is no se.cfs_rq: the
+        // blocked-time estimate then does without the task's own CPU's
+        // clock (all three 0).
+        let rq = (|| {
+            Ok::<_, Error>((
+                o("se.cfs_rq")?,
+                self.offset_of("cfs_rq", "rq")?,
+                self.offset_of("rq", "clock_task")?,
+            ))
+        })()
+        .unwrap_or((0, 0, 0));
         Ok(TaskOffsets {
             pid: o("pid")?,
             tgid: o("tgid")?,
@@ -208,6 +219,9 @@ impl KernelBtf {
             upid_size: self.size_of("upid")?,
             upid_nr: self.offset_of("upid", "nr")?,
             upid_ns: self.offset_of("upid", "ns")?,
+            se_cfs_rq: rq.0,
+            cfs_rq_rq: rq.1,
+            rq_clock_task: rq.2,
             valid: 1,
         })
     }
