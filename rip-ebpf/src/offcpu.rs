@@ -231,6 +231,21 @@ pub struct OffStats {
     pub no_regs: u64,
 }
 
+impl OffStats {
+    /// Adds `other` (another CPU's counters) to `self`.
+    pub fn merge(&mut self, other: &OffStats) {
+        self.switches += other.switches;
+        self.summed += other.summed;
+        self.short += other.short;
+        self.short_ns += other.short_ns;
+        self.copies += other.copies;
+        self.copies_full += other.copies_full;
+        self.time_full += other.time_full;
+        self.time_full_ns += other.time_full_ns;
+        self.no_regs += other.no_regs;
+    }
+}
+
 // Padded by hand: no implicit padding.
 const _: () = {
     assert!(core::mem::size_of::<OffKey>() == 40);

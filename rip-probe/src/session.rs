@@ -115,11 +115,7 @@ pub struct Session {
     stacks: Option<stacks::Collector>,
 }
 
-/// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`).
-pub(crate) fn monotonic_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use crate::util::monotonic_ns;
 
 impl Session {
     /// Opens the target, loads and attaches the programs (and uprobes).

@@ -419,6 +419,30 @@ impl Drop for Workload {
     }
 }
 
+/// Runs the rip-probe CLI at `exe` with `args`, which must fail with one
+/// line on stderr containing `expect` and print nothing on stdout.
+pub fn assert_one_line_error(exe: &str, args: &[&str], expect: &str) {
+    let (code, out, err) = rip_probe(exe, args);
+    assert_ne!(code, 0, "{args:?}: {out}");
+    assert!(out.is_empty(), "{args:?}: {out}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    assert!(err.contains(expect), "{args:?}: {err}");
+}
+
+/// [`assert_one_line_error`] for the CLI run as nobody without
+/// capabilities (`setpriv`), as a user without root would run it.
+pub fn assert_unprivileged_error(exe: &str, args: &[&str], expect: &str) {
+    let mut all = vec![
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        exe,
+    ];
+    all.extend_from_slice(args);
+    assert_one_line_error("setpriv", &all, expect);
+}
+
 /// Runs the rip-probe CLI at `exe` (pass `env!("CARGO_BIN_EXE_rip-probe-cli")`)
 /// with `args`; returns (exit code, stdout, stderr).
 pub fn rip_probe(exe: &str, args: &[&str]) -> (i32, String, String) {

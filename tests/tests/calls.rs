@@ -9,7 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_tests::{TempDir, Workload, bpf_tests_enabled, build_c, rip_probe, rip_probe_json};
+use rip_tests::{
+    TempDir, Workload, assert_one_line_error, assert_unprivileged_error, bpf_tests_enabled,
+    build_c, rip_probe, rip_probe_json,
+};
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -376,11 +379,7 @@ fn the_process_exiting_mid_window_ends_it_with_what_was_counted() {
 /// Runs `rip-probe calls ARGS`, which must fail with a one-line error
 /// containing `expect`.
 fn one_line_error(args: &[&str], expect: &str) {
-    let (code, out, err) = rip_probe(CLI, args);
-    assert_ne!(code, 0, "{args:?}: {out}");
-    assert!(out.is_empty(), "{args:?}: {out}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
-    assert!(err.contains(expect), "{args:?}: {err}");
+    assert_one_line_error(CLI, args, expect);
 }
 
 #[test]
@@ -426,14 +425,9 @@ fn errors_are_one_line() {
         ],
         "no process with pid 2000000000",
     );
-    let (code, out, err) = rip_probe(
-        "setpriv",
+    assert_unprivileged_error(
+        CLI,
         &[
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            CLI,
             "calls",
             "--pid",
             &pid,
@@ -442,10 +436,8 @@ fn errors_are_one_line() {
             "--duration",
             "1s",
         ],
+        "CAP_BPF",
     );
-    assert_ne!(code, 0, "{out}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("CAP_BPF"), "{err}");
     // Nothing stays attached after the errors: the workload never saw a
     // probe.
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();

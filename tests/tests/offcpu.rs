@@ -11,8 +11,9 @@ use std::{
 };
 
 use rip_tests::{
-    TempDir, Workload, bpf_tests_enabled, build_c, build_librip_release, compile_librip_c,
-    librip_static, marker_line, rip_probe, rip_probe_json, rip_probe_ok, target_dir,
+    TempDir, Workload, assert_one_line_error, assert_unprivileged_error, bpf_tests_enabled,
+    build_c, build_librip_release, compile_librip_c, librip_static, marker_line, rip_probe_json,
+    rip_probe_ok, target_dir,
 };
 use serde_json::Value;
 
@@ -275,10 +276,7 @@ fn instrumented_programs_split_off_cpu_time_by_last_snap() {
 }
 
 fn one_line_error(args: &[&str], needle: &str) {
-    let (code, out, err) = rip_probe(CLI, args);
-    assert_ne!(code, 0, "{args:?} succeeded: {out}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-    assert!(err.contains(needle), "{args:?}: {err}");
+    assert_one_line_error(CLI, args, needle);
 }
 
 /// Bad input is one line that says what to do; the process exiting during
@@ -322,24 +320,11 @@ fn errors_are_one_line_and_an_exit_ends_the_window() {
         ],
         "cannot be used with",
     );
-    let (code, out, err) = rip_probe(
-        "setpriv",
-        &[
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            CLI,
-            "offcpu",
-            "--pid",
-            &pid,
-            "--duration",
-            "1s",
-        ],
+    assert_unprivileged_error(
+        CLI,
+        &["offcpu", "--pid", &pid, "--duration", "1s"],
+        "CAP_BPF",
     );
-    assert_ne!(code, 0, "{out}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("CAP_BPF"), "{err}");
 
     // The workload is killed a second into a 10 s window.
     let mut w = w;

@@ -25,7 +25,7 @@ use super::{
     procfs,
     stacks::{Stacks, unwind},
 };
-use crate::error::Result;
+use crate::{error::Result, util::monotonic_ns};
 
 /// What a window of off-CPU observation gathered, unsymbolized.
 #[derive(Debug, Default)]
@@ -39,11 +39,6 @@ pub struct OffCpuData {
     pub kernel_stacks: HashMap<i32, Vec<u64>>,
     /// The program's counters.
     pub stats: OffStats,
-    /// Stack copies unwound.
-    pub copies_unwound: u64,
-    /// Stack copies that unwound to their first frame only (no CFI, or
-    /// the copy was empty).
-    pub copies_shallow: u64,
     /// Threads off the CPU for the whole window: no switch of theirs was
     /// seen, so the kernel summed nothing for them. Their time (the
     /// window) is in `totals`, under the stack read from their saved
@@ -63,8 +58,6 @@ pub struct OffCpuCollector {
     /// Stacks unwound since [`Self::take_new_stacks`] was last called.
     fresh: Vec<Arc<[u64]>>,
     slots: Vec<u64>,
-    unwound: u64,
-    shallow: u64,
 }
 
 impl OffCpuCollector {
@@ -78,8 +71,6 @@ impl OffCpuCollector {
             user: HashMap::new(),
             fresh: Vec::new(),
             slots: Vec::new(),
-            unwound: 0,
-            shallow: 0,
         }
     }
 
@@ -98,10 +89,6 @@ impl OffCpuCollector {
             let frames = self
                 .stacks
                 .unwind_copy_slots(&regs, &p.bytes[..len], &mut self.slots);
-            self.unwound += 1;
-            if frames.len() <= 1 {
-                self.shallow += 1;
-            }
             let slots = return_slots(p.sp, &self.slots, len);
             let frames: Arc<[u64]> = frames.into();
             // The first answer for a place wins in the program (the hashes
@@ -219,8 +206,6 @@ impl OffCpuCollector {
             user_stacks: self.user,
             kernel_stacks: self.probe.kernel_stacks()?,
             stats: self.probe.stats()?,
-            copies_unwound: self.unwound,
-            copies_shallow: self.shallow,
             whole_window,
             window_ns,
         })
@@ -230,12 +215,6 @@ impl OffCpuCollector {
 /// Mixed into the hash of a stack read at the end for a thread off the
 /// CPU all window, so it never equals one the program computed.
 const WHOLE_WINDOW_MARK: u64 = 0x5157_4f4c_455f_5749;
-
-/// CLOCK_MONOTONIC now, in ns: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
-}
 
 /// The return-address slots of an unwound copy as the program reads them:
 /// byte offsets from `sp`, word-aligned, inside the copy, at most

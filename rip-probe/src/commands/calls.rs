@@ -397,11 +397,10 @@ struct MonotonicToUnix {
 
 impl MonotonicToUnix {
     fn now() -> Self {
-        let mono = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let mono = i128::from(crate::util::monotonic_ns());
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i128);
-        let mono = i128::from(mono.tv_sec) * 1_000_000_000 + i128::from(mono.tv_nsec);
         MonotonicToUnix {
             offset: unix - mono,
         }

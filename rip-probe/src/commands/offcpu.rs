@@ -156,6 +156,7 @@ fn watch(
     let start = Instant::now();
     let mut progress = Progress::start(a.duration);
     let mut snaps_read = Instant::now();
+    let mut threads = thread_count(a.pid);
     let mut named = Instant::now();
     let lost = loop {
         c.serve()?;
@@ -175,8 +176,15 @@ fn watch(
             break None;
         }
         if snaps && snaps_read.elapsed() >= SNAP_REFRESH {
-            // Threads registered since the start.
-            c.set_snap_slots(&snap_slots(a.pid))?;
+            // Threads registered since the last look: the ring is read
+            // again only when the process's thread count moved (a 100,000
+            // thread ring is tens of megabytes; a thread that replaced one
+            // which exited in the same second waits for the next move).
+            let now = thread_count(a.pid);
+            if now != threads {
+                c.set_snap_slots(&snap_slots(a.pid))?;
+                threads = now;
+            }
             snaps_read = Instant::now();
         }
         if let Some(p) = progress.as_mut().filter(|p| p.due()) {
@@ -192,6 +200,15 @@ fn watch(
     })?;
     let elapsed = Duration::from_nanos(data.window_ns);
     Ok((data, elapsed, lost))
+}
+
+/// The number of threads of process `pid` (`Threads:` of its status
+/// file: one small read, whatever the count).
+fn thread_count(pid: u32) -> Option<u64> {
+    let status = read_proc(pid, 0, "status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
 }
 
 /// The `--svg` output file: written whole next to its final place, then

@@ -5,3 +5,10 @@ pub(crate) mod background;
 pub(crate) mod progress;
 pub(crate) mod timefmt;
 pub(crate) mod timing;
+
+/// CLOCK_MONOTONIC now, in ns: the clock of `bpf_ktime_get_ns`, which
+/// every program's timestamps are on.
+pub(crate) fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

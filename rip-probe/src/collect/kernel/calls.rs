@@ -5,14 +5,11 @@
 use std::num::NonZeroU32;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{UProbe, uprobe::UProbeScope},
 };
-use rip_ebpf::{
-    calls::{CallOutlier, CallStats, MAX_FUNCTIONS, names},
-    names as base_names,
-};
+use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS, names};
 use zerocopy::FromBytes;
 
 use super::{missing, pidns, privileges, program, tracefs, uprobe::ProbeSite};
@@ -53,13 +50,7 @@ impl CallsProbe {
         let in_flight = u32::try_from(threads.saturating_mul(2).saturating_add(256) * 8)
             .unwrap_or(u32::MAX)
             .clamp(4096, 1 << 18);
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            // The object's other maps are not used here: smallest sizes.
-            .map_max_entries(base_names::THREADS, 1)
-            .map_max_entries(base_names::LAST_FN, 1)
-            .map_max_entries(base_names::STACKS, 1)
-            .map_max_entries(base_names::EVENTS, 4096)
+        let mut ebpf = super::loader_without_session_maps()
             .map_max_entries(names::CALL_ENTRIES, in_flight)
             .map_max_entries(names::CALL_DEPTH, in_flight)
             .load(super::EBPF_OBJECT)

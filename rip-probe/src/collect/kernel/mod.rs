@@ -551,6 +551,20 @@ pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecor
     Ok(out)
 }
 
+/// A loader of rip-ebpf's object for a command that runs none of the
+/// `--pid` session's programs: every loader creates every map of the
+/// object, so the session's per-thread tables, stacks and events get their
+/// smallest sizes.
+pub(crate) fn loader_without_session_maps<'a>() -> EbpfLoader<'a> {
+    let mut l = EbpfLoader::new();
+    l.btf(None)
+        .map_max_entries(names::THREADS, 1)
+        .map_max_entries(names::LAST_FN, 1)
+        .map_max_entries(names::STACKS, 1)
+        .map_max_entries(names::EVENTS, 4096);
+    l
+}
+
 /// Program `name` of `ebpf`, as its type `P`.
 fn program<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut P>
 where

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     programs::TracePoint,
 };
@@ -92,15 +92,9 @@ impl OffCpuProbe {
             kernel_stacks: u32::from(opts.kernel_stacks),
             snaps: u32::from(opts.snaps),
         };
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
+        let mut ebpf = super::loader_without_session_maps()
             .override_global(base_names::CONFIG, &setup.config, true)
             .override_global(names::OFFCPU, &config, true)
-            // The object's other per-thread maps are not used here.
-            .map_max_entries(base_names::THREADS, 1)
-            .map_max_entries(base_names::LAST_FN, 1)
-            .map_max_entries(base_names::STACKS, 1)
-            .map_max_entries(base_names::EVENTS, 4096)
             .map_max_entries(names::OFF_SLOTS, PLACES)
             .map_max_entries(names::OFF_KNOWN, KNOWN)
             .map_max_entries(names::OFF_PENDING, MAX_PENDING)
@@ -197,14 +191,7 @@ impl OffCpuProbe {
         let mut map: BpfHashMap<_, Place, ReturnSlots> = self.hash_map(names::OFF_SLOTS)?;
         match map.insert(place, *slots, BPF_NOEXIST) {
             Ok(()) => Ok(true),
-            Err(aya::maps::MapError::SyscallError(e))
-                if matches!(
-                    e.io_error.raw_os_error(),
-                    Some(libc::EEXIST | libc::E2BIG | libc::ENOMEM)
-                ) =>
-            {
-                Ok(false)
-            }
+            Err(e) if full(&e) || errno(&e) == Some(libc::EEXIST) => Ok(false),
             Err(e) => Err(Error::map("filling OFF_SLOTS", e)),
         }
     }
@@ -213,13 +200,9 @@ impl OffCpuProbe {
     pub fn mark_known(&mut self, hash: u64) -> Result<()> {
         let mut map: BpfHashMap<_, u64, u8> = self.hash_map(names::OFF_KNOWN)?;
         match map.insert(hash, 1, 0) {
-            Ok(()) => Ok(()),
             // Full: copies of that stack keep coming, and are ignored.
-            Err(aya::maps::MapError::SyscallError(e))
-                if matches!(e.io_error.raw_os_error(), Some(libc::E2BIG | libc::ENOMEM)) =>
-            {
-                Ok(())
-            }
+            Ok(()) => Ok(()),
+            Err(e) if full(&e) => Ok(()),
             Err(e) => Err(Error::map("filling OFF_KNOWN", e)),
         }
     }
@@ -237,11 +220,7 @@ impl OffCpuProbe {
         for (tid, s) in &global {
             match map.insert(tid, s, 0) {
                 Ok(()) => {}
-                Err(aya::maps::MapError::SyscallError(e))
-                    if matches!(e.io_error.raw_os_error(), Some(libc::E2BIG | libc::ENOMEM)) =>
-                {
-                    break;
-                }
+                Err(e) if full(&e) => break,
                 Err(e) => return Err(Error::map("filling OFF_SNAP_SLOTS", e)),
             }
         }
@@ -287,17 +266,7 @@ impl OffCpuProbe {
             .get(&0, 0)
             .map_err(|e| Error::map("reading OFF_STATS", e))?;
         let mut s = OffStats::default();
-        for c in per_cpu.iter() {
-            s.switches += c.switches;
-            s.summed += c.summed;
-            s.short += c.short;
-            s.short_ns += c.short_ns;
-            s.copies += c.copies;
-            s.copies_full += c.copies_full;
-            s.time_full += c.time_full;
-            s.time_full_ns += c.time_full_ns;
-            s.no_regs += c.no_regs;
-        }
+        per_cpu.iter().for_each(|c| s.merge(c));
         Ok(s)
     }
 
@@ -315,4 +284,18 @@ impl OffCpuProbe {
             .map(|(id, st)| (id as i32, st.frames().iter().map(|f| f.ip).collect()))
             .collect())
     }
+}
+
+/// The errno of a failed map syscall.
+fn errno(e: &aya::maps::MapError) -> Option<i32> {
+    match e {
+        aya::maps::MapError::SyscallError(e) => e.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// Whether an insert failed because the map is full (`E2BIG`; `ENOMEM`
+/// from a preallocated map out of elements).
+fn full(e: &aya::maps::MapError) -> bool {
+    matches!(errno(e), Some(libc::E2BIG | libc::ENOMEM))
 }

@@ -18,7 +18,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use aya::{Btf, Ebpf, EbpfLoader, programs::Iter};
+use aya::{Btf, Ebpf, programs::Iter};
 use rip_ebpf::{Config, SwitchEvent, TaskRecord, names, pid_ns};
 
 use super::{EBPF_OBJECT, program, run_task_iter};
@@ -143,14 +143,9 @@ impl NsIds {
             emit_events: 0,
             ..*base
         };
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
+        // Only the iterator runs.
+        let mut ebpf = super::loader_without_session_maps()
             .override_global(names::CONFIG, &config, true)
-            // Only the iterator runs: the other maps at their smallest.
-            .map_max_entries(names::THREADS, 1)
-            .map_max_entries(names::LAST_FN, 1)
-            .map_max_entries(names::STACKS, 1)
-            .map_max_entries(names::EVENTS, 4096)
             .load(EBPF_OBJECT)
             .map_err(Error::load)?;
         let iter: &mut Iter = program(&mut ebpf, prog)?;
