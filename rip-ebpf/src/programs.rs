@@ -381,12 +381,19 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
     // SAFETY: as above.
     let rd64 =
         |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u64) }.unwrap_or(0);
-    let (tid, tgid) = (rd32(t.pid), rd32(t.tgid));
+    // The iterator visits every task of the host: the others leave after
+    // one read (all of them in FIND mode, whose target is known by its id
+    // in our namespace: after the leader's id there).
+    let tgid = rd32(t.tgid);
+    if cfg.pid_ns != pid_ns::FIND && tgid != cfg.target_tgid {
+        return 0;
+    }
+    let tid = rd32(t.pid);
     let (ns_tid, ns_tgid) = match cfg.pid_ns {
-        pid_ns::HOST if tgid == cfg.target_tgid => (tid, tgid),
-        pid_ns::RECORD if tgid == cfg.target_tgid => ns_ids(base, &cfg),
-        pid_ns::FIND => match ns_ids(base, &cfg) {
-            (tid, tgid) if tgid == cfg.target_tgid && tgid != 0 => (tid, tgid),
+        pid_ns::HOST => (tid, tgid),
+        pid_ns::RECORD => ns_ids(base, &cfg, None),
+        pid_ns::FIND => match ns_ids(base, &cfg, Some(cfg.target_tgid)) {
+            (tid, tgid) if tgid != 0 => (tid, tgid),
             _ => return 0,
         },
         _ => return 0,
@@ -442,13 +449,14 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
     0
 }
 
-/// A task's thread and process ids in rip-probe's pid namespace (0 where
+/// A task's thread and process ids in rip-probe's pid namespace ((0, 0)
+/// for a process other than `want_tgid` when given; 0 where
 /// it is not in it), as the kernel's `pid_nr_ns` finds them: the
 /// namespace is the one of the task running the iterator (rip-probe,
 /// reading it), at depth `level`; a task's `struct pid` holds its id at
 /// each depth, valid for us when that depth's namespace is ours.
 #[inline(always)]
-fn ns_ids(task: *const u8, cfg: &Config) -> (u32, u32) {
+fn ns_ids(task: *const u8, cfg: &Config, want_tgid: Option<u32>) -> (u32, u32) {
     let t = &cfg.task;
     // SAFETY: every read goes through bpf_probe_read_kernel, which
     // tolerates any address; offsets come from BTF.
@@ -480,6 +488,10 @@ fn ns_ids(task: *const u8, cfg: &Config) -> (u32, u32) {
     };
     let leader = rd(task, t.group_leader);
     let tgid = if leader.is_null() { 0 } else { nr(leader) };
+    if want_tgid.is_some_and(|w| w != tgid) {
+        // Not the process looked for: its thread's id is not needed.
+        return (0, 0);
+    }
     (nr(task), tgid)
 }
 

@@ -71,7 +71,7 @@ impl OffCpuProbe {
         regs: Option<RegsSource>,
     ) -> Result<Self> {
         let mut setup = SwitchSetup::new(tgid, false, regs)?;
-        let ids = NsIds::find_here(tgid)?;
+        let ids = NsIds::find_with(tgid, &setup)?;
         if let Some(ids) = &ids {
             setup.config.target_tgid = ids.table.global_tgid();
         }

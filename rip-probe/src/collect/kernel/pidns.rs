@@ -42,6 +42,8 @@ pub(crate) struct IdTable {
     global_tgid: u32,
     /// Global tid → the namespace's.
     to_ns: HashMap<u32, u32>,
+    /// The namespace's tid → the global one.
+    from_ns: HashMap<u32, u32>,
 }
 
 impl IdTable {
@@ -61,6 +63,7 @@ impl IdTable {
         {
             self.global_tgid = r.tgid;
             self.to_ns.insert(r.tid, r.ns_tid);
+            self.from_ns.insert(r.ns_tid, r.tid);
         }
     }
 
@@ -86,9 +89,7 @@ impl IdTable {
 
     /// The kernel's id of the thread the namespace calls `ns`, if known.
     pub(crate) fn to_global(&self, ns: u32) -> Option<u32> {
-        self.to_ns
-            .iter()
-            .find_map(|(&g, &n)| (n == ns).then_some(g))
+        self.from_ns.get(&ns).copied()
     }
 
     /// The report iterator's records, learnt from and then given the
@@ -186,6 +187,18 @@ impl NsIds {
         let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
         let (_, iter) = features.regs_source().programs();
         Self::find(ns, ns_tgid, &base, &btf, iter).map(Some)
+    }
+
+    /// [`Self::find_here`] for a command that has read the kernel's types
+    /// and features already (`setup`): its offsets and its build of the
+    /// iterator.
+    pub(crate) fn find_with(ns_tgid: u32, setup: &super::SwitchSetup) -> Result<Option<Self>> {
+        let Some(ns) = ours() else {
+            return Ok(None);
+        };
+        let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+        let (_, iter) = setup.features.regs_source().programs();
+        Self::find(ns, ns_tgid, &setup.config, &btf, iter).map(Some)
     }
 
     /// Runs the finding pass again: learns the threads created since.
