@@ -10,7 +10,7 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         generated::bpf_probe_read_user as probe_read_user_raw,
     },
     macros::{map, uprobe, uretprobe},
@@ -103,16 +103,11 @@ pub fn calls_entry(ctx: ProbeContext) -> u32 {
         unsafe { (*stats).untimed += 1 };
         return 0;
     }
-    // At entry the word at the stack pointer is the caller's return
-    // address: where the thread was, without unwinding.
-    // SAFETY: bpf_probe_read_user checks the address.
-    let ret_addr = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
     // SAFETY: no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     let entry = CallEntry {
         ts_ns,
         sp,
-        ret_addr,
         fn_id,
         _pad: 0,
     };
@@ -161,12 +156,10 @@ pub fn calls_return(ctx: RetProbeContext) -> u32 {
     if entry.sp.wrapping_add(8) != sp {
         return 0;
     }
-    if depth == 1 {
-        let _ = CALL_DEPTH.remove(tid);
-    } else {
-        // SAFETY: as above.
-        unsafe { *depth_ptr = depth - 1 };
-    }
+    // The thread's entry stays (at 0) for its next call: no insert and
+    // delete per outermost call.
+    // SAFETY: as above.
+    unsafe { *depth_ptr = depth - 1 };
     let _ = CALL_ENTRIES.remove(key);
     let Some(stats) = CALL_STATS.get_ptr_mut(entry.fn_id) else {
         return 0;
@@ -200,7 +193,9 @@ pub fn calls_return(ctx: RetProbeContext) -> u32 {
                 unsafe {
                     (*o).start_ns = entry.ts_ns;
                     (*o).duration_ns = ns;
-                    (*o).ret_addr = entry.ret_addr;
+                    // The kernel has put the return address back in the
+                    // instruction pointer before running return probes.
+                    (*o).ret_addr = (*ctx.regs).rip;
                     (*o).tid = tid;
                     (*o).fn_id = entry.fn_id;
                     (*o).sp = sp;

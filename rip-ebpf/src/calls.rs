@@ -32,23 +32,9 @@ pub fn bucket(ns: u64) -> usize {
     if ns < 4 {
         return ns as usize;
     }
-    let k = log2(ns);
+    let k = crate::log2(ns);
     let sub = (ns >> (k - 2)) & 3;
     (4 * (k - 1) + sub) as usize
-}
-
-/// `floor(log2(v))` for `v > 0`, by halving steps: BPF has no
-/// count-leading-zeros instruction.
-#[inline(always)]
-fn log2(mut v: u64) -> u64 {
-    let mut k = 0;
-    for shift in [32, 16, 8, 4, 2, 1] {
-        if v >> shift != 0 {
-            v >>= shift;
-            k += shift;
-        }
-    }
-    k
 }
 
 /// The latencies bucket `i` holds: `[lo, hi)` in nanoseconds (`hi` is
@@ -139,8 +125,6 @@ pub struct CallEntry {
     /// The stack pointer at entry: the return leaves it 8 bytes higher,
     /// which is how a return is matched to its entry.
     pub sp: u64,
-    /// The caller's return address (the word at `sp` on entry).
-    pub ret_addr: u64,
     /// The function's id.
     pub fn_id: u32,
     /// Explicit padding, always 0.
@@ -193,7 +177,7 @@ pub struct CallOutlier {
 
 // Padded by hand: no implicit padding.
 const _: () = {
-    assert!(core::mem::size_of::<CallEntry>() == 32);
+    assert!(core::mem::size_of::<CallEntry>() == 24);
     assert!(core::mem::size_of::<CallOutlier>() == 56 + OUTLIER_STACK);
     assert!(core::mem::size_of::<CallStats>() == 8 * (8 + BUCKETS));
 };
@@ -216,8 +200,6 @@ pub mod names {
     pub const CALL_DEPTH: &str = "CALL_DEPTH";
     /// Outliers, `RingBuf` of [`super::CallOutlier`].
     pub const CALL_OUTLIERS: &str = "CALL_OUTLIERS";
-    /// The target process, a `u32` global.
-    pub const CALLS_TGID: &str = "CALLS_TGID";
 }
 
 #[cfg(feature = "user")]

@@ -157,31 +157,7 @@ pub fn log2_bucket(ns: u64) -> usize {
     if ns == 0 {
         return 0;
     }
-    let mut v = ns;
-    let mut r = 1usize;
-    if v >= 1 << 32 {
-        v >>= 32;
-        r += 32;
-    }
-    if v >= 1 << 16 {
-        v >>= 16;
-        r += 16;
-    }
-    if v >= 1 << 8 {
-        v >>= 8;
-        r += 8;
-    }
-    if v >= 1 << 4 {
-        v >>= 4;
-        r += 4;
-    }
-    if v >= 1 << 2 {
-        v >>= 2;
-        r += 2;
-    }
-    if v >= 1 << 1 {
-        r += 1;
-    }
+    let r = crate::log2(ns) as usize + 1;
     if r >= HIST_BUCKETS {
         HIST_BUCKETS - 1
     } else {

@@ -11,6 +11,21 @@ pub mod calls;
 pub mod contention;
 pub mod offcpu;
 
+/// `floor(log2(v))` for `v > 0`, by halving steps: BPF has no
+/// count-leading-zeros instruction. Shared by the latency histograms of
+/// `calls` and `locks`.
+#[inline(always)]
+pub fn log2(mut v: u64) -> u64 {
+    let mut k = 0;
+    for shift in [32, 16, 8, 4, 2, 1] {
+        if v >> shift != 0 {
+            v >>= shift;
+            k += shift;
+        }
+    }
+    k
+}
+
 /// Tracepoint field offsets and target selection, written into the program's
 /// `CONFIG` global by the loader before the program is loaded.
 ///

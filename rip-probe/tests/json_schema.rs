@@ -90,7 +90,7 @@ fn an_offcpu_report_validates_against_its_schema() {
     sparse.snaps.clear();
     for r in [full, sparse] {
         let mut out = Vec::new();
-        rip_probe::render::offcpu_json(&r, &mut out).unwrap();
+        rip_probe::render::json(&r, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{errors:#?}");
@@ -223,7 +223,7 @@ fn a_calls_report_validates_against_its_schema() {
     sparse.outliers.clear();
     for r in [calls_report(), sparse] {
         let mut out = Vec::new();
-        rip_probe::render::calls_json(&r, &mut out).unwrap();
+        rip_probe::render::json(&r, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{errors:#?}");

@@ -157,6 +157,10 @@ fn exact_counts_and_histograms_of_known_sleeps() {
     let count = function(&r, "count_me");
     assert_eq!(count["calls"], 12345, "{count}");
     assert_eq!(count["timed"], 12345, "{count}");
+    // The module is the binary as the process knows it, not the /proc
+    // path rip-probe reached it through.
+    let exe = std::fs::read_link(format!("/proc/{}/exe", w.pid())).unwrap();
+    assert_eq!(count["module"], exe.to_str().unwrap(), "{count}");
 
     // 2.2 ms lies in [2M, 4M) ns, 17 ms in [16M, 32M) ns.
     let short = function(&r, "sleep_short");

@@ -141,7 +141,9 @@ pub fn open_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<MappedRing>, Re
     let mut rings: Vec<MappedRing> = Vec::new();
     for m in files {
         let Some(path) = m.file() else { continue };
-        if rings.iter().any(|r| r.path == path) {
+        // A ring is a shared mapping: the process's binaries and libraries
+        // (private) are not opened to look for one.
+        if !m.perms.ends_with('s') || rings.iter().any(|r| r.path == path) {
             continue;
         }
         if let Some((file, via)) = open_mapped_via(pid, m)

@@ -17,14 +17,15 @@ use crate::{
 /// Only regular files: a FIFO or device put in a mapped file's place is
 /// left out.
 pub(crate) fn code_files(pid: u32) -> Vec<PathBuf> {
+    // The kernel picks the executable mappings (PROCMAP_QUERY, 6.11 on).
     let files = librip::reader::ProcessMaps::open(pid)
-        .and_then(|m| m.file_backed().map(<[_]>::to_vec))
+        .and_then(|m| m.executable())
         .unwrap_or_default();
     let mut seen = std::collections::HashSet::new();
     let mut v = Vec::new();
     for m in files {
         let Some(path) = m.file() else { continue };
-        if !m.is_exec() || !seen.insert(path.to_path_buf()) {
+        if !seen.insert(path.to_path_buf()) {
             continue;
         }
         v.extend(code_path(pid, &m));
@@ -34,15 +35,15 @@ pub(crate) fn code_files(pid: u32) -> Vec<PathBuf> {
 
 /// The path through which a file mapping of process `pid` is read:
 /// `/proc/PID/map_files/…` where this process may use it, else the path
-/// itself if it is still the mapped inode. The symbolizer caches what it
-/// parsed by path, so the warm-up and the reports name each binary the
-/// same way.
+/// itself if it is still the mapped inode, here or inside the process's
+/// root (`/proc/PID/root/…`, another mount namespace). The symbolizer
+/// caches what it parsed by path, so the warm-up and the reports name each
+/// binary the same way.
 pub(crate) fn code_path(pid: u32, m: &librip::reader::MapsLine) -> Option<PathBuf> {
-    let via = m.map_files(pid);
-    if librip::reader::RegularFile::open(&via, librip::reader::Follow::Yes).is_ok() {
-        Some(via)
-    } else {
-        librip::reader::open_mapped(pid, m).and_then(|_| Some(m.file()?.to_path_buf()))
+    use librip::reader::Via;
+    match librip::reader::open_mapped_via(pid, m)? {
+        (_, Via::MapFiles(p) | Via::Root(p)) => Some(p),
+        (_, Via::Path) => Some(m.file()?.to_path_buf()),
     }
 }
 

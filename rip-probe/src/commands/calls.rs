@@ -116,7 +116,9 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
         .map(|(i, (site, stats))| {
             function_calls(
                 names[i].clone(),
-                site.binary.display().to_string(),
+                // The path the process knows the binary by, not the one
+                // rip-probe reached it through (/proc/PID/...).
+                site.mapped.display().to_string(),
                 site.file_offset,
                 stats,
                 thresholds[i],
@@ -155,7 +157,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
         warnings,
     };
     if a.json {
-        render::calls_json(&report, &mut *out).map_err(write_err)?;
+        render::json(&report, &mut *out).map_err(write_err)?;
     } else {
         render::calls_text(&report, &mut *out).map_err(write_err)?;
     }
@@ -193,7 +195,7 @@ fn resolve_all(pid: u32, patterns: &[String]) -> Result<Vec<ProbeSite>> {
         for s in uprobe::resolve(pid, p)? {
             if !sites
                 .iter()
-                .any(|o| o.binary == s.binary && o.file_offset == s.file_offset)
+                .any(|o| o.mapped == s.mapped && o.file_offset == s.file_offset)
             {
                 sites.push(s);
             }

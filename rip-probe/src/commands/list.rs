@@ -70,16 +70,9 @@ pub(crate) fn run(_: &ListArgs, out: &mut dyn Write) -> Result<()> {
     out.flush().map_err(err)
 }
 
-/// Process `pid`'s row, if it maps a ring it wrote. Only processes with a
-/// shared file mapping (rings are mapped shared) have their rings read.
+/// Process `pid`'s row, if it maps a ring it wrote. (The ring search opens
+/// shared file mappings only: a process without one costs a maps query.)
 fn row(pid: u32) -> Option<Row> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let shared = librip::reader::parse_maps(&maps)
-        .iter()
-        .any(|m| m.perms.ends_with('s') && m.file().is_some());
-    if !shared {
-        return None;
-    }
     let ring = RingView::of_process(pid).ok()?;
     if !ring.written_by(pid) {
         return None;

@@ -137,7 +137,7 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
     } else if a.folded {
         render::offcpu_folded(&report, &mut *out).map_err(write_err)?;
     } else if a.json {
-        render::offcpu_json(&report, &mut *out).map_err(write_err)?;
+        render::json(&report, &mut *out).map_err(write_err)?;
     } else {
         render::offcpu_text(&report, &mut *out).map_err(write_err)?;
     }

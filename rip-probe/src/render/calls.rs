@@ -10,14 +10,7 @@ use crate::{
     util::timefmt::{duration, utc},
 };
 
-/// Writes `report` as one line of JSON and a newline (schema in
-/// docs/JSON.md).
-pub fn calls_json(report: &CallsReport, mut w: impl Write) -> io::Result<()> {
-    serde_json::to_writer(&mut w, report).map_err(io::Error::other)?;
-    writeln!(w)
-}
-
-/// Writes `report` as text.
+/// Writes `r` as text.
 pub fn calls_text(r: &CallsReport, w: &mut dyn Write) -> io::Result<()> {
     let p = &r.process;
     writeln!(

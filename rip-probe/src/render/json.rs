@@ -2,8 +2,8 @@
 
 use std::io::{self, Write};
 
-/// Writes `report` (a [`crate::model::Report`], or the
-/// [`crate::model::contention::LocksReport`] of `rip-probe locks`) as one
+/// Writes `report` (a [`crate::model::Report`], or the report of `locks`,
+/// `calls` or `offcpu`) as one
 /// line of JSON followed by a newline (compact: a report of ten thousand
 /// threads is tens of megabytes pretty-printed; pipe it to `jq` to read
 /// it).

@@ -13,9 +13,9 @@ mod tasks;
 mod text;
 mod words;
 
-pub use calls::{calls_json, calls_text};
+pub use calls::calls_text;
 pub use contention::locks;
 pub use folded::folded;
 pub use json::json;
-pub use offcpu::{offcpu_folded, offcpu_folded_lines, offcpu_json, offcpu_svg, offcpu_text};
+pub use offcpu::{offcpu_folded, offcpu_folded_lines, offcpu_svg, offcpu_text};
 pub use text::{escape, grouped, history, live};

@@ -24,13 +24,6 @@ const TEXT_STACKS: usize = 20;
 /// Kernel frames shown per stack in the text view.
 const KERNEL_FRAMES: usize = 12;
 
-/// Writes `report` as one line of JSON and a newline (schema in
-/// docs/JSON.md).
-pub fn offcpu_json(report: &OffCpuReport, mut w: impl Write) -> io::Result<()> {
-    serde_json::to_writer(&mut w, report).map_err(io::Error::other)?;
-    writeln!(w)
-}
-
 /// Writes `report` as text.
 pub fn offcpu_text(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
     let p = &r.process;

@@ -410,11 +410,6 @@ impl KernelProbe {
         uprobe::attach(&mut self.ebpf, self.tgid, sites)
     }
 
-    /// The last function each thread entered, from the uprobes.
-    pub fn uprobe_hits(&self) -> Result<HashMap<u32, FnHit>> {
-        self.read_table(names::LAST_FN)
-    }
-
     /// Takes the switch-event stream. Only one stream exists per probe.
     pub fn take_events(&mut self) -> Result<EventStream> {
         let map = self

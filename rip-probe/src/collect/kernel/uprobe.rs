@@ -22,8 +22,6 @@ use blazesym::{
 };
 use rip_ebpf::names;
 
-use librip::reader::Via;
-
 use crate::error::{Error, Result};
 
 /// More probes than this would make attaching slow and the target slower
@@ -72,16 +70,12 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
                     ))
                 })?;
             let shown = PathBuf::from(&found.name);
-            let reach = match librip::reader::open_mapped_via(pid, found) {
-                Some((_, Via::MapFiles(p) | Via::Root(p))) => p,
-                Some((_, Via::Path)) => shown.clone(),
-                None => {
-                    return Err(Error::Usage(format!(
-                        "--uprobe {spec}: {} cannot be opened from here",
-                        shown.display()
-                    )));
-                }
-            };
+            let reach = crate::collect::procfs::code_path(pid, found).ok_or_else(|| {
+                Error::Usage(format!(
+                    "--uprobe {spec}: {} cannot be opened from here",
+                    shown.display()
+                ))
+            })?;
             Ok((reach, shown, pat.to_string()))
         }
         _ => {

@@ -53,6 +53,14 @@ pub struct Stacks {
     cut: u64,
 }
 
+/// Where a signal frame's `struct ucontext` holds the interrupted rbp,
+/// rsp and rip (`uc_mcontext` at 40; x86-64 ABI).
+const UC_RBP: u64 = 120;
+/// See [`UC_RBP`].
+const UC_RSP: u64 = 160;
+/// See [`UC_RBP`].
+const UC_RIP: u64 = 168;
+
 /// Registers to start a walk from (a perf sample's, or a test's).
 pub(crate) fn regs(ip: u64, sp: u64, bp: u64) -> UserRegs {
     UserRegs {
@@ -268,7 +276,7 @@ impl Stacks {
                 // rip at 168 (x86-64 ABI).
                 let uc = r.sp();
                 let mut rd = |off: u64| Self::word(&mut self.memory, copy, uc.wrapping_add(off));
-                let (Some(bp), Some(sp), Some(ip)) = (rd(120), rd(160), rd(168)) else {
+                let (Some(bp), Some(sp), Some(ip)) = (rd(UC_RBP), rd(UC_RSP), rd(UC_RIP)) else {
                     break;
                 };
                 if !self.is_code(ip) {
@@ -279,7 +287,7 @@ impl Stacks {
                 // still in its function unless it was the first one).
                 out.push(ip);
                 if let Some(s) = slots.as_deref_mut() {
-                    s.push(uc.wrapping_add(168));
+                    s.push(uc.wrapping_add(UC_RIP));
                 }
                 r = UnwindRegsX86_64::new(ip, sp, bp);
                 addr = FrameAddress::from_instruction_pointer(ip);
