@@ -6,9 +6,10 @@
 use std::collections::HashMap;
 
 use librip::reader::{MapsLine, ProcessMaps};
-use rip_ebpf::contention::{HIST_BUCKETS, LockStat, WAKER_STACK_WORDS, WakerStat};
+use rip_ebpf::contention::{LockStat, WAKER_STACK_WORDS, WakerStat};
 
 use crate::{
+    analyze::hist::Log2Hist,
     collect::{
         kernel::contention::{Counted, MAX_LOCKS},
         locks,
@@ -147,22 +148,19 @@ pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksR
     }
 }
 
-/// The non-empty span of a lock's histogram.
+/// The non-empty span of a lock's histogram (the kernel's buckets are
+/// [`Log2Hist`]'s).
 fn histogram(stat: &LockStat) -> Vec<HistBucket> {
-    let used = |i: &usize| stat.hist[*i] > 0;
-    let (Some(first), Some(last)) = ((0..HIST_BUCKETS).find(used), (0..HIST_BUCKETS).rfind(used))
-    else {
-        return Vec::new();
-    };
-    (first..=last)
-        .map(|i| HistBucket {
-            low_ns: if i == 0 { 0 } else { 1 << (i - 1) },
-            high_ns: if i == 0 {
-                1
-            } else {
-                1u64.checked_shl(i as u32).unwrap_or(u64::MAX)
-            },
-            count: stat.hist[i],
+    let mut h = Log2Hist::default();
+    for (i, &n) in stat.hist.iter().enumerate().filter(|(_, n)| **n > 0) {
+        h.add(Log2Hist::bounds(i).0, n);
+    }
+    h.buckets()
+        .into_iter()
+        .map(|b| HistBucket {
+            low_ns: b.lo_ns,
+            high_ns: b.hi_ns,
+            count: b.count,
         })
         .collect()
 }
@@ -200,7 +198,7 @@ fn is_libc(path: &str) -> bool {
 /// The executable mapping holding `addr`.
 fn code_at(maps: &[MapsLine], addr: u64) -> Option<&MapsLine> {
     maps.iter()
-        .find(|m| (m.start..m.end).contains(&addr) && m.perms.as_bytes().get(2) == Some(&b'x'))
+        .find(|m| (m.start..m.end).contains(&addr) && m.is_exec())
 }
 
 /// Whether the instruction before `ra` is a call: `call rel32` (e8),
@@ -275,7 +273,7 @@ mod tests {
             max_ns: 0,
             op: 0,
             val: 0,
-            hist: [0; HIST_BUCKETS],
+            hist: [0; rip_ebpf::contention::HIST_BUCKETS],
         };
         for &(i, n) in buckets {
             s.hist[i] = n;

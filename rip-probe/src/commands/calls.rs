@@ -139,6 +139,14 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
             crate::util::timefmt::duration(w.elapsed.as_nanos() as u64)
         ));
     }
+    let untimed: u64 = w.stats.iter().map(|s| s.untimed).sum();
+    if untimed > 0 {
+        warnings.push(format!(
+            "{untimed} calls were counted but not timed (nested more than {} deep, or the \
+             kernel's table of calls in flight was full)",
+            rip_ebpf::calls::MAX_DEPTH
+        ));
+    }
     let dropped: u64 = w.stats.iter().map(|s| s.outliers_dropped).sum();
     if dropped > 0 {
         warnings.push(format!(

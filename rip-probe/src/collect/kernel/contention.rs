@@ -252,12 +252,9 @@ impl LockProbe {
 
     /// A whole hash map of the programs, copied out.
     fn table<K: aya::Pod, V: aya::Pod>(&self, name: &str) -> Result<Vec<(K, V)>> {
-        let map: BpfHashMap<&MapData, K, V> = BpfHashMap::try_from(
-            self.ebpf
-                .map(name)
-                .ok_or_else(|| Error::MissingFromObject(name.to_string()))?,
-        )
-        .map_err(|e| Error::map(format!("opening {name}"), e))?;
+        let map: BpfHashMap<&MapData, K, V> =
+            BpfHashMap::try_from(self.ebpf.map(name).ok_or_else(|| super::missing(name))?)
+                .map_err(|e| Error::map(format!("opening {name}"), e))?;
         map.iter()
             .map(|kv| kv.map_err(|e| Error::map(format!("reading {name}"), e)))
             .collect()
