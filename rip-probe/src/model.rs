@@ -251,10 +251,14 @@ pub struct WaitsFor {
     /// What names the lock: its data symbol (`g_table_lock`,
     /// `table+0x40`), or the memory it lives in (`heap 0x…`).
     pub symbol: Option<String>,
-    /// `mutex`, `pi_futex`, `rwlock`, `condvar` or `futex`.
+    /// `mutex`, `pi_futex`, `rwlock`, `condvar`, `parked`, `runtime` or
+    /// `futex`.
     pub kind: LockKind,
     /// A glibc mutex's flavour.
     pub mutex: Option<MutexFlavor>,
+    /// For a wait inside a language runtime (`parked`, `runtime`): which
+    /// one, read from the waiter's stack.
+    pub runtime: Option<RuntimeWait>,
     /// Who holds it, or why that is not known.
     pub owner: Owner,
     /// The owning thread, when it is a live thread of the process.
@@ -467,8 +471,35 @@ pub enum LockKind {
     Rwlock,
     /// A glibc `pthread_cond_t`.
     Condvar,
+    /// A thread parked until another wakes it (Rust `thread::park`, an
+    /// idle Go M on its note): no lock is held.
+    Parked,
+    /// Another wait inside a language runtime (a Go runtime lock): no
+    /// glibc lock, and no owner is recorded.
+    Runtime,
     /// A futex no known lock layout fits.
     Futex,
+}
+
+/// A futex wait inside a language runtime, recognised by the waiter's
+/// stack (the runtime's own functions), never by the futex word's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeWait {
+    /// Go: an M (OS thread) with no goroutine to run, asleep on its note
+    /// (`runtime.stopm` → `runtime.notesleep`).
+    GoIdleM,
+    /// Go: a note slept on with a timeout (`runtime.notetsleep`: sysmon,
+    /// timers).
+    GoTimedNote,
+    /// Go: a note slept on for another reason (`runtime.notesleep`).
+    GoNote,
+    /// Go: a runtime-internal lock (`runtime.lock2`).
+    GoRuntimeLock,
+    /// Go: another wait in the runtime's futex (`runtime.futexsleep`).
+    GoFutex,
+    /// Rust: `std::thread::park` or `park_timeout`.
+    RustPark,
 }
 
 impl LockKind {
@@ -479,6 +510,8 @@ impl LockKind {
             LockKind::PiFutex => "PI futex",
             LockKind::Rwlock => "rwlock",
             LockKind::Condvar => "condition variable",
+            LockKind::Parked => "parked",
+            LockKind::Runtime => "runtime wait",
             LockKind::Futex => "futex",
         }
     }
@@ -578,6 +611,30 @@ pub enum Owner {
         /// Why.
         reason: String,
     },
+    /// What was read does not hold still: the lock is changing hands, so
+    /// no owner is claimed.
+    Changing {
+        /// What moved.
+        cause: LockChange,
+    },
+}
+
+/// Why a lock's owner is not claimed although one was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LockChange {
+    /// The lock read twice, a moment apart, gave two different owners.
+    ReadsDisagree,
+    /// The waiter was no longer in that wait when its state was read.
+    WaitEnded,
+    /// The owner read was itself waiting for that lock: it had released
+    /// it and queued again (a relock by its owner would not wait: an
+    /// error-checking or recursive mutex returns or counts, an rwlock
+    /// returns `EDEADLK`).
+    OwnerWaitsForIt,
+    /// A cycle of waits seen once was gone on a second look a few
+    /// milliseconds later: no deadlock.
+    CycleGone,
 }
 
 impl Owner {

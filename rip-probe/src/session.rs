@@ -338,11 +338,50 @@ impl Session {
         }
         if !lost_now {
             timing::phase("locks", || {
-                analyze::waits::fill(&mut report, self.target.pid(), maps.as_ref())
+                lock_waits(&mut report, self.target.pid(), maps.as_ref())
             });
         }
         Ok(report)
     }
+}
+
+/// How long after the first look a cycle of waits is looked at again:
+/// long enough for a hot lock to change hands (its holders keep it
+/// microseconds to a few milliseconds), short beside a real deadlock.
+const SECOND_LOOK: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The lock stage: collect the evidence for the futex waiters (each lock
+/// read, the threads' waits, each lock read again), name the locks, let
+/// analyze judge it; a cycle it finds is collected and judged again
+/// [`SECOND_LOOK`] later, and is a deadlock only if it is still there.
+fn lock_waits(report: &mut Report, pid: u32, maps: Option<&librip::reader::ProcessMaps>) {
+    let waits = analyze::waits::futex_waits(report);
+    if waits.is_empty() {
+        return;
+    }
+    let ev = crate::collect::locks::evidence(pid, &waits);
+    let mut data = crate::symbolize::data::DataNames::new(pid, maps);
+    let names: HashMap<u64, Option<String>> = ev
+        .locks
+        .values()
+        .flatten()
+        .flat_map(|r| [r.first.addr, r.first.futex])
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .map(|a| (a, data.name(a)))
+        .collect();
+    let cycles = analyze::waits::fill(report, &ev, &names);
+    if cycles.is_empty() {
+        return;
+    }
+    std::thread::sleep(SECOND_LOOK);
+    let members: std::collections::HashSet<u32> = cycles.iter().flatten().copied().collect();
+    let again: Vec<_> = waits
+        .into_iter()
+        .filter(|(t, _)| members.contains(t))
+        .collect();
+    let second = crate::collect::locks::evidence(pid, &again);
+    analyze::waits::confirm(report, &cycles, &second);
 }
 
 /// The user stacks being read, and the collector to put back after.

@@ -10,7 +10,6 @@ pub(crate) mod contention;
 pub(crate) mod group;
 pub(crate) mod hist;
 pub(crate) mod offcpu;
-mod rust_locks;
 pub(crate) mod stacks;
 pub(crate) mod tasks;
 pub(crate) mod waits;

@@ -1,86 +1,72 @@
-//! The wait-for graph: each thread blocked on a lock points at the lock's
-//! owner; following the owners gives a chain that ends at a thread that
-//! waits for no lock (the one to look at), or comes back to a thread
-//! already on it: a deadlock.
+//! The wait-for graph, computed from the lock evidence collect gathered
+//! (`collect::locks::evidence`): each thread blocked on a lock points at
+//! the lock's owner; following the owners gives a chain that ends at a
+//! thread that waits for no lock (the one to look at), or comes back to a
+//! thread already on it: a deadlock. Nothing here reads the process.
+//!
+//! An owner is claimed only when the evidence holds still: the lock read
+//! twice gave the same owner, the waiter was still in that wait between
+//! the reads, and the owner was not itself waiting for the lock (on a hot
+//! lock the owner read is often a thread that has released it and queued
+//! again). A thread waiting for a lock it owns is a deadlock only for a
+//! normal mutex, the one kind a relock by its owner blocks forever; a
+//! cycle is a deadlock only when a second look a few milliseconds later
+//! finds every wait of it unchanged.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use librip::reader::ProcessMaps;
-
 use crate::{
-    collect::{locks, memory::ProcessMemory, namespaces::TidMap},
-    model::{LockKind, Owner, Report, Thread, WaitsFor},
-    symbolize::data::DataNames,
+    collect::locks::{LockEvidence, LockReads, WaitKey},
+    model::{Frame, LockChange, LockKind, Owner, Report, RuntimeWait, Thread, WaitsFor},
 };
 
-/// What identifies a wait: the syscall, the futex address, the operation
-/// and the expected value.
-type WaitArgs = (i64, u64, u64, u64);
+/// Each futex waiter of the report with its wait, as the kernel snapshot
+/// gave it: what `collect::locks::evidence` is to read.
+pub fn futex_waits(report: &Report) -> Vec<(u32, WaitKey)> {
+    report
+        .threads
+        .iter()
+        .filter_map(|t| Some((u32::try_from(t.tid).ok()?, wait_key(t)?)))
+        .filter(|(_, (nr, _))| {
+            matches!(
+                *nr,
+                crate::collect::locks::SYS_FUTEX | crate::collect::locks::SYS_FUTEX_WAITV
+            )
+        })
+        .collect()
+}
 
-/// Fills each futex waiter's [`WaitsFor`] from process `pid`'s memory,
-/// names the locks, says what each owner is doing, and lists the
-/// deadlocks. Runs after symbolization, so owners' locations are named.
-/// `maps` is the process's map, shared with the other stages of the
-/// snapshot (`None`: locks are left unnamed).
-pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
-    let mem = ProcessMemory::new(pid);
-    // A lock records its owner as the process's own pid namespace numbers
-    // it (a container's): ours are needed to find the owner here.
-    let ns = TidMap::of(pid);
-    let host = |tid: u32| ns.as_ref().map_or(Some(tid), |m| m.host(u64::from(tid)));
-    let status = |tid| match host(tid) {
-        Some(tid) => locks::tid_status(pid, tid),
-        None => locks::TidStatus::Gone,
-    };
-    let mut names = DataNames::new(pid, maps);
-    let mut evidence = super::rust_locks::Evidence::new(pid);
-    let mut edges = BTreeMap::new();
-    // Threads waiting on one lock wait with the same arguments: the lock is
-    // read and named once, whatever the number of waiters (a pool of
-    // 10,000 workers behind one mutex is one read).
-    let mut seen: HashMap<WaitArgs, Option<(locks::AwaitedLock, Option<String>)>> = HashMap::new();
+fn wait_key(t: &Thread) -> Option<WaitKey> {
+    let s = t.syscall.as_ref()?;
+    let mut args = [0u64; 6];
+    for (a, v) in args.iter_mut().zip(&s.args) {
+        *a = v.raw;
+    }
+    Some((s.nr, args))
+}
+
+/// Fills each futex waiter's [`WaitsFor`] from the evidence `ev`, with
+/// the locks' names from `names` (by lock address), and says what each
+/// owner is doing. Returns the cycles of waits seen: deadlocks once
+/// [`confirm`] has found them again on a second look (`report.deadlocks`
+/// is left to it).
+pub fn fill(
+    report: &mut Report,
+    ev: &LockEvidence,
+    names: &HashMap<u64, Option<String>>,
+) -> Vec<Vec<u32>> {
     for t in &mut report.threads {
-        let Some(s) = &t.syscall else { continue };
-        let mut args = [0u64; 6];
-        for (a, v) in args.iter_mut().zip(&s.args) {
-            *a = v.raw;
-        }
-        let found = seen
-            .entry((s.nr, args[0], args[1], args[2]))
-            .or_insert_with(|| {
-                let mut l = locks::awaited_lock(&mem, &status, s.nr, &args)?;
-                // A futex no glibc layout fits: a Rust lock says so by the
-                // waiter's stack, and records no owner.
-                if l.kind == LockKind::Futex
-                    && let Some(owner) = u32::try_from(t.tid)
-                        .ok()
-                        .and_then(|tid| evidence.no_owner_lock(tid))
-                {
-                    l.owner = owner;
-                }
-                let name = names.name(l.addr);
-                Some((l, name))
-            });
-        let (Some((l, symbol)), Ok(tid)) = (found.as_ref(), u32::try_from(t.tid)) else {
+        let (Some(key), Ok(tid)) = (wait_key(t), u32::try_from(t.tid)) else {
             continue;
         };
-        let owner = l.owner.tid().and_then(host);
-        edges.insert(
-            tid,
-            WaitEdge {
-                lock: l.addr,
-                owner,
-            },
-        );
+        let Some(Some(reads)) = ev.locks.get(&key) else {
+            continue;
+        };
+        let (wait, owner_tid) = judge(tid, key, reads, &ev.now, &t.frames);
         t.waits_for = Some(WaitsFor {
-            lock: l.addr,
-            futex: l.futex,
-            symbol: symbol.clone(),
-            kind: l.kind,
-            mutex: l.mutex.clone(),
-            owner: l.owner.clone(),
-            owner_tid: owner,
-            owner_state: None,
+            symbol: names.get(&wait.lock).cloned().flatten(),
+            owner_tid,
+            ..wait
         });
     }
     // What each owner does, described once per owner.
@@ -102,12 +88,259 @@ pub fn fill(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
             w.owner_state = doing.get(&u64::from(o)).cloned();
         }
     }
-    report.deadlocks = wait_graph(&edges).deadlocks;
+    wait_graph(&edges(report)).deadlocks
 }
 
-/// The report's threads by id, for [`chain_sentence`].
-pub fn by_tid(report: &Report) -> HashMap<u64, &Thread> {
-    report.threads.iter().map(|t| (t.tid, t)).collect()
+/// The cycles among `candidates` (from [`fill`]) that `second`, evidence
+/// read again for their threads a few milliseconds later, shows unchanged
+/// — each of their waits on the same lock with the same owner — become
+/// `report.deadlocks`. The waits of the others are "changing hands": no
+/// owner is claimed for them.
+pub fn confirm(report: &mut Report, candidates: &[Vec<u32>], second: &LockEvidence) {
+    let before = edges(report);
+    let mut again = BTreeMap::new();
+    for t in &report.threads {
+        let (Some(key), Ok(tid)) = (wait_key(t), u32::try_from(t.tid)) else {
+            continue;
+        };
+        if let Some(Some(reads)) = second.locks.get(&key) {
+            let (w, owner) = judge(tid, key, reads, &second.now, &t.frames);
+            again.insert(
+                tid,
+                WaitEdge {
+                    lock: w.lock,
+                    owner,
+                },
+            );
+        }
+    }
+    let mut gone = BTreeSet::new();
+    for cycle in candidates {
+        if cycle
+            .iter()
+            .all(|tid| before.get(tid).is_some_and(|e| again.get(tid) == Some(e)))
+        {
+            report.deadlocks.push(cycle.clone());
+        } else {
+            gone.extend(cycle.iter().copied());
+        }
+    }
+    for t in &mut report.threads {
+        if let (Some(w), Ok(tid)) = (&mut t.waits_for, u32::try_from(t.tid))
+            && gone.contains(&tid)
+        {
+            w.owner = Owner::Changing {
+                cause: LockChange::CycleGone,
+            };
+            w.owner_tid = None;
+            w.owner_state = None;
+        }
+    }
+}
+
+/// The report's waits with a claimed owner, as graph edges.
+fn edges(report: &Report) -> BTreeMap<u32, WaitEdge> {
+    report
+        .threads
+        .iter()
+        .filter_map(|t| {
+            let w = t.waits_for.as_ref()?;
+            Some((
+                u32::try_from(t.tid).ok()?,
+                WaitEdge {
+                    lock: w.lock,
+                    owner: w.owner_tid,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// What thread `tid`, in wait `key`, waits for according to `reads` and
+/// the waits threads were in (`now`); its user stack `frames` says when
+/// the futex belongs to a language runtime.
+fn judge(
+    tid: u32,
+    key: WaitKey,
+    reads: &LockReads,
+    now: &HashMap<u32, Option<(i64, u64)>>,
+    frames: &[Frame],
+) -> (WaitsFor, Option<u32>) {
+    let l = &reads.first;
+    let mut wait = WaitsFor {
+        lock: l.addr,
+        futex: l.futex,
+        symbol: None,
+        kind: l.kind,
+        mutex: l.mutex.clone(),
+        runtime: None,
+        owner: l.owner.clone(),
+        owner_tid: None,
+        owner_state: None,
+    };
+    let names = function_names(frames);
+    // A runtime's own futex is never read as a glibc lock, whatever its
+    // words look like.
+    if let Some(rt) = runtime_wait(&names) {
+        wait.kind = match rt {
+            RuntimeWait::GoRuntimeLock | RuntimeWait::GoFutex => LockKind::Runtime,
+            _ => LockKind::Parked,
+        };
+        wait.lock = l.futex;
+        wait.mutex = None;
+        wait.runtime = Some(rt);
+        wait.owner = Owner::NotRecorded {
+            reason: "a runtime's wait: it records no owner".into(),
+        };
+        return (wait, None);
+    }
+    if let Some(ty) = rust_lock_type(&names) {
+        wait.kind = LockKind::Futex;
+        wait.lock = l.futex;
+        wait.mutex = None;
+        wait.owner = Owner::NotRecorded {
+            reason: format!(
+                "a {ty} (its waiter is in the lock's slow path): this lock type records no owner"
+            ),
+        };
+        return (wait, None);
+    }
+    let Some(owner) = reads.owner else {
+        // No live thread of ours is claimed: nothing to hold still but the
+        // words themselves.
+        if l.owner != reads.second.owner && matches!(l.owner, Owner::Readers { .. }) {
+            wait.owner = changing(LockChange::ReadsDisagree);
+        }
+        return (wait, None);
+    };
+    let at = |t: u32| now.get(&t).copied().flatten();
+    let size = match l.kind {
+        LockKind::Rwlock => 56,
+        LockKind::Condvar => 48,
+        _ => 40,
+    };
+    let on_this_lock = |w: Option<(i64, u64)>| {
+        w.is_some_and(|(_, a)| a == l.futex || a.wrapping_sub(l.addr) < size)
+    };
+    let cause = if reads.first != reads.second {
+        Some(LockChange::ReadsDisagree)
+    } else if at(tid) != Some((key.0, key.1[0])) {
+        Some(LockChange::WaitEnded)
+    } else if owner == tid {
+        // Only a normal mutex blocks its owner's relock: an error-checking
+        // mutex returns EDEADLK, a recursive one counts, an rwlock and a PI
+        // futex return EDEADLK. Any other self-owned wait is a stale read.
+        let relock_blocks = l.kind == LockKind::Mutex
+            && l.mutex
+                .as_ref()
+                .is_some_and(|f| matches!(f.kind, "normal" | "adaptive") && !f.pi);
+        (!relock_blocks).then_some(LockChange::OwnerWaitsForIt)
+    } else if on_this_lock(at(owner)) {
+        Some(LockChange::OwnerWaitsForIt)
+    } else {
+        None
+    };
+    match cause {
+        Some(c) => {
+            wait.owner = changing(c);
+            (wait, None)
+        }
+        None => (wait, Some(owner)),
+    }
+}
+
+fn changing(cause: LockChange) -> Owner {
+    Owner::Changing { cause }
+}
+
+/// Function names of the top [`FRAMES`] frames of a stack, innermost
+/// first, inlined functions included.
+fn function_names(frames: &[Frame]) -> Vec<String> {
+    frames
+        .iter()
+        .take(FRAMES)
+        .flat_map(|f| {
+            f.inlined
+                .iter()
+                .rev()
+                .map(|i| i.function.as_str())
+                .chain(f.function.as_deref())
+        })
+        // Rust's v0 mangling demangles methods as `<path::Type>::method`.
+        .map(|f| f.replace(['<', '>'], ""))
+        .collect()
+}
+
+/// The language runtime's wait a stack is in: Go's futex sleeps (what
+/// for, by the runtime function above), Rust's `thread::park`.
+fn runtime_wait(names: &[String]) -> Option<RuntimeWait> {
+    let any = |p: &dyn Fn(&str) -> bool| names.iter().any(|n| p(n));
+    if any(&|n| n == "runtime.futex" || n == "runtime.futexsleep") {
+        return Some(
+            if any(&|n| n == "runtime.lock2" || n == "runtime.lockWithRank") {
+                RuntimeWait::GoRuntimeLock
+            } else if any(&|n| n.starts_with("runtime.notetsleep")) {
+                RuntimeWait::GoTimedNote
+            } else if any(&|n| n == "runtime.notesleep") {
+                if any(&|n| n == "runtime.stopm" || n == "runtime.mPark") {
+                    RuntimeWait::GoIdleM
+                } else {
+                    RuntimeWait::GoNote
+                }
+            } else {
+                RuntimeWait::GoFutex
+            },
+        );
+    }
+    if rust_lock_type(names).is_none()
+        && any(&|n| n.contains("std::thread::park") || n.contains("Parker::park"))
+    {
+        return Some(RuntimeWait::RustPark);
+    }
+    None
+}
+
+/// What a waiter's frames say about the lock it waits for: a function
+/// name's fragments (all must appear) and the lock type they belong to.
+const SLOW_PATHS: &[(&[&str], &str)] = &[
+    // std's futex locks (`sys::sync::mutex::futex`, formerly
+    // `sys::unix::locks::futex_mutex`).
+    (&["futex", "Mutex::lock_contended"], "Rust std::sync::Mutex"),
+    (
+        &["futex", "RwLock::read_contended"],
+        "Rust std::sync::RwLock",
+    ),
+    (
+        &["futex", "RwLock::write_contended"],
+        "Rust std::sync::RwLock",
+    ),
+    (&["futex", "Condvar::wait"], "Rust std::sync::Condvar"),
+    (
+        &["parking_lot::raw_mutex::RawMutex::lock_slow"],
+        "parking_lot Mutex",
+    ),
+    (
+        &["parking_lot::raw_rwlock::RawRwLock::lock_"],
+        "parking_lot RwLock",
+    ),
+    (
+        &["parking_lot::condvar::Condvar::wait"],
+        "parking_lot Condvar",
+    ),
+];
+
+/// Frames looked at from the top of the waiter's stack: the slow path is
+/// a few calls above the futex syscall.
+const FRAMES: usize = 12;
+
+/// The Rust lock type whose slow path one of `names` is.
+fn rust_lock_type(names: &[String]) -> Option<&'static str> {
+    names.iter().find_map(|f| {
+        SLOW_PATHS
+            .iter()
+            .find(|(parts, _)| parts.iter().all(|p| f.contains(p)))
+            .map(|(_, ty)| *ty)
+    })
 }
 
 /// What a thread is doing, in a few words: `blocked in read(…) for ≥41s`,
@@ -123,63 +356,6 @@ pub fn doing(t: &Thread) -> String {
         ),
         (Some(s), None) => format!("{state} in {}", s.text),
         _ => state.to_string(),
-    }
-}
-
-/// One sentence for a lock's chain of waits, from the waiter's lock on:
-/// `mutex g_a held by 12 (worker-2), which waits for mutex g_b held by 13
-/// (worker-3), sleeping in read(…) for ≥4.1s`. A chain that comes back to
-/// a thread already in it ends with `… held by 12 (worker-2): deadlock`.
-/// `by_tid` is [`by_tid`] of the report: built once for all sentences.
-pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<String> {
-    let mut out = String::new();
-    let mut seen = BTreeSet::from([start.tid]);
-    let mut at = start;
-    loop {
-        let w = at.waits_for.as_ref()?;
-        if at.tid != start.tid {
-            out.push_str(", which waits for ");
-        }
-        out.push_str(&lock_words(w));
-        let Some(owner) = w.owner_tid.and_then(|o| by_tid.get(&u64::from(o)).copied()) else {
-            out.push_str(&format!(": {}", owner_words(&w.owner)));
-            return Some(out);
-        };
-        out.push_str(&format!(" held by {} ({})", owner.tid, owner.name));
-        if !seen.insert(owner.tid) {
-            out.push_str(": deadlock");
-            return Some(out);
-        }
-        if owner.waits_for.is_none() {
-            out.push_str(&format!(", {}", doing(owner)));
-            return Some(out);
-        }
-        at = owner;
-    }
-}
-
-/// `mutex g_table_lock`, `rwlock heap 0x…`.
-fn lock_words(w: &WaitsFor) -> String {
-    let name = w.symbol.clone().unwrap_or_else(|| format!("{:#x}", w.lock));
-    format!("{} {name}", w.kind.as_str())
-}
-
-/// Why no owner is named.
-fn owner_words(o: &Owner) -> String {
-    match o {
-        Owner::Thread { tid } => format!("held by {tid}"),
-        Owner::OtherProcess { tid, pid } => format!("held by thread {tid} of process {pid}"),
-        Owner::Exited { tid, robust: true } => {
-            format!("its owner {tid} exited (robust mutex: the next locker gets EOWNERDEAD)")
-        }
-        Owner::Exited { tid, robust: false } => {
-            format!("its owner {tid} exited without unlocking it")
-        }
-        Owner::Readers { count } => {
-            format!("held by {count} reader(s), which an rwlock does not record")
-        }
-        Owner::NotRecorded { reason } => reason.clone(),
-        Owner::Unknown { reason } => format!("owner unknown: {reason}"),
     }
 }
 
@@ -245,7 +421,394 @@ fn canonical(cycle: &[u32]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::{
+        collect::locks::{AwaitedLock, SYS_FUTEX},
+        model::{Mode, MutexFlavor, ProcessInfo, Syscall, SyscallArg, ThreadState},
+    };
+
+    /// FUTEX_WAIT_PRIVATE, as glibc's mutex waiters pass it.
+    const WAIT: u64 = 128;
+
+    fn key(uaddr: u64) -> WaitKey {
+        (SYS_FUTEX, [uaddr, WAIT, 2, 0, 0, 0])
+    }
+
+    /// Thread `tid` blocked in futex(`uaddr`, WAIT, 2), with a user stack
+    /// of `functions` (innermost first).
+    fn waiter(tid: u64, uaddr: u64, functions: &[&str]) -> Thread {
+        let (nr, args) = key(uaddr);
+        Thread {
+            tid,
+            ns_tid: None,
+            name: format!("t{tid}"),
+            name_source: "comm",
+            state: ThreadState::Sleeping,
+            syscall: Some(Syscall {
+                nr,
+                name: "futex".into(),
+                args: args
+                    .iter()
+                    .map(|&raw| SyscallArg {
+                        name: "arg",
+                        raw,
+                        text: format!("{raw:#x}"),
+                    })
+                    .collect(),
+                text: "futex(…)".into(),
+            }),
+            blocked: None,
+            kernel_stack: Arc::from(Vec::new()),
+            location: None,
+            history: Vec::new(),
+            snaps: None,
+            exited: false,
+            polling_task: None,
+            waits_for: None,
+            frames: functions
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Frame {
+                    addr: 0x1000 + i as u64,
+                    function: Some((*f).into()),
+                    ..Frame::default()
+                })
+                .collect(),
+            stack_samples: None,
+        }
+    }
+
+    fn report(threads: Vec<Thread>) -> Report {
+        Report {
+            schema: crate::model::SCHEMA_VERSION,
+            mode: Mode::Pid,
+            process: ProcessInfo {
+                pid: 1,
+                exe: None,
+                comm: None,
+                alive: true,
+                lost: None,
+                ns_pid: None,
+            },
+            rings: Vec::new(),
+            window_ns: 0,
+            threads,
+            tasks: Vec::new(),
+            groups: Vec::new(),
+            task_groups: Vec::new(),
+            warnings: Vec::new(),
+            deadlocks: Vec::new(),
+        }
+    }
+
+    fn mutex(uaddr: u64, kind: &'static str, owner: Owner) -> AwaitedLock {
+        AwaitedLock {
+            addr: uaddr,
+            futex: uaddr,
+            kind: LockKind::Mutex,
+            mutex: Some(MutexFlavor {
+                kind,
+                ..MutexFlavor::default()
+            }),
+            owner,
+        }
+    }
+
+    /// Evidence builder: locks read twice, the waits threads were in.
+    #[derive(Default)]
+    struct Ev(LockEvidence);
+
+    impl Ev {
+        /// The lock at `uaddr` read as `first`, then as `second`.
+        fn lock(mut self, uaddr: u64, first: AwaitedLock, second: AwaitedLock) -> Self {
+            let owner = first.owner.tid();
+            self.0.locks.insert(
+                key(uaddr),
+                Some(LockReads {
+                    first,
+                    second,
+                    owner,
+                }),
+            );
+            self
+        }
+        /// The same reading twice: a lock that held still.
+        fn still(self, uaddr: u64, l: AwaitedLock) -> Self {
+            self.lock(uaddr, l.clone(), l)
+        }
+        /// Thread `tid` was waiting on `uaddr` (0: in no futex wait).
+        fn now(mut self, tid: u32, uaddr: u64) -> Self {
+            self.0
+                .now
+                .insert(tid, (uaddr != 0).then_some((SYS_FUTEX, uaddr)));
+            self
+        }
+    }
+
+    fn owner_of(r: &Report, tid: u64) -> (Owner, Option<u32>) {
+        let w = r
+            .threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .and_then(|t| t.waits_for.as_ref())
+            .unwrap();
+        (w.owner.clone(), w.owner_tid)
+    }
+
+    /// fill, then (as the session does) confirm with `second`.
+    fn judge_all(r: &mut Report, first: &LockEvidence, second: &LockEvidence) {
+        let cycles = fill(r, first, &HashMap::new());
+        confirm(r, &cycles, second);
+    }
+
+    const A: u64 = 0x1000;
+    const B: u64 = 0x2000;
+
+    #[test]
+    fn a_hot_mutex_is_never_a_self_wait_nor_a_deadlock() {
+        // Thread 10 was queued when the kernel snapshot was taken; by the
+        // time the lock was read it had got it: the lock names 10 as its
+        // owner, and 10 is in no wait any more.
+        let mut r = report(vec![waiter(10, A, &[]), waiter(11, A, &[])]);
+        let me = mutex(A, "normal", Owner::Thread { tid: 10 });
+        let ev = Ev::default().still(A, me).now(10, 0).now(11, A).0;
+        judge_all(&mut r, &ev, &ev);
+        assert!(r.deadlocks.is_empty());
+        assert_eq!(
+            owner_of(&r, 10),
+            (
+                Owner::Changing {
+                    cause: LockChange::WaitEnded
+                },
+                None
+            )
+        );
+        // 11 still waits, and 10 (doing its work) holds the lock.
+        assert_eq!(owner_of(&r, 11), (Owner::Thread { tid: 10 }, Some(10)));
+    }
+
+    #[test]
+    fn an_owner_queued_for_its_own_lock_or_reads_that_disagree_claim_no_owner() {
+        // 12 was read as the owner but had queued for the lock again
+        // since the kernel snapshot.
+        let mut r = report(vec![waiter(11, A, &[])]);
+        let l = mutex(A, "normal", Owner::Thread { tid: 12 });
+        let ev = Ev::default().still(A, l).now(11, A).now(12, A).0;
+        judge_all(&mut r, &ev, &ev);
+        let changing = Owner::Changing {
+            cause: LockChange::OwnerWaitsForIt,
+        };
+        assert_eq!(owner_of(&r, 11), (changing, None));
+        assert!(r.deadlocks.is_empty());
+        // The owner moved between the two reads.
+        let mut r = report(vec![waiter(11, A, &[])]);
+        let ev = Ev::default()
+            .lock(
+                A,
+                mutex(A, "normal", Owner::Thread { tid: 12 }),
+                mutex(A, "normal", Owner::Thread { tid: 13 }),
+            )
+            .now(11, A)
+            .now(12, 0)
+            .0;
+        judge_all(&mut r, &ev, &ev);
+        assert_eq!(
+            owner_of(&r, 11),
+            (
+                Owner::Changing {
+                    cause: LockChange::ReadsDisagree
+                },
+                None
+            )
+        );
+    }
+
+    #[test]
+    fn only_a_normal_mutex_relocked_by_its_owner_is_a_self_deadlock() {
+        for (kind, deadlock) in [
+            ("normal", true),
+            ("adaptive", true),
+            ("errorcheck", false),
+            ("recursive", false),
+        ] {
+            let mut r = report(vec![waiter(10, A, &[])]);
+            let l = mutex(A, kind, Owner::Thread { tid: 10 });
+            let ev = Ev::default().still(A, l).now(10, A).0;
+            judge_all(&mut r, &ev, &ev);
+            if deadlock {
+                assert_eq!(r.deadlocks, [vec![10]], "{kind}");
+                assert_eq!(owner_of(&r, 10).1, Some(10), "{kind}");
+            } else {
+                // It would have returned EDEADLK (or counted): a stale read.
+                assert!(r.deadlocks.is_empty(), "{kind}");
+                assert_eq!(
+                    owner_of(&r, 10),
+                    (
+                        Owner::Changing {
+                            cause: LockChange::OwnerWaitsForIt
+                        },
+                        None
+                    ),
+                    "{kind}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_cycle_is_a_deadlock_only_if_a_second_look_finds_it_again() {
+        let abba = || report(vec![waiter(10, A, &[]), waiter(11, B, &[])]);
+        let first = Ev::default()
+            .still(A, mutex(A, "normal", Owner::Thread { tid: 11 }))
+            .still(B, mutex(B, "normal", Owner::Thread { tid: 10 }))
+            .now(10, A)
+            .now(11, B)
+            .0;
+        let mut r = abba();
+        judge_all(&mut r, &first, &first);
+        assert_eq!(r.deadlocks, [vec![10, 11]]);
+        assert_eq!(owner_of(&r, 10), (Owner::Thread { tid: 11 }, Some(11)));
+        // A few ms later B has changed hands: no deadlock, and no owner
+        // claimed for either wait of the cycle.
+        let later = Ev::default()
+            .still(A, mutex(A, "normal", Owner::Thread { tid: 11 }))
+            .still(B, mutex(B, "normal", Owner::Thread { tid: 12 }))
+            .now(10, A)
+            .now(11, B)
+            .now(12, 0)
+            .0;
+        let mut r = abba();
+        judge_all(&mut r, &first, &later);
+        assert!(r.deadlocks.is_empty());
+        for tid in [10, 11] {
+            assert_eq!(
+                owner_of(&r, tid),
+                (
+                    Owner::Changing {
+                        cause: LockChange::CycleGone
+                    },
+                    None
+                )
+            );
+        }
+        // Or a waiter of it is no longer waiting.
+        let ended = Ev(first.clone()).now(11, 0).0;
+        let mut r = abba();
+        judge_all(&mut r, &first, &ended);
+        assert!(r.deadlocks.is_empty());
+    }
+
+    #[test]
+    fn runtime_futexes_are_the_runtime_s_waits_never_glibc_locks() {
+        // An idle Go M on its note, whose words happen to fit a read-locked
+        // glibc rwlock.
+        let go_m = [
+            "runtime.futex",
+            "runtime.notesleep",
+            "runtime.mPark",
+            "runtime.stopm",
+            "runtime.findRunnable",
+        ];
+        let sysmon = [
+            "runtime.futex",
+            "runtime.notetsleep_internal",
+            "runtime.notetsleep",
+            "runtime.sysmon",
+        ];
+        let lock2 = ["runtime.futex", "runtime.futexsleep", "runtime.lock2"];
+        let park = [
+            "syscall",
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::thread_parking::futex::Parker>::park",
+            "std::thread::park",
+            "worker::run",
+        ];
+        let rwlock = AwaitedLock {
+            addr: A - 8,
+            futex: A,
+            kind: LockKind::Rwlock,
+            mutex: None,
+            owner: Owner::Readers { count: 8320 },
+        };
+        for (stack, kind, rt) in [
+            (&go_m[..], LockKind::Parked, RuntimeWait::GoIdleM),
+            (&sysmon[..], LockKind::Parked, RuntimeWait::GoTimedNote),
+            (&lock2[..], LockKind::Runtime, RuntimeWait::GoRuntimeLock),
+            (&park[..], LockKind::Parked, RuntimeWait::RustPark),
+        ] {
+            let mut r = report(vec![waiter(10, A, stack)]);
+            let ev = Ev::default().still(A, rwlock.clone()).now(10, A).0;
+            judge_all(&mut r, &ev, &ev);
+            let w = r.threads[0].waits_for.as_ref().unwrap();
+            assert_eq!(
+                (w.kind, w.runtime, w.lock),
+                (kind, Some(rt), A),
+                "{stack:?}"
+            );
+            assert!(
+                matches!(w.owner, Owner::NotRecorded { .. }) && w.owner_tid.is_none(),
+                "{stack:?}: {:?}",
+                w.owner
+            );
+            assert!(w.mutex.is_none());
+        }
+        // A Rust std Mutex's slow path is its lock, not a park.
+        let std_mutex = [
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::mutex::futex::Mutex>::lock_contended",
+        ];
+        let mut r = report(vec![waiter(10, A, &std_mutex)]);
+        let ev = Ev::default().still(A, rwlock.clone()).now(10, A).0;
+        judge_all(&mut r, &ev, &ev);
+        let w = r.threads[0].waits_for.as_ref().unwrap();
+        assert_eq!((w.kind, w.runtime), (LockKind::Futex, None));
+        assert!(
+            matches!(&w.owner, Owner::NotRecorded { reason } if reason.contains("Rust std::sync::Mutex"))
+        );
+    }
+
+    #[test]
+    fn slow_paths_name_their_lock_type() {
+        let names =
+            |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.replace(['<', '>'], "")).collect() };
+        let std_mutex = [
+            "syscall",
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::mutex::futex::Mutex>::lock_contended",
+            "std::sync::poison::mutex::Mutex<T>::lock",
+        ];
+        assert_eq!(
+            rust_lock_type(&names(&std_mutex)),
+            Some("Rust std::sync::Mutex")
+        );
+        assert_eq!(
+            rust_lock_type(&names(&[
+                "<std::sys::sync::rwlock::futex::RwLock>::write_contended"
+            ])),
+            Some("Rust std::sync::RwLock")
+        );
+        assert_eq!(
+            rust_lock_type(&names(&[
+                "std::sys::unix::locks::futex_mutex::Mutex::lock_contended"
+            ])),
+            Some("Rust std::sync::Mutex")
+        );
+        assert_eq!(
+            rust_lock_type(&names(&["parking_lot::raw_mutex::RawMutex::lock_slow"])),
+            Some("parking_lot Mutex")
+        );
+        // A pthread mutex, or a lock of no known type: no evidence.
+        assert_eq!(
+            rust_lock_type(&names(&["__lll_lock_wait", "pthread_mutex_lock"])),
+            None
+        );
+        assert_eq!(
+            rust_lock_type(&names(&["my_lock::Mutex::lock_contended"])),
+            None
+        );
+    }
 
     fn edges(e: &[(u32, u32)]) -> BTreeMap<u32, WaitEdge> {
         e.iter()

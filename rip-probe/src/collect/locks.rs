@@ -19,11 +19,14 @@
 //! and parking_lot locks, condition variables, a read-locked rwlock) say so
 //! instead of guessing.
 
-use std::io;
+use std::{collections::HashMap, io};
 
 use serde::Serialize;
 
-use super::memory::Memory;
+use super::{
+    memory::{Memory, ProcessMemory},
+    namespaces::TidMap,
+};
 use crate::model::{LockKind, MutexFlavor, Owner};
 
 /// `futex(2)`.
@@ -455,6 +458,97 @@ pub fn tid_status(pid: u32, tid: u32) -> TidStatus {
     }
 }
 
+/// The futex wait a thread is in now, from `/proc/PID/task/TID/syscall`:
+/// `Some((nr, uaddr))` in futex(2) or futex_waitv(2) (`uaddr`: its first
+/// argument), `None` when it is in no futex wait (running, another
+/// syscall, gone).
+pub fn futex_wait_now(pid: u32, tid: u32) -> Option<(i64, u64)> {
+    let text = crate::discover::read_proc(pid, tid, "syscall").ok()?;
+    parse_futex_wait(&text)
+}
+
+/// [`futex_wait_now`] of one `syscall` file's text.
+fn parse_futex_wait(text: &str) -> Option<(i64, u64)> {
+    let mut words = text.split_whitespace();
+    let nr: i64 = words.next()?.parse().ok()?;
+    let uaddr = u64::from_str_radix(words.next()?.trim_start_matches("0x"), 16).ok()?;
+    matches!(nr, SYS_FUTEX | SYS_FUTEX_WAITV).then_some((nr, uaddr))
+}
+
+/// One futex wait as the kernel snapshot gave it: the syscall and its
+/// arguments. Threads waiting on one lock share it.
+pub type WaitKey = (i64, [u64; 6]);
+
+/// A lock read twice around the waiters' states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockReads {
+    /// The lock word and owner, read first.
+    pub first: AwaitedLock,
+    /// The same, read again after the waiters' and owners' states.
+    pub second: AwaitedLock,
+    /// The owner of the first read as rip-probe's pid namespace numbers
+    /// it, when it is a live thread of the target.
+    pub owner: Option<u32>,
+}
+
+/// The evidence the lock analysis works from, gathered in one step while
+/// the target runs: each awaited lock read (word and owner), then the
+/// futex wait each waiter and each owner is in, then each lock read
+/// again. Ownership is claimed only where these agree (`analyze::waits`).
+#[derive(Clone, Debug, Default)]
+pub struct LockEvidence {
+    /// Per distinct wait, its lock's two reads (`None`: no futex wait).
+    pub locks: HashMap<WaitKey, Option<LockReads>>,
+    /// The futex wait each waiter and owner was in between the two reads
+    /// (rip-probe's tids; `None`: in none).
+    pub now: HashMap<u32, Option<(i64, u64)>>,
+}
+
+/// Reads the evidence for `waits` (each waiter's tid and its wait, as the
+/// kernel snapshot gave them) from process `pid`. Each distinct wait is
+/// read once per pass, whatever its number of waiters (a pool of 10,000
+/// workers behind one mutex is two reads).
+pub fn evidence(pid: u32, waits: &[(u32, WaitKey)]) -> LockEvidence {
+    let mem = ProcessMemory::new(pid);
+    // A lock records its owner as the process's own pid namespace numbers
+    // it (a container's): ours are needed to find the owner here.
+    let ns = TidMap::of(pid);
+    let host = |tid: u32| ns.as_ref().map_or(Some(tid), |m| m.host(u64::from(tid)));
+    let status = |tid| match host(tid) {
+        Some(tid) => tid_status(pid, tid),
+        None => TidStatus::Gone,
+    };
+    let read = |(nr, args): &WaitKey| awaited_lock(&mem, &status, *nr, args);
+    let mut first: HashMap<WaitKey, Option<AwaitedLock>> = HashMap::new();
+    for (_, key) in waits {
+        first.entry(*key).or_insert_with(|| read(key));
+    }
+    let owners = first
+        .values()
+        .flatten()
+        .filter_map(|l| l.owner.tid().and_then(host));
+    let mut now = HashMap::new();
+    for tid in waits.iter().map(|(t, _)| *t).chain(owners) {
+        now.entry(tid).or_insert_with(|| futex_wait_now(pid, tid));
+    }
+    let locks = first
+        .into_iter()
+        .map(|(key, f)| {
+            let reads = f.and_then(|first| {
+                let second = read(&key)?;
+                let owner = first.owner.tid().and_then(host);
+                Some(LockReads {
+                    first,
+                    second,
+                    owner,
+                })
+            });
+            (key, reads)
+        })
+        .collect();
+    LockEvidence { locks, now }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -646,6 +740,22 @@ mod tests {
         }
         // A wait that did not pass 2 is no glibc mutex wait.
         assert_eq!(lock_at(&free, &status, 0x1000, 128, 0), None);
+    }
+
+    #[test]
+    fn the_wait_a_thread_is_in_now_comes_from_its_syscall_file() {
+        assert_eq!(
+            parse_futex_wait("202 0x55d0c0 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x7f01\n"),
+            Some((SYS_FUTEX, 0x55d0c0))
+        );
+        for other in [
+            "running\n",
+            "-1 0x7ffc 0x7f01\n",
+            "0 0x3 0x7ffc 0x1 0x0 0x0 0x0 0x1 0x2\n",
+            "",
+        ] {
+            assert_eq!(parse_futex_wait(other), None, "{other:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,10 @@ use super::{
     words::{ids, location_text, plural, source_word, truncate},
 };
 use crate::{
-    model::{Frame, Group, Location, Mode, Report, Thread, ThreadState, rewrite_shared},
+    model::{
+        Frame, Group, Location, LockChange, Mode, Owner, Report, RuntimeWait, Thread, ThreadState,
+        WaitsFor, rewrite_shared,
+    },
     util::timefmt::duration,
 };
 
@@ -224,7 +227,7 @@ pub(crate) fn group_sentence(g: &Group) -> String {
 pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     let r = &terminal_safe(r);
     header(r, &mut w)?;
-    let by_tid = crate::analyze::waits::by_tid(r);
+    let by_tid = by_tid(r);
     deadlocks(r, &by_tid, &mut w)?;
     writeln!(w)?;
     writeln!(w, "SUMMARY")?;
@@ -267,7 +270,7 @@ fn deadlocks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> 
             cycle.len(),
             who.join(", ")
         )?;
-        if let Some(s) = crate::analyze::waits::chain_sentence(by_tid, first) {
+        if let Some(s) = chain_sentence(by_tid, first) {
             writeln!(w, "  {} ({}) waits for {s}", first.tid, first.name)?;
         }
     }
@@ -301,7 +304,7 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
     writeln!(w)?;
     writeln!(w, "LOCKS")?;
     for waiters in &locks {
-        let Some(s) = crate::analyze::waits::chain_sentence(by_tid, waiters[0]) else {
+        let Some(s) = chain_sentence(by_tid, waiters[0]) else {
             continue;
         };
         let tids: Vec<u64> = waiters.iter().map(|t| t.tid).collect();
@@ -320,6 +323,103 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
         }
     }
     Ok(())
+}
+
+/// The report's threads by id, for [`chain_sentence`].
+pub fn by_tid(report: &Report) -> HashMap<u64, &Thread> {
+    report.threads.iter().map(|t| (t.tid, t)).collect()
+}
+
+/// One sentence for a lock's chain of waits, from the waiter's lock on:
+/// `mutex g_a held by 12 (worker-2), which waits for mutex g_b held by 13
+/// (worker-3), sleeping in read(…) for ≥4.1s`. A chain that comes back to
+/// a thread already in it ends with `… held by 12 (worker-2): deadlock`.
+/// `by_tid` is [`by_tid`] of the report: built once for all sentences.
+pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<String> {
+    let mut out = String::new();
+    let mut seen = std::collections::BTreeSet::from([start.tid]);
+    let mut at = start;
+    loop {
+        let w = at.waits_for.as_ref()?;
+        if at.tid != start.tid {
+            out.push_str(", which waits for ");
+        }
+        out.push_str(&lock_words(w));
+        let Some(owner) = w.owner_tid.and_then(|o| by_tid.get(&u64::from(o)).copied()) else {
+            out.push_str(&format!(": {}", owner_words(&w.owner)));
+            return Some(out);
+        };
+        if owner.tid == at.tid {
+            // Confirmed by analyze: only a normal mutex blocks a relock.
+            out.push_str(
+                " that it holds itself: a relock of a normal mutex waits forever (an error-checking \
+                 mutex would have returned EDEADLK): deadlock",
+            );
+            return Some(out);
+        }
+        out.push_str(&format!(" held by {} ({})", owner.tid, owner.name));
+        if !seen.insert(owner.tid) {
+            out.push_str(": deadlock");
+            return Some(out);
+        }
+        if owner.waits_for.is_none() {
+            out.push_str(&format!(", {}", crate::analyze::waits::doing(owner)));
+            return Some(out);
+        }
+        at = owner;
+    }
+}
+
+/// `mutex g_table_lock`, `rwlock heap 0x…`, `Go runtime: idle M … (futex
+/// heap 0x…)`.
+fn lock_words(w: &WaitsFor) -> String {
+    let name = w.symbol.clone().unwrap_or_else(|| format!("{:#x}", w.lock));
+    match w.runtime {
+        Some(rt) => format!("{} (futex {name})", runtime_words(rt)),
+        None => format!("{} {name}", w.kind.as_str()),
+    }
+}
+
+/// What a wait inside a language runtime is.
+pub(crate) fn runtime_words(rt: RuntimeWait) -> &'static str {
+    match rt {
+        RuntimeWait::GoIdleM => "Go runtime: idle M (no goroutine to run), parked on its note",
+        RuntimeWait::GoTimedNote => "Go runtime: M asleep on a note with a timeout",
+        RuntimeWait::GoNote => "Go runtime: M asleep on a note",
+        RuntimeWait::GoRuntimeLock => "Go runtime: runtime-internal lock",
+        RuntimeWait::GoFutex => "Go runtime: futex sleep",
+        RuntimeWait::RustPark => "Rust thread::park: parked until unparked",
+    }
+}
+
+/// Why no owner is named.
+fn owner_words(o: &Owner) -> String {
+    match o {
+        Owner::Thread { tid } => format!("held by {tid}"),
+        Owner::OtherProcess { tid, pid } => format!("held by thread {tid} of process {pid}"),
+        Owner::Exited { tid, robust: true } => {
+            format!("its owner {tid} exited (robust mutex: the next locker gets EOWNERDEAD)")
+        }
+        Owner::Exited { tid, robust: false } => {
+            format!("its owner {tid} exited without unlocking it")
+        }
+        Owner::Readers { count } => {
+            format!("held by {count} reader(s), which an rwlock does not record")
+        }
+        Owner::NotRecorded { reason } => reason.clone(),
+        Owner::Changing { cause } => format!(
+            "unconfirmed, lock changing hands ({})",
+            match cause {
+                LockChange::ReadsDisagree => "two reads a moment apart named different owners",
+                LockChange::WaitEnded => "the wait ended while it was read",
+                LockChange::OwnerWaitsForIt =>
+                    "the owner read was itself queued for the lock: it had released it",
+                LockChange::CycleGone =>
+                    "a cycle of waits seen once was gone a few milliseconds later",
+            }
+        ),
+        Owner::Unknown { reason } => format!("owner unknown: {reason}"),
+    }
 }
 
 /// A thread's id, with its id in the process's own pid namespace beside

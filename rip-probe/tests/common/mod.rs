@@ -111,6 +111,7 @@ pub fn full_report() -> Report {
                     kind: "normal",
                     ..MutexFlavor::default()
                 }),
+                runtime: None,
                 owner: Owner::OtherProcess { tid: 7, pid: 6 },
                 owner_tid: None,
                 owner_state: None,
