@@ -60,6 +60,7 @@ pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksR
                 lock,
                 symbol: names.name(lock),
                 kind,
+                idle: kind == LockKind::Condvar || (stat.wakes == 0 && stat.waits > 0),
                 mutex,
                 waits: stat.waits,
                 wakes: stat.wakes,
@@ -72,8 +73,14 @@ pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksR
             }
         })
         .collect();
+    // Contention first: an idle wait's length says nothing of a lock.
     out.sort_by(|a, b| {
-        (b.total_wait_ns, b.wakes, a.futex).cmp(&(a.total_wait_ns, a.wakes, b.futex))
+        (a.idle, b.total_wait_ns, b.wakes, a.futex).cmp(&(
+            b.idle,
+            a.total_wait_ns,
+            a.wakes,
+            b.futex,
+        ))
     });
     let index: HashMap<u64, usize> = out.iter().enumerate().map(|(i, l)| (l.futex, i)).collect();
 

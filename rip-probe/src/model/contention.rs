@@ -17,7 +17,8 @@ pub struct LocksReport {
     /// How long contention was counted, in ns (shorter than asked when the
     /// process exited).
     pub window_ns: u64,
-    /// Contended locks, longest total wait first.
+    /// Contended locks, longest total wait first, then the idle waits
+    /// (`idle`), longest total wait first.
     pub locks: Vec<LockContention>,
     /// Things to know: the process exiting during the window, a full table.
     pub warnings: Vec<String>,
@@ -37,6 +38,11 @@ pub struct LockContention {
     pub kind: LockKind,
     /// A glibc mutex's flavour.
     pub mutex: Option<MutexFlavor>,
+    /// Idle waits, not contention: threads waiting to be signalled (a
+    /// condition variable), or waits that all ended with nobody waking
+    /// the word (their timeouts expired: a pool polling for work). Listed
+    /// after the contended locks.
+    pub idle: bool,
     /// Waits that slept (a waiter that found the word changed and did not
     /// sleep is not counted).
     pub waits: u64,

@@ -35,15 +35,28 @@ pub fn locks(r: &LocksReport, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "no thread waited for a lock (futex) during the window")?;
         return Ok(());
     }
-    let n = r.locks.len();
+    let idle = r.locks.iter().filter(|l| l.idle).count();
+    let n = r.locks.len() - idle;
     writeln!(
         w,
         "{n} lock{} waited on or woken, longest total wait first",
         if n == 1 { "" } else { "s" }
     )?;
-    for l in &r.locks {
+    for l in r.locks.iter().filter(|l| !l.idle) {
         writeln!(w)?;
         lock(l, w)?;
+    }
+    if idle > 0 {
+        writeln!(w)?;
+        writeln!(
+            w,
+            "IDLE WAITS, not contention ({idle}): condition variables, and waits that all ended \
+             by their timeout with no wake"
+        )?;
+        for l in r.locks.iter().filter(|l| l.idle) {
+            writeln!(w)?;
+            lock(l, w)?;
+        }
     }
     Ok(())
 }

@@ -13,8 +13,8 @@ use super::{
 };
 use crate::{
     model::{
-        Frame, Group, Location, LockChange, Mode, Owner, Report, RuntimeWait, Thread, ThreadState,
-        WaitsFor, rewrite_shared,
+        Frame, Group, Location, LockChange, LockKind, Mode, Owner, Report, RuntimeWait, Thread,
+        ThreadState, WaitsFor, rewrite_shared,
     },
     util::timefmt::duration,
 };
@@ -277,8 +277,15 @@ fn deadlocks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> 
     Ok(())
 }
 
+/// Condition variables with one waiter each listed one per line, up to
+/// this many; more are one line (a JVM parks each thread on its own).
+const SINGLE_CONDVARS: usize = 3;
+
 /// Who holds the locks the threads wait for: one sentence per lock,
-/// following its owner's own waits, with the waiters' tids.
+/// following its owner's own waits, with the waiters' tids. Then the
+/// idle waits, which are no contention: one line per condition variable
+/// with its waiter count (those with one waiter each folded into one line
+/// past [`SINGLE_CONDVARS`]), one line per kind of parked thread.
 fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::Result<()> {
     // Threads in a deadlock were shown at the top.
     let in_cycle: std::collections::HashSet<u64> = r
@@ -288,39 +295,91 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
         .map(|&t| u64::from(t))
         .collect();
     let mut by_lock: std::collections::BTreeMap<u64, Vec<&Thread>> = Default::default();
+    let mut by_condvar: std::collections::BTreeMap<u64, Vec<&Thread>> = Default::default();
+    let mut parked: std::collections::BTreeMap<String, Vec<&Thread>> = Default::default();
     for t in &r.threads {
-        if let Some(l) = &t.waits_for
-            && !in_cycle.contains(&t.tid)
-        {
-            by_lock.entry(l.lock).or_default().push(t);
+        let Some(l) = &t.waits_for else { continue };
+        if in_cycle.contains(&t.tid) {
+            continue;
+        }
+        match (l.kind, l.runtime) {
+            (LockKind::Condvar, _) => by_condvar.entry(l.lock).or_default().push(t),
+            (LockKind::Parked, Some(rt)) => parked
+                .entry(runtime_words(rt).to_string())
+                .or_default()
+                .push(t),
+            _ => by_lock.entry(l.lock).or_default().push(t),
         }
     }
-    if by_lock.is_empty() {
+    if !by_lock.is_empty() {
+        // Most waiters first, then by lock address.
+        let mut locks: Vec<Vec<&Thread>> = by_lock.into_values().collect();
+        locks.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        writeln!(w)?;
+        writeln!(w, "LOCKS")?;
+        for waiters in &locks {
+            let Some(s) = chain_sentence(by_tid, waiters[0]) else {
+                continue;
+            };
+            writeln!(w, "  {} for {s}", waiters_words(waiters))?;
+            tids_line(waiters, w)?;
+        }
+    }
+    if by_condvar.is_empty() && parked.is_empty() {
         return Ok(());
     }
-    // Most waiters first, then by lock address.
-    let mut locks: Vec<Vec<&Thread>> = by_lock.into_values().collect();
-    locks.sort_by_key(|w| std::cmp::Reverse(w.len()));
     writeln!(w)?;
-    writeln!(w, "LOCKS")?;
-    for waiters in &locks {
-        let Some(s) = chain_sentence(by_tid, waiters[0]) else {
+    writeln!(
+        w,
+        "IDLE WAITS (waiting to be signalled or unparked, not for a lock)"
+    )?;
+    let mut condvars: Vec<(u64, Vec<&Thread>)> = by_condvar.into_iter().collect();
+    condvars.sort_by_key(|(_, w)| std::cmp::Reverse(w.len()));
+    let singles = condvars.iter().filter(|(_, w)| w.len() == 1).count();
+    let fold = singles > SINGLE_CONDVARS;
+    for (_, waiters) in condvars.iter().filter(|(_, w)| !fold || w.len() > 1) {
+        let Some(l) = waiters[0].waits_for.as_ref() else {
             continue;
         };
-        let tids: Vec<u64> = waiters.iter().map(|t| t.tid).collect();
-        let who = if waiters.len() == 1 {
-            format!("{} ({})", waiters[0].tid, waiters[0].name)
-        } else {
-            format!("{} threads", waiters.len())
-        };
+        writeln!(w, "  {} on {}", waiters_words(waiters), lock_words(l))?;
+        tids_line(waiters, w)?;
+    }
+    if fold {
+        let waiters: Vec<&Thread> = condvars
+            .iter()
+            .filter(|(_, w)| w.len() == 1)
+            .map(|(_, w)| w[0])
+            .collect();
         writeln!(
             w,
-            "  {who} wait{} for {s}",
-            if waiters.len() == 1 { "s" } else { "" }
+            "  {singles} threads wait, each on a condition variable of its own"
         )?;
-        if waiters.len() > 1 {
-            writeln!(w, "      tids: {}", ids(&tids))?;
-        }
+        tids_line(&waiters, w)?;
+    }
+    for (what, waiters) in &parked {
+        let who = match waiters.as_slice() {
+            [one] => format!("{} ({})", one.tid, one.name),
+            _ => format!("{} threads", waiters.len()),
+        };
+        writeln!(w, "  {who}: {what}")?;
+        tids_line(waiters, w)?;
+    }
+    Ok(())
+}
+
+/// `12 (worker-2) waits`, `3 threads wait`.
+fn waiters_words(waiters: &[&Thread]) -> String {
+    match waiters {
+        [one] => format!("{} ({}) waits", one.tid, one.name),
+        _ => format!("{} threads wait", waiters.len()),
+    }
+}
+
+/// The waiters' tids, when there are several.
+fn tids_line(waiters: &[&Thread], w: &mut impl Write) -> io::Result<()> {
+    if waiters.len() > 1 {
+        let tids: Vec<u64> = waiters.iter().map(|t| t.tid).collect();
+        writeln!(w, "      tids: {}", ids(&tids))?;
     }
     Ok(())
 }

@@ -145,7 +145,7 @@ impl<'m> DataNames<'m> {
                 Some((
                     s.address(),
                     s.size(),
-                    format!("{:#}", rustc_demangle::demangle(name)),
+                    crate::util::demangle::demangle(name).into_owned(),
                 ))
             })
             .collect();

@@ -165,6 +165,7 @@ pub fn full_locks_report() -> contention::LocksReport {
                 kind: "normal",
                 ..MutexFlavor::default()
             }),
+            idle: false,
             waits: 3,
             wakes: 3,
             total_wait_ns: 15_000_000,

@@ -1,8 +1,9 @@
 //! Threads blocked on Rust's own locks, which record no owner: one waits
 //! for a `std::sync::Mutex` and one for a `std::sync::RwLock` (write),
-//! both held by the main thread. Prints `holder <tid>`, `mutex-waiter
-//! <tid>`, `rwlock-waiter <tid>`, `ready`, and holds them until stdin
-//! closes.
+//! both held by the main thread; and one parked (`thread::park`), which
+//! waits for no lock. Prints `holder <tid>`, `mutex-waiter <tid>`,
+//! `rwlock-waiter <tid>`, `parker <tid>`, `ready`, and holds them until
+//! stdin closes.
 
 use std::{
     io::{Read, Write},
@@ -34,9 +35,20 @@ fn main() {
                 .unwrap(),
         );
     }
+    // Parked until the process ends: nobody unparks it.
+    let parker_tx = tx.clone();
+    thread::Builder::new()
+        .name("parker".into())
+        .spawn(move || {
+            parker_tx.send(("parker", rip_tests::gettid())).unwrap();
+            loop {
+                thread::park();
+            }
+        })
+        .unwrap();
     let mut out = std::io::stdout().lock();
     writeln!(out, "holder {}", rip_tests::gettid()).unwrap();
-    for _ in 0..2 {
+    for _ in 0..3 {
         let (role, tid) = rx.recv().unwrap();
         writeln!(out, "{role} {tid}").unwrap();
     }
