@@ -20,7 +20,8 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Debian packages the tests call (bpftool to check nothing is left
 /// attached, valgrind for instruction counts, gdb and eu-stack as peers;
 /// qemu, busybox-static and cpio for the guest kernels of `vmtest`;
-/// python3, a program of Debian's whose user stacks the tests read).
+/// python3, a program of Debian's whose user stacks the tests read;
+/// golang-go for a Go program the lock tests read).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
@@ -30,6 +31,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("busybox", "busybox-static"),
     ("cpio", "cpio"),
+    // The lock tests build a small Go program (a Go runtime's futexes).
+    ("go", "golang-go"),
 ];
 
 /// Runs every step.
