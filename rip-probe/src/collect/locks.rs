@@ -499,8 +499,9 @@ pub struct LockReads {
 pub struct LockEvidence {
     /// Per distinct wait, its lock's two reads (`None`: no futex wait).
     pub locks: HashMap<WaitKey, Option<LockReads>>,
-    /// The futex wait each waiter and owner was in between the two reads
-    /// (rip-probe's tids; `None`: in none).
+    /// The futex wait each waiter of a lock that names an owner, and each
+    /// such owner, was in between the two reads (rip-probe's tids; `None`:
+    /// in none).
     pub now: HashMap<u32, Option<(i64, u64)>>,
 }
 
@@ -523,12 +524,21 @@ pub fn evidence(pid: u32, waits: &[(u32, WaitKey)]) -> LockEvidence {
     for (_, key) in waits {
         first.entry(*key).or_insert_with(|| read(key));
     }
+    // Only a claimed owner needs its waiters' and its own state: a
+    // condition variable's 10,000 waiters cost no read.
+    let owned = |key: &WaitKey| {
+        first
+            .get(key)
+            .and_then(Option::as_ref)
+            .is_some_and(|l| l.owner.tid().is_some())
+    };
     let owners = first
         .values()
         .flatten()
         .filter_map(|l| l.owner.tid().and_then(host));
+    let waiters = waits.iter().filter(|(_, k)| owned(k)).map(|(t, _)| *t);
     let mut now = HashMap::new();
-    for tid in waits.iter().map(|(t, _)| *t).chain(owners) {
+    for tid in waiters.chain(owners) {
         now.entry(tid).or_insert_with(|| futex_wait_now(pid, tid));
     }
     let locks = first

@@ -294,7 +294,9 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
         .flatten()
         .map(|&t| u64::from(t))
         .collect();
-    let mut by_lock: std::collections::BTreeMap<u64, Vec<&Thread>> = Default::default();
+    // One line per lock and sentence: waiters of one lock may be judged
+    // apart (one still waits, another's wait ended while it was read).
+    let mut by_lock: std::collections::BTreeMap<(u64, String), Vec<&Thread>> = Default::default();
     let mut by_condvar: std::collections::BTreeMap<u64, Vec<&Thread>> = Default::default();
     let mut parked: std::collections::BTreeMap<String, Vec<&Thread>> = Default::default();
     for t in &r.threads {
@@ -308,19 +310,20 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
                 .entry(runtime_words(rt).to_string())
                 .or_default()
                 .push(t),
-            _ => by_lock.entry(l.lock).or_default().push(t),
+            _ => {
+                if let Some(s) = chain_sentence(by_tid, t) {
+                    by_lock.entry((l.lock, s)).or_default().push(t);
+                }
+            }
         }
     }
     if !by_lock.is_empty() {
         // Most waiters first, then by lock address.
-        let mut locks: Vec<Vec<&Thread>> = by_lock.into_values().collect();
-        locks.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        let mut locks: Vec<((u64, String), Vec<&Thread>)> = by_lock.into_iter().collect();
+        locks.sort_by_key(|(_, w)| std::cmp::Reverse(w.len()));
         writeln!(w)?;
         writeln!(w, "LOCKS")?;
-        for waiters in &locks {
-            let Some(s) = chain_sentence(by_tid, waiters[0]) else {
-                continue;
-            };
+        for ((_, s), waiters) in &locks {
             writeln!(w, "  {} for {s}", waiters_words(waiters))?;
             tids_line(waiters, w)?;
         }
