@@ -500,6 +500,13 @@ pub enum RuntimeWait {
     GoFutex,
     /// Rust: `std::thread::park` or `park_timeout`.
     RustPark,
+    /// CPython: acquiring a `threading` lock (`PyThread_acquire_lock_timed`,
+    /// a glibc semaphore, which records no owner). A `Condition.wait` is
+    /// one too: its waiter acquires a lock of its own.
+    PythonLock,
+    /// Java: a thread parked by `LockSupport.park` (HotSpot's
+    /// `Parker::park`, from `Unsafe_Park`): j.u.c locks, queues, pools.
+    JavaPark,
 }
 
 impl LockKind {

@@ -183,7 +183,9 @@ fn judge(
     // words look like.
     if let Some(rt) = runtime_wait(&names) {
         wait.kind = match rt {
-            RuntimeWait::GoRuntimeLock | RuntimeWait::GoFutex => LockKind::Runtime,
+            RuntimeWait::GoRuntimeLock | RuntimeWait::GoFutex | RuntimeWait::PythonLock => {
+                LockKind::Runtime
+            }
             _ => LockKind::Parked,
         };
         wait.lock = l.futex;
@@ -292,10 +294,19 @@ fn runtime_wait(names: &[String]) -> Option<RuntimeWait> {
             },
         );
     }
+    if any(&|n| n == "PyThread_acquire_lock_timed") {
+        return Some(RuntimeWait::PythonLock);
+    }
+    // Rust's parker is std's (`std::sys::…::Parker::park`); HotSpot's is
+    // a C++ `Parker::park`, LockSupport.park's.
+    let parker = |n: &str| n.contains("Parker::park");
     if rust_lock_type(names).is_none()
-        && any(&|n| n.contains("std::thread::park") || n.contains("Parker::park"))
+        && any(&|n| n.contains("std::thread::park") || (n.starts_with("std::") && parker(n)))
     {
         return Some(RuntimeWait::RustPark);
+    }
+    if any(&|n| parker(n) && !n.starts_with("std::")) && any(&|n| n.contains("Unsafe_Park")) {
+        return Some(RuntimeWait::JavaPark);
     }
     None
 }
@@ -718,6 +729,18 @@ mod tests {
             "runtime.sysmon",
         ];
         let lock2 = ["runtime.futex", "runtime.futexsleep", "runtime.lock2"];
+        let java = [
+            "__futex_abstimed_wait_common",
+            "___pthread_cond_wait",
+            "Parker::park(bool, long)",
+            "Unsafe_Park",
+        ];
+        let python = [
+            "__futex_abstimed_wait_common",
+            "__new_sem_wait_slow64",
+            "PyThread_acquire_lock_timed",
+            "PyObject_Vectorcall",
+        ];
         let park = [
             "syscall",
             "std::sys::pal::unix::futex::futex_wait",
@@ -737,6 +760,8 @@ mod tests {
             (&sysmon[..], LockKind::Parked, RuntimeWait::GoTimedNote),
             (&lock2[..], LockKind::Runtime, RuntimeWait::GoRuntimeLock),
             (&park[..], LockKind::Parked, RuntimeWait::RustPark),
+            (&python[..], LockKind::Runtime, RuntimeWait::PythonLock),
+            (&java[..], LockKind::Parked, RuntimeWait::JavaPark),
         ] {
             let mut r = report(vec![waiter(10, A, stack)]);
             let ev = Ev::default().still(A, rwlock.clone()).now(10, A).0;

@@ -299,6 +299,9 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
     let mut by_lock: std::collections::BTreeMap<(u64, String), Vec<&Thread>> = Default::default();
     let mut by_condvar: std::collections::BTreeMap<u64, Vec<&Thread>> = Default::default();
     let mut parked: std::collections::BTreeMap<String, Vec<&Thread>> = Default::default();
+    // A runtime's locks, by the runtime's wait, then by lock.
+    type ByLock<'a> = std::collections::BTreeMap<u64, Vec<&'a Thread>>;
+    let mut runtime: std::collections::BTreeMap<&'static str, ByLock> = Default::default();
     for t in &r.threads {
         let Some(l) = &t.waits_for else { continue };
         if in_cycle.contains(&t.tid) {
@@ -306,6 +309,12 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
         }
         match (l.kind, l.runtime) {
             (LockKind::Condvar, _) => by_condvar.entry(l.lock).or_default().push(t),
+            (LockKind::Runtime, Some(rt)) => runtime
+                .entry(runtime_words(rt))
+                .or_default()
+                .entry(l.lock)
+                .or_default()
+                .push(t),
             (LockKind::Parked, Some(rt)) => parked
                 .entry(runtime_words(rt).to_string())
                 .or_default()
@@ -317,7 +326,32 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
             }
         }
     }
-    if !by_lock.is_empty() {
+    // Past a few, a runtime's locks with one waiter each are one line (a
+    // CPython program's Condition waiters each wait on a lock of its own).
+    let mut singles: Vec<(&str, Vec<&Thread>)> = Vec::new();
+    for (what, locks) in runtime {
+        let mut ones: Vec<&Thread> = locks
+            .values()
+            .filter(|w| w.len() == 1)
+            .map(|w| w[0])
+            .collect();
+        ones.sort_by_key(|t| t.tid);
+        let fold = ones.len() > SINGLE_CONDVARS;
+        for waiters in locks.into_values().filter(|w| !fold || w.len() > 1) {
+            for t in waiters {
+                if let Some(s) = chain_sentence(by_tid, t) {
+                    by_lock
+                        .entry((t.waits_for.as_ref().map_or(0, |l| l.lock), s))
+                        .or_default()
+                        .push(t);
+                }
+            }
+        }
+        if fold {
+            singles.push((what, ones));
+        }
+    }
+    if !by_lock.is_empty() || !singles.is_empty() {
         // Most waiters first, then by lock address.
         let mut locks: Vec<((u64, String), Vec<&Thread>)> = by_lock.into_iter().collect();
         locks.sort_by_key(|(_, w)| std::cmp::Reverse(w.len()));
@@ -325,6 +359,14 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
         writeln!(w, "LOCKS")?;
         for ((_, s), waiters) in &locks {
             writeln!(w, "  {} for {s}", waiters_words(waiters))?;
+            tids_line(waiters, w)?;
+        }
+        for (what, waiters) in &singles {
+            writeln!(
+                w,
+                "  {} threads wait, each on a lock of its own: {what}, which records no owner",
+                waiters.len()
+            )?;
             tids_line(waiters, w)?;
         }
     }
@@ -348,11 +390,12 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
         tids_line(waiters, w)?;
     }
     if fold {
-        let waiters: Vec<&Thread> = condvars
+        let mut waiters: Vec<&Thread> = condvars
             .iter()
             .filter(|(_, w)| w.len() == 1)
             .map(|(_, w)| w[0])
             .collect();
+        waiters.sort_by_key(|t| t.tid);
         writeln!(
             w,
             "  {singles} threads wait, each on a condition variable of its own"
@@ -451,6 +494,8 @@ pub(crate) fn runtime_words(rt: RuntimeWait) -> &'static str {
         RuntimeWait::GoRuntimeLock => "Go runtime: runtime-internal lock",
         RuntimeWait::GoFutex => "Go runtime: futex sleep",
         RuntimeWait::RustPark => "Rust thread::park: parked until unparked",
+        RuntimeWait::PythonLock => "CPython threading lock (or Condition.wait)",
+        RuntimeWait::JavaPark => "Java LockSupport.park: parked until unparked",
     }
 }
 
