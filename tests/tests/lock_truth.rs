@@ -305,3 +305,34 @@ fn locks_keeps_idle_timed_waits_apart_from_contention() {
     assert!(pos("mutex g_hot") < pos("IDLE WAITS"), "{text}");
     assert!(pos("IDLE WAITS") < pos("g_timed"), "{text}");
 }
+
+#[test]
+fn a_normal_mutex_relocked_by_its_owner_is_a_self_deadlock() {
+    if !bpf_tests_enabled("a_normal_mutex_relocked_by_its_owner_is_a_self_deadlock") {
+        return;
+    }
+    let w = Workload::start(Command::new(build_c("lock_relock", &[])));
+    // The error-checking mutex refused the relock, as the kernel never saw.
+    assert!(
+        w.lines.iter().any(|l| l == "errorcheck EDEADLK"),
+        "{:?}",
+        w.lines
+    );
+    let normal = w.tid("role relock-normal ");
+    let errorcheck = w.tid("role relock-errorcheck ");
+    until_in_futex(w.pid(), 1);
+    let pid = w.pid().to_string();
+    let v = rip_probe_json(EXE, &["--pid", &pid, "--duration", "0", "--json"]);
+    assert_eq!(v["deadlocks"], serde_json::json!([[normal]]), "{v}");
+    let wf = &json_thread(&v, normal)["waits_for"];
+    assert_eq!(wf["symbol"], "g_normal", "{wf}");
+    assert_eq!(wf["owner_tid"], normal, "{wf}");
+    assert!(json_thread(&v, errorcheck)["waits_for"].is_null());
+    let text = rip_probe_ok(EXE, &["--pid", &pid, "--duration", "0"]);
+    assert!(
+        text.contains(&format!(
+            "DEADLOCK: 1 thread waits for itself: {normal} (relock-normal)"
+        )) && text.contains("that it holds itself: a relock of a normal mutex waits forever"),
+        "{text}"
+    );
+}

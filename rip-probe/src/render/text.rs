@@ -264,12 +264,16 @@ fn deadlocks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> 
             .map(|t| format!("{} ({})", t.tid, t.name))
             .collect();
         writeln!(w)?;
-        writeln!(
-            w,
-            "DEADLOCK: {} threads wait for each other: {}",
-            cycle.len(),
-            who.join(", ")
-        )?;
+        if cycle.len() == 1 {
+            writeln!(w, "DEADLOCK: 1 thread waits for itself: {}", who.join(""))?;
+        } else {
+            writeln!(
+                w,
+                "DEADLOCK: {} threads wait for each other: {}",
+                cycle.len(),
+                who.join(", ")
+            )?;
+        }
         if let Some(s) = chain_sentence(by_tid, first) {
             writeln!(w, "  {} ({}) waits for {s}", first.tid, first.name)?;
         }
