@@ -471,6 +471,9 @@ pub enum LockKind {
     Rwlock,
     /// A glibc `pthread_cond_t`.
     Condvar,
+    /// A glibc (POSIX) semaphore, `sem_t`, recognised by the waiter's
+    /// stack (`sem_wait` and its timed forms): a count, with no owner.
+    Semaphore,
     /// A thread parked until another wakes it (Rust `thread::park`, an
     /// idle Go M on its note): no lock is held.
     Parked,
@@ -517,6 +520,7 @@ impl LockKind {
             LockKind::PiFutex => "PI futex",
             LockKind::Rwlock => "rwlock",
             LockKind::Condvar => "condition variable",
+            LockKind::Semaphore => "semaphore",
             LockKind::Parked => "parked",
             LockKind::Runtime => "runtime wait",
             LockKind::Futex => "futex",

@@ -207,6 +207,20 @@ fn judge(
         };
         return (wait, None);
     }
+    // glibc's semaphore waits (a JVM's GC workers, PostgreSQL's): a
+    // count, whatever its word looks like.
+    if names
+        .iter()
+        .any(|n| SEM_WAITS.iter().any(|s| n.contains(s)))
+    {
+        wait.kind = LockKind::Semaphore;
+        wait.lock = l.futex;
+        wait.mutex = None;
+        wait.owner = Owner::NotRecorded {
+            reason: "a semaphore records no owner".into(),
+        };
+        return (wait, None);
+    }
     let Some(owner) = reads.owner else {
         // No live thread of ours is claimed: nothing to hold still but the
         // words themselves.
@@ -338,6 +352,15 @@ const SLOW_PATHS: &[(&[&str], &str)] = &[
         &["parking_lot::condvar::Condvar::wait"],
         "parking_lot Condvar",
     ),
+];
+
+/// glibc's semaphore wait functions (`sem_wait`, `sem_timedwait`,
+/// `sem_clockwait` all sleep in `__new_sem_wait_slow64`).
+const SEM_WAITS: &[&str] = &[
+    "__new_sem_wait_slow",
+    "sem_wait",
+    "sem_timedwait",
+    "sem_clockwait",
 ];
 
 /// Frames looked at from the top of the waiter's stack: the slow path is
@@ -779,6 +802,21 @@ mod tests {
             );
             assert!(w.mutex.is_none());
         }
+        // A glibc semaphore (a JVM's GC worker), whatever its word.
+        let sem = [
+            "__futex_abstimed_wait_common",
+            "__new_sem_wait_slow64",
+            "PosixSemaphore::wait()",
+        ];
+        let mut r = report(vec![waiter(10, A, &sem)]);
+        let ev = Ev::default().still(A, rwlock.clone()).now(10, A).0;
+        judge_all(&mut r, &ev, &ev);
+        let w = r.threads[0].waits_for.as_ref().unwrap();
+        assert_eq!(
+            (w.kind, w.lock, w.owner_tid),
+            (LockKind::Semaphore, A, None)
+        );
+        assert!(matches!(w.owner, Owner::NotRecorded { .. }));
         // A Rust std Mutex's slow path is its lock, not a park.
         let std_mutex = [
             "std::sys::pal::unix::futex::futex_wait",
