@@ -281,8 +281,9 @@ fn deadlocks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> 
     Ok(())
 }
 
-/// Condition variables with one waiter each listed one per line, up to
-/// this many; more are one line (a JVM parks each thread on its own).
+/// Condition variables in anonymous memory with one waiter each listed one
+/// per line, up to this many; more are one line (a JVM parks each thread
+/// on its own).
 const SINGLE_CONDVARS: usize = 3;
 
 /// Who holds the locks the threads wait for: one sentence per lock,
@@ -384,9 +385,19 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
     )?;
     let mut condvars: Vec<(u64, Vec<&Thread>)> = by_condvar.into_iter().collect();
     condvars.sort_by_key(|(_, w)| std::cmp::Reverse(w.len()));
-    let singles = condvars.iter().filter(|(_, w)| w.len() == 1).count();
+    // Only those named by their memory (`heap 0x…`) fold: a global one's
+    // name says which it is.
+    let anonymous = |w: &[&Thread]| {
+        w.len() == 1
+            && w[0]
+                .waits_for
+                .as_ref()
+                .and_then(|l| l.symbol.as_deref())
+                .is_none_or(|s| s.starts_with("heap ") || s.starts_with("stack "))
+    };
+    let singles = condvars.iter().filter(|(_, w)| anonymous(w)).count();
     let fold = singles > SINGLE_CONDVARS;
-    for (_, waiters) in condvars.iter().filter(|(_, w)| !fold || w.len() > 1) {
+    for (_, waiters) in condvars.iter().filter(|(_, w)| !fold || !anonymous(w)) {
         let Some(l) = waiters[0].waits_for.as_ref() else {
             continue;
         };
@@ -396,7 +407,7 @@ fn locks(r: &Report, by_tid: &HashMap<u64, &Thread>, w: &mut impl Write) -> io::
     if fold {
         let mut waiters: Vec<&Thread> = condvars
             .iter()
-            .filter(|(_, w)| w.len() == 1)
+            .filter(|(_, w)| anonymous(w))
             .map(|(_, w)| w[0])
             .collect();
         waiters.sort_by_key(|t| t.tid);
