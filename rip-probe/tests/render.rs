@@ -427,3 +427,96 @@ server;[snap src/inner.rs:3 inner];Pool::take;inner;__futex_abstimed_wait_common
     let svg = render_offcpu(render::offcpu_svg, &r);
     assert!(!svg.contains('\x1b'));
 }
+
+/// A waiter of `kind` on the lock at `lock` named `symbol`, owned by
+/// `owner` (a thread of the report) or by nobody recorded.
+fn waiting(
+    tid: u64,
+    kind: LockKind,
+    lock: u64,
+    symbol: &str,
+    runtime: Option<RuntimeWait>,
+    owner: Option<u32>,
+    cause: Option<LockChange>,
+) -> Thread {
+    let mut t = thread(tid, "w", ThreadState::Sleeping, Some((1_000_000_000, true)));
+    t.waits_for = Some(WaitsFor {
+        lock,
+        futex: lock,
+        symbol: Some(symbol.into()),
+        kind,
+        mutex: None,
+        runtime,
+        owner: match (owner, cause) {
+            (Some(tid), _) => Owner::Thread { tid },
+            (None, Some(cause)) => Owner::Changing { cause },
+            (None, None) => Owner::NotRecorded {
+                reason: "it records no owner".into(),
+            },
+        },
+        owner_tid: owner,
+        owner_state: None,
+    });
+    t
+}
+
+/// LOCKS holds the waits for a lock (a lock changing hands said so);
+/// IDLE WAITS one line per condition variable with its waiter count, the
+/// anonymous ones with one waiter each folded into one line (a named one
+/// kept), and one line per kind of parked thread.
+#[test]
+fn lock_waits_and_idle_waits() {
+    let mut r = live_report();
+    let cv = |tid, lock, name: &str| waiting(tid, LockKind::Condvar, lock, name, None, None, None);
+    let m = |tid, owner, cause| waiting(tid, LockKind::Mutex, 0x100, "g_m", None, owner, cause);
+    r.threads = vec![
+        m(20, Some(21), None),
+        m(21, None, Some(LockChange::WaitEnded)),
+        cv(30, 0x200, "g_idle"),
+        cv(31, 0x200, "g_idle"),
+        cv(32, 0x200, "g_idle"),
+        cv(33, 0x300, "COND_manager"),
+        cv(40, 0x400, "heap 0x400"),
+        cv(41, 0x500, "heap 0x500"),
+        cv(42, 0x600, "heap 0x600"),
+        cv(43, 0x700, "heap 0x700"),
+        waiting(
+            50,
+            LockKind::Parked,
+            0x800,
+            "heap 0x800",
+            Some(RuntimeWait::GoIdleM),
+            None,
+            None,
+        ),
+        waiting(
+            51,
+            LockKind::Parked,
+            0x900,
+            "heap 0x900",
+            Some(RuntimeWait::GoIdleM),
+            None,
+            None,
+        ),
+    ];
+    r.groups = analyze::group_threads(&r.threads);
+    let got = render(render::live, &r);
+    let section = &got[got.find("LOCKS").unwrap()..got.find("THREADS").unwrap()];
+    let want = "\
+LOCKS
+  20 (w) waits for mutex g_m held by 21 (w), which waits for mutex g_m: unconfirmed, lock changing hands (the wait ended while it was read)
+  21 (w) waits for mutex g_m: unconfirmed, lock changing hands (the wait ended while it was read)
+
+IDLE WAITS (waiting to be signalled or unparked, not for a lock)
+  3 threads wait on condition variable g_idle
+      tids: 30 31 32
+  33 (w) waits on condition variable COND_manager
+  4 threads wait, each on a condition variable of its own
+      tids: 40 41 42 43
+  2 threads: Go runtime: idle M (no goroutine to run), parked on its note
+      tids: 50 51
+
+";
+    assert_eq!(section, want, "\n{got}");
+    assert!(!got.contains("DEADLOCK"), "{got}");
+}
