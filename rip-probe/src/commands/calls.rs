@@ -88,8 +88,9 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     }
     let rule = outlier_rule(a)?;
     let target = Target::open(a.pid)?;
+    target.require_user_space("it has no functions to probe")?;
     privileges::check()?;
-    let sites = resolve_all(a.pid, &a.uprobe)?;
+    let sites = resolve_all(target.view_pid(), &a.uprobe)?;
     let threads = procfs::tids(a.pid)?.len();
     let mut probe = timing::phase("attach uprobes", || {
         CallsProbe::attach(a.pid, &sites, threads)
@@ -101,7 +102,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
         probe.set_thresholds(&thresholds)?;
     }
     let clock = MonotonicToUnix::now();
-    let mut sym = StackSymbolizer::new(a.pid);
+    let mut sym = StackSymbolizer::new(target.view_pid());
     let w = watch(&mut probe, &mut sym, &target, a, &rule, &mut thresholds)?;
     let addrs = probe.addresses().to_vec();
     // Detached before the report is built: the target runs at full speed
