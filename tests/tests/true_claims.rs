@@ -365,3 +365,54 @@ fn an_invalid_symbol_name_is_named() {
     assert!(!err.contains("{bytes"), "{err}");
     assert!(err.contains("`worker\\xffwait` (not UTF-8)"), "{err}");
 }
+
+/// Runs the CLI as nobody with the capabilities BPF needs (as a user
+/// granted them with setcap would), with `args`; (exit code, stdout,
+/// stderr).
+fn as_nobody_with_caps(args: &[&str]) -> (i32, String, String) {
+    let mut all = vec![
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=+bpf,+perfmon",
+        "--ambient-caps=+bpf,+perfmon",
+        CLI,
+    ];
+    all.extend_from_slice(args);
+    rip_probe("setpriv", &all)
+}
+
+/// Another user's process, by a user with capabilities: `calls` and
+/// `dump --pid` say that permission was denied (and whose process it is),
+/// not "no process with pid N" nor "maps no librip ring".
+#[test]
+fn another_users_process_is_permission_denied() {
+    if !bpf_tests_enabled("another_users_process_is_permission_denied") {
+        return;
+    }
+    let dir = TempDir::new("/dev/shm", "others-ring");
+    let ring = dir.join("ticker.ring");
+    let mut cmd = Command::new(TICKER);
+    cmd.arg(&ring).arg("1");
+    let w = Workload::start(cmd);
+    let p = w.pid().to_string();
+    for args in [
+        &[
+            "calls",
+            "--pid",
+            &p,
+            "--uprobe",
+            "rip_ticker_tick",
+            "--duration",
+            "1s",
+        ][..],
+        &["dump", "--pid", &p],
+    ] {
+        let (code, out, err) = as_nobody_with_caps(args);
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("permission denied"), "{args:?}: {err}");
+        assert!(!err.contains("no process with pid"), "{args:?}: {err}");
+        assert!(!err.contains("maps no librip ring"), "{args:?}: {err}");
+    }
+}
