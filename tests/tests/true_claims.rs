@@ -416,3 +416,42 @@ fn another_users_process_is_permission_denied() {
         assert!(!err.contains("maps no librip ring"), "{args:?}: {err}");
     }
 }
+
+/// `calls --uprobe LIB:fn` on a library the process loads and unloads in a
+/// loop attaches every time: a library gone between being found and being
+/// attached to is looked up again, and the retry is said once.
+#[test]
+fn a_library_that_comes_and_goes_is_attached() {
+    if !bpf_tests_enabled("a_library_that_comes_and_goes_is_attached") {
+        return;
+    }
+    let plugin = build_c("dlopen_plugin", &["-shared", "-fPIC"]);
+    let mut cmd = Command::new(build_c("dlopen_loop", &["-ldl"]));
+    cmd.arg(&plugin);
+    let w = Workload::start(cmd);
+    let p = w.pid().to_string();
+    let lib = plugin.file_name().unwrap().to_str().unwrap().to_string();
+    let spec = format!("{lib}:plugin_fn");
+    for _ in 0..4 {
+        let (code, out, err) = rip_probe(
+            CLI,
+            &[
+                "calls",
+                "--pid",
+                &p,
+                "--uprobe",
+                &spec,
+                "--duration",
+                "200ms",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("plugin_fn"), "{out}");
+        assert!(
+            err.is_empty()
+                || err
+                    == "rip-probe: a library --uprobe names was unmapped while attaching: retrying\n",
+            "{err}"
+        );
+    }
+}
