@@ -398,8 +398,9 @@ impl Session {
             .count();
         if hidden > 0 {
             notes.push(format!(
-                "--uprobe: the last function entered by {hidden} thread{} is not shown: its ring \
-                 slot's last snap is its location (add --no-ring to see the uprobe hits)",
+                "--uprobe: the last function entered is not shown for {hidden} thread{} with a \
+                 ring slot: the slot's last snap is the location (add --no-ring to see the \
+                 uprobe hits)",
                 if hidden == 1 { "" } else { "s" }
             ));
         }

@@ -279,7 +279,9 @@ fn uprobe_hits_hidden_by_a_ring_are_said() {
     }
     let warnings = with_ring["warnings"].to_string();
     assert!(
-        warnings.contains("--uprobe: the last function entered by 2 threads is not shown"),
+        warnings.contains(
+            "--uprobe: the last function entered is not shown for 2 threads with a ring slot"
+        ),
         "{warnings}"
     );
     let no_ring = run(args(&["--no-ring"]));
