@@ -35,6 +35,25 @@ pub(crate) struct Stat {
     pub(crate) state: char,
     /// Start time in clock ticks since boot (identifies a pid across reuse).
     pub(crate) start_time: u64,
+    /// The parent's pid.
+    pub(crate) ppid: u32,
+    /// The kernel's `PF_*` flags (field 9).
+    pub(crate) flags: u64,
+}
+
+/// `PF_KTHREAD`: the task is a kernel thread (no user space).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+impl Stat {
+    /// Whether the task is a kernel thread.
+    pub(crate) fn kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
+    }
+
+    /// Whether the task has exited (a zombie, or dead).
+    pub(crate) fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
 }
 
 /// Parses a stat line. The comm may contain spaces and parentheses, so the
@@ -46,11 +65,15 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
     // rest[0] is field 3 (state); start time is field 22.
     let state = rest.first()?.chars().next()?;
+    let ppid = rest.get(1)?.parse().ok()?;
+    let flags = rest.get(6)?.parse().ok()?;
     let start_time = rest.get(19)?.parse().ok()?;
     Some(Stat {
         comm,
         state,
         start_time,
+        ppid,
+        flags,
     })
 }
 
@@ -107,6 +130,94 @@ pub(crate) fn exists(path: impl AsRef<Path>) -> bool {
     path.as_ref().is_dir()
 }
 
+/// A thread of process `pid` other than its leader that has not exited,
+/// if any: through its /proc entry, a process whose leader exited still
+/// shows its memory, maps and executable.
+pub(crate) fn live_thread(pid: u32) -> Option<u32> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&tid| tid != pid)
+        .find(|&tid| stat(pid, tid).is_some_and(|st| !st.exited()))
+}
+
+/// The id whose /proc entry shows process `pid`'s memory, maps and
+/// executable: `pid`, or one of its live threads when its leader exited
+/// (an exited leader's maps are empty).
+pub(crate) fn view_pid(pid: u32) -> u32 {
+    match stat(pid, 0) {
+        Some(st) if st.exited() => live_thread(pid).unwrap_or(pid),
+        _ => pid,
+    }
+}
+
+/// The true reason a file of process `pid` under /proc (`path`) could not
+/// be read with `e`: the process is gone, a zombie, a kernel thread (which
+/// has no user space, so `what` cannot be done), or reading it is not
+/// permitted (and why); else the I/O error.
+pub(crate) fn unreadable(pid: u32, path: &str, e: std::io::Error, what: &'static str) -> Error {
+    match stat(pid, 0) {
+        None if !exists(format!("/proc/{pid}")) => return Error::NoSuchProcess(pid),
+        Some(st) if st.kernel_thread() => {
+            return Error::KernelThread {
+                pid,
+                comm: st.comm,
+                what,
+            };
+        }
+        Some(st) if st.exited() && live_thread(pid).is_none() => {
+            return Error::Zombie { pid, ppid: st.ppid };
+        }
+        _ => {}
+    }
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => Error::ProcUnreadable {
+            path: path.to_string(),
+            why: denied_reason(pid),
+        },
+        _ => Error::io(path, e),
+    }
+}
+
+/// Why reading process `pid`'s files is denied, and what to do.
+pub(crate) fn denied_reason(pid: u32) -> String {
+    if rustix::process::geteuid().is_root() {
+        return format!(
+            "permission denied although rip-probe runs as root: the kernel does not let it \
+             inspect process {pid} (it lacks CAP_SYS_PTRACE over it, a security module forbids \
+             it, or the process belongs to a user namespace rip-probe's capabilities do not reach)"
+        );
+    }
+    let owner = read_proc(pid, 0, "status")
+        .ok()
+        .and_then(|s| {
+            let ids = s.lines().find_map(|l| l.strip_prefix("Uid:"))?.to_string();
+            ids.split_whitespace().next().map(str::to_string)
+        })
+        .map_or_else(|| "another user".to_string(), |u| format!("uid {u}"));
+    format!(
+        "permission denied: process {pid} belongs to {owner} and rip-probe runs as uid {}; \
+         run it as root or as that user",
+        rustix::process::getuid().as_raw()
+    )
+}
+
+/// What kind of process a [`Target`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A user process.
+    Process,
+    /// A kernel thread: no user space, no system call of its own.
+    KernelThread,
+    /// Its leader thread exited (and is a zombie) while other threads run
+    /// on; its memory, maps and executable are read through thread
+    /// `live`'s /proc entry (the leader's show none).
+    LeaderExited {
+        /// A thread that still runs.
+        live: u32,
+    },
+}
+
 /// A live process, pinned by a pidfd.
 pub struct Target {
     pid: u32,
@@ -114,6 +225,7 @@ pub struct Target {
     start_time: u64,
     comm: String,
     exe: Option<String>,
+    kind: Kind,
 }
 
 /// Why a target is no longer the process we attached to.
@@ -147,13 +259,75 @@ impl Target {
         } else {
             Error::NoSuchProcess(pid)
         })?;
-        Ok(Target {
+        let kind = if st.kernel_thread() {
+            Kind::KernelThread
+        } else if st.exited() {
+            // A zombie leader: the process lives on in its other threads,
+            // or it is all gone and only waits for its parent's wait().
+            match live_thread(pid) {
+                Some(live) => Kind::LeaderExited { live },
+                None => return Err(Error::Zombie { pid, ppid: st.ppid }),
+            }
+        } else {
+            Kind::Process
+        };
+        let mut t = Target {
             pid,
             pidfd,
             start_time: st.start_time,
             comm: st.comm,
-            exe: exe(pid).map(|p| p.display().to_string()),
-        })
+            exe: None,
+            kind,
+        };
+        t.exe = exe(t.view_pid()).map(|p| p.display().to_string());
+        Ok(t)
+    }
+
+    /// What kind of process it is (as found when it was opened).
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Fails with [`Error::KernelThread`] for a kernel thread: `what`
+    /// (e.g. "it has no functions to probe") cannot be done without user
+    /// space.
+    pub(crate) fn require_user_space(&self, what: &'static str) -> Result<()> {
+        match self.kind {
+            Kind::KernelThread => Err(Error::KernelThread {
+                pid: self.pid,
+                comm: self.comm.clone(),
+                what,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The id whose /proc entry shows the process's memory, maps and
+    /// executable: the pid, or a live thread's id when the leader exited
+    /// (/proc/PID/maps of an exited leader is empty).
+    pub(crate) fn view_pid(&self) -> u32 {
+        match self.kind {
+            Kind::LeaderExited { live } if exists(format!("/proc/{live}")) => live,
+            Kind::LeaderExited { .. } => view_pid(self.pid),
+            _ => self.pid,
+        }
+    }
+
+    /// What the report says about the kind of process, if anything.
+    pub(crate) fn kind_note(&self) -> Option<String> {
+        match self.kind {
+            Kind::Process => None,
+            Kind::KernelThread => Some(format!(
+                "pid {} ({}) is a kernel thread: it has no user space, so no system call, user \
+                 location or user stack; its state and kernel stack are shown",
+                self.pid, self.comm
+            )),
+            Kind::LeaderExited { live } => Some(format!(
+                "the leader thread of pid {} has exited (a zombie, shown as exited) while its \
+                 other threads run on: their code is read through thread {live}'s maps",
+                self.pid
+            )),
+        }
     }
 
     /// The process id.

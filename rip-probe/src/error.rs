@@ -75,6 +75,38 @@ pub enum Error {
     /// The target process does not exist.
     #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
     NoSuchProcess(u32),
+    /// The process has exited and waits for its parent to reap it.
+    #[error(
+        "process {pid} is a zombie: it has exited and its parent (pid {ppid}) has not reaped it \
+         yet, so no thread, memory or binary of it is left to observe"
+    )]
+    Zombie {
+        /// The process.
+        pid: u32,
+        /// Its parent, which should wait() for it.
+        ppid: u32,
+    },
+    /// The process is a kernel thread: what was asked needs user space.
+    #[error(
+        "process {pid} ({comm}) is a kernel thread: it has no user space, so {what}; \
+         `rip-probe --pid {pid}` shows its kernel state and stack"
+    )]
+    KernelThread {
+        /// The kernel thread.
+        pid: u32,
+        /// Its name.
+        comm: String,
+        /// What cannot be done, e.g. "it has no functions to probe".
+        what: &'static str,
+    },
+    /// A file of a process under /proc exists but may not be read.
+    #[error("cannot read {path}: {why}")]
+    ProcUnreadable {
+        /// The file, e.g. /proc/4711/maps.
+        path: String,
+        /// Why, and what to do.
+        why: String,
+    },
     /// A kernel interface answered something we cannot parse.
     #[error("unexpected contents in {path}: {what}")]
     Kernel {

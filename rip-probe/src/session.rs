@@ -29,7 +29,7 @@ use crate::{
         stacks::threads as stacks,
     },
     correlate::{self, AfterExit, Clock, LiveInputs},
-    discover::{Lost, Target},
+    discover::{Kind, Lost, Target},
     error::{Error, Result},
     model::{ProcessInfo, Report},
     symbolize::{self, SymbolizerThread, UserSpace},
@@ -122,7 +122,10 @@ impl Session {
     pub fn attach(opts: &SessionOptions) -> Result<Self> {
         let target = Target::open(opts.pid)?;
         let sites = match &opts.uprobe {
-            Some(spec) => uprobe::resolve(opts.pid, spec)?,
+            Some(spec) => {
+                target.require_user_space("it has no functions for --uprobe to probe")?;
+                uprobe::resolve(target.view_pid(), spec)?
+            }
             None => Vec::new(),
         };
         let mut probe = timing::phase("load and attach", || {
@@ -134,7 +137,6 @@ impl Session {
         let events = probe.take_events()?;
         let symbolizer = SymbolizerThread::start();
         Ok(Session {
-            target,
             probe,
             events,
             attached_ns: monotonic_ns(),
@@ -143,7 +145,9 @@ impl Session {
             probes: sites.len(),
             symbolizer,
             warming: false,
-            stacks: opts.stacks.then(|| stacks::Collector::new(opts.pid)),
+            stacks: (opts.stacks && target.kind() != Kind::KernelThread)
+                .then(|| stacks::Collector::new(target.view_pid())),
+            target,
         })
     }
 
@@ -170,7 +174,7 @@ impl Session {
         // hide that work in: the report then loads only what it needs.
         if !window.is_zero() && !self.warming {
             self.warming = true;
-            let pid = self.target.pid();
+            let pid = self.target.view_pid();
             // Listing the binaries walks /proc/PID/maps: on that thread too.
             self.symbolizer.warm_up(move || procfs::code_files(pid));
         }
@@ -273,10 +277,19 @@ impl Session {
         // The ring is a file: it is read on another thread while the kernel
         // is asked for its side (on 100,000 threads, each takes a third of
         // a second).
-        let (opts, pid) = (&self.opts, self.target.pid());
+        let (opts, pid, view) = (&self.opts, self.target.pid(), self.target.view_pid());
+        let kind = self.target.kind();
         // One view of the process's map for the stages that need it (the
         // ring finder, lock names): its file mappings are listed once.
-        let maps = ProcessMaps::open(pid).ok();
+        let (maps, unreadable) = match ProcessMaps::open(view) {
+            Ok(m) => (Some(m), None),
+            Err(e) if kind != Kind::KernelThread && self.target.lost().is_none() => {
+                let path = format!("/proc/{view}/maps");
+                let e = crate::discover::unreadable(pid, &path, e, "it maps nothing");
+                (None, Some(e))
+            }
+            Err(_) => (None, None),
+        };
         let (ring, kernel) = std::thread::scope(|s| {
             let ring =
                 s.spawn(|| timing::phase("read ring", || Self::ring(opts, pid, maps.as_ref())));
@@ -327,8 +340,8 @@ impl Session {
         };
         let space = match (&ring, lost_now) {
             (Some(r), true) => UserSpace::Modules(&r.modules),
-            (Some(r), false) => UserSpace::LiveWithModules(self.target.pid(), &r.modules),
-            (None, _) => UserSpace::Live(self.target.pid()),
+            (Some(r), false) => UserSpace::LiveWithModules(view, &r.modules),
+            (None, _) => UserSpace::Live(view),
         };
         timing::phase("symbolize", || {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
@@ -338,9 +351,10 @@ impl Session {
         }
         if !lost_now {
             timing::phase("locks", || {
-                lock_waits(&mut report, self.target.pid(), maps.as_ref())
+                lock_waits(&mut report, view, maps.as_ref())
             });
         }
+        self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
     }
 }
@@ -382,6 +396,66 @@ fn lock_waits(report: &mut Report, pid: u32, maps: Option<&librip::reader::Proce
         .collect();
     let second = crate::collect::locks::evidence(pid, &again);
     analyze::waits::confirm(report, &cycles, &second);
+}
+
+/// What a report cannot show, said in it rather than left out.
+impl Session {
+    fn tell_what_is_missing(
+        &self,
+        report: &mut Report,
+        maps: Option<Error>,
+        hits: &HashMap<u32, rip_ebpf::FnHit>,
+    ) {
+        let mut notes = Vec::new();
+        notes.extend(self.target.kind_note());
+        if self.target.kind() == Kind::KernelThread {
+            // Its registers are the kernel's: any "system call" or user pc
+            // read from them would be invented.
+            for t in &mut report.threads {
+                t.syscall = None;
+                t.location = None;
+            }
+        }
+        if let Some(e) = maps {
+            notes.push(format!(
+                "partial report: {}: the threads' kernel state is shown, but no ring, \
+                 symbols, user stacks or lock names",
+                e.one_line()
+            ));
+        }
+        // A thread's ring slot wins over its last uprobe hit as its
+        // location: say how many hits that hides.
+        let hidden = report
+            .threads
+            .iter()
+            .filter(|t| {
+                t.location
+                    .as_ref()
+                    .is_some_and(|l| matches!(l.source, crate::model::LocationSource::Ring))
+                    && u32::try_from(t.tid).is_ok_and(|tid| hits.contains_key(&tid))
+            })
+            .count();
+        if hidden > 0 {
+            notes.push(format!(
+                "--uprobe: the last function entered is not shown for {hidden} thread{} with a \
+                 ring slot: the slot's last snap is the location (add --no-ring to see the \
+                 uprobe hits)",
+                if hidden == 1 { "" } else { "s" }
+            ));
+        }
+        if report.threads.is_empty() && self.lost.is_none() {
+            let listed = crate::collect::procfs::tids(self.target.pid()).map_or(0, |t| t.len());
+            if listed > 0 {
+                notes.push(format!(
+                    "incomplete report: the kernel's task iterator returned no thread of pid {} \
+                     although /proc lists {listed}",
+                    self.target.pid()
+                ));
+            }
+        }
+        // First: they qualify everything below them.
+        report.warnings.splice(0..0, notes);
+    }
 }
 
 /// The user stacks being read, and the collector to put back after.

@@ -99,7 +99,19 @@ fn golden_views_live_and_post_mortem() {
             .map(str::trim)
             .collect();
         assert_eq!(got, want, "{out}");
-        assert!(out.contains(&format!("tid {} \"handler-0\" live, 3 snaps", handlers[0])));
+        // Post-mortem, the threads are gone with their process.
+        let state = if post_mortem {
+            "gone (its process is not running)"
+        } else {
+            "live"
+        };
+        assert!(
+            out.contains(&format!(
+                "tid {} \"handler-0\" {state}, 3 snaps",
+                handlers[0]
+            )),
+            "{out}"
+        );
 
         // JSON: the same data.
         let v = json(&["dump", ring_s, "--json", "--exited"]);

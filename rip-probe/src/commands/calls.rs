@@ -88,11 +88,11 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     }
     let rule = outlier_rule(a)?;
     let target = Target::open(a.pid)?;
+    target.require_user_space("it has no functions to probe")?;
     privileges::check()?;
-    let sites = resolve_all(a.pid, &a.uprobe)?;
     let threads = procfs::tids(a.pid)?.len();
-    let mut probe = timing::phase("attach uprobes", || {
-        CallsProbe::attach(a.pid, &sites, threads)
+    let (sites, mut probe) = timing::phase("attach uprobes", || {
+        attach_retrying(&target, &a.uprobe, threads)
     })?;
     let mut thresholds = vec![0; sites.len()];
     if let Some(OutlierRule::SlowerThan { threshold_ns }) = rule {
@@ -101,7 +101,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
         probe.set_thresholds(&thresholds)?;
     }
     let clock = MonotonicToUnix::now();
-    let mut sym = StackSymbolizer::new(a.pid);
+    let mut sym = StackSymbolizer::new(target.view_pid());
     let w = watch(&mut probe, &mut sym, &target, a, &rule, &mut thresholds)?;
     let addrs = probe.addresses().to_vec();
     // Detached before the report is built: the target runs at full speed
@@ -193,6 +193,83 @@ fn outlier_rule(a: &CallsArgs) -> Result<Option<OutlierRule>> {
         percent,
         training_ns: training.as_nanos() as u64,
     }))
+}
+
+/// Resolves the patterns and attaches, again while a library they name
+/// is not mapped or was unmapped between the two (a library the process
+/// loads and unloads in a loop), saying so once; at most
+/// [`ATTACH_TRIES`] times.
+fn attach_retrying(
+    target: &Target,
+    patterns: &[String],
+    threads: usize,
+) -> Result<(Vec<ProbeSite>, CallsProbe)> {
+    let mut told = false;
+    for attempt in 1.. {
+        let attached = resolve_all(target.view_pid(), patterns).and_then(|sites| {
+            let probe = CallsProbe::attach(target.pid(), &sites, threads)?;
+            Ok((sites, probe))
+        });
+        match attached {
+            Err(e) if attempt < ATTACH_TRIES => {
+                match came_and_went(&e) {
+                    None => return Err(e),
+                    Some(Seen::Unmapped) if !told => {
+                        told = true;
+                        eprintln!(
+                            "rip-probe: a library --uprobe names was unmapped while attaching: \
+                             retrying"
+                        );
+                    }
+                    Some(_) => {}
+                }
+                // The library is back within a loop iteration of the
+                // target's: try again soon, not at once.
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            r => return r,
+        }
+    }
+    unreachable!("the loop returns at its last attempt")
+}
+
+/// How many times [`attach_retrying`] tries.
+const ATTACH_TRIES: u32 = 100;
+
+/// How a library was missing.
+enum Seen {
+    /// Not in the process's maps.
+    NotMapped,
+    /// In its maps, then gone before it was read or attached to.
+    Unmapped,
+}
+
+/// Whether `e` says a library was missing when it was looked up, read or
+/// attached to, and how.
+fn came_and_went(e: &Error) -> Option<Seen> {
+    match e {
+        Error::Usage(m) if m.contains("maps no library matching") => Some(Seen::NotMapped),
+        Error::Usage(m)
+            if m.contains("cannot be opened from here")
+                || m.contains("is not mapped executable")
+                || (m.contains("cannot read") && m.contains("/map_files/")) =>
+        {
+            Some(Seen::Unmapped)
+        }
+        Error::Program { source, .. } => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+            while let Some(c) = cause {
+                if c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+                {
+                    return Some(Seen::Unmapped);
+                }
+                cause = c.source();
+            }
+            None
+        }
+        _ => None,
+    }
 }
 
 /// The functions every pattern matches, each once, at most

@@ -204,6 +204,19 @@ fn ring_of(pid: u32) -> Result<RingView> {
             Error::NoSuchProcess(pid)
         });
     }
+    match discover::stat(pid, 0) {
+        Some(st) if st.kernel_thread() => {
+            return Err(Error::KernelThread {
+                pid,
+                comm: st.comm,
+                what: "it maps no ring",
+            });
+        }
+        Some(st) if st.exited() && discover::live_thread(pid).is_none() => {
+            return Err(Error::Zombie { pid, ppid: st.ppid });
+        }
+        _ => {}
+    }
     use librip::reader::ReadError;
     // From a user namespace, other processes' maps and another mount
     // namespace's files are out of reach: say that rather than "no ring".
@@ -215,7 +228,28 @@ fn ring_of(pid: u32) -> Result<RingView> {
         (Error::Ring(ReadError::NoRing(_)), Some(ns)) if namespaces::differs(pid, "mnt") => {
             Error::UserNamespace(ns)
         }
-        (Error::Ring(ReadError::NoRing(_)), _) => Error::NoRing(pid),
+        (Error::Ring(ReadError::NoRing(_)), _) => {
+            unopened_shared_file(pid).map_or(Error::NoRing(pid), |path| Error::ProcUnreadable {
+                path,
+                why: format!(
+                    "it is a file process {pid} shares (maybe its ring) that rip-probe may not \
+                     open: {}",
+                    discover::denied_reason(pid)
+                ),
+            })
+        }
         (e, _) => e,
     })
+}
+
+/// A file process `pid` maps shared (as a ring is) that rip-probe cannot
+/// open, if any: "no ring" would then be a guess.
+fn unopened_shared_file(pid: u32) -> Option<String> {
+    let maps = librip::reader::ProcessMaps::open(pid).ok()?;
+    let files = maps.file_backed().ok()?;
+    files
+        .iter()
+        .filter(|m| m.perms.ends_with('s'))
+        .find(|m| librip::reader::open_mapped(pid, m).is_none())
+        .and_then(|m| m.file().map(|p| p.display().to_string()))
 }

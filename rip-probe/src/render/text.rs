@@ -619,8 +619,11 @@ pub fn history(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
         writeln!(w)?;
         let snaps = t.snaps.map(|n| format!(", {n} snaps")).unwrap_or_default();
         let state = match t.state {
-            // A dump has no kernel view: a slot is live or exited.
-            ThreadState::Unknown => "live",
+            // A dump has no kernel view: a slot not marked exited is live
+            // while its process runs, and gone with it once it does not.
+            ThreadState::Unknown if r.process.alive => "live",
+            ThreadState::Unknown if r.process.lost.is_some() => "live or gone (unknown)",
+            ThreadState::Unknown => "gone (its process is not running)",
             s => s.as_str(),
         };
         writeln!(w, "tid {} {:?} {state}{snaps}", tid_text(t), t.name)?;

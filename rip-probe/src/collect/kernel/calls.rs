@@ -40,7 +40,11 @@ impl CallsProbe {
                 sites.len()
             )));
         }
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess(pid))?);
+        // The kernel refuses an event on an exited thread: once the leader
+        // exited, a live thread names the process (uprobes filter by its memory).
+        let scoped = crate::discover::view_pid(pid);
+        let scope =
+            UProbeScope::OneProcess(NonZeroU32::new(scoped).ok_or(Error::NoSuchProcess(pid))?);
         privileges::check()?;
         tracefs::ensure_mounted()?;
         let addrs = runtime_addresses(pid, sites)?;
@@ -162,9 +166,12 @@ impl CallsProbe {
 /// Where each site's code is mapped in process `pid` now: the address the
 /// entry probe sees as its instruction pointer.
 fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
-    let maps = librip::reader::ProcessMaps::open(pid)
+    // Through a live thread when the leader exited (its maps are empty).
+    let view = crate::discover::view_pid(pid);
+    let path = format!("/proc/{view}/maps");
+    let maps = librip::reader::ProcessMaps::open(view)
         .and_then(|m| m.executable())
-        .map_err(|_| Error::NoSuchProcess(pid))?;
+        .map_err(|e| crate::discover::unreadable(pid, &path, e, "it has no functions to probe"))?;
     sites
         .iter()
         .map(|s| {

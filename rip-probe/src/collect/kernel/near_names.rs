@@ -1,6 +1,10 @@
 //! The function names closest to a pattern that matched none, so the
 //! "no match" error can say what the user may have meant.
 
+/// The longest pattern (its literal text, in characters) suggestions are
+/// looked for.
+const MAX_NEAR: usize = 256;
+
 /// Up to `n` of `names` closest to `pattern`: those containing the
 /// pattern's literal text first, then by edit distance to it.
 pub(crate) fn nearest<'a>(pattern: &str, names: &[&'a str], n: usize) -> Vec<&'a str> {
@@ -10,6 +14,12 @@ pub(crate) fn nearest<'a>(pattern: &str, names: &[&'a str], n: usize) -> Vec<&'a
         .filter(|c| !matches!(c, '*' | '?' | '[' | ']' | '!'))
         .collect::<String>()
         .to_lowercase();
+    // No function name is near a text this long, and comparing with it
+    // would cost its length times every name's (seconds for a pasted
+    // page): no suggestion.
+    if core.chars().count() > MAX_NEAR {
+        return Vec::new();
+    }
     let mut scored: Vec<(bool, usize, &str)> = names
         .iter()
         .map(|&name| {
@@ -56,5 +66,6 @@ mod tests {
         assert_eq!(nearest("wrok_fast", &names, 2), ["work_fast", "work_slow"]);
         assert_eq!(nearest("*slow*", &names, 1), ["work_slow"]);
         assert_eq!(nearest("x", &names, 10).len(), 5);
+        assert!(nearest(&"w".repeat(10_000), &names, 5).is_empty());
     }
 }

@@ -50,10 +50,14 @@ pub struct ProbeSite {
 /// another mount namespace, where its paths are not ours), and as the
 /// process names it, for messages.
 fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
+    const WHAT: &str = "it has no functions for --uprobe to probe";
+    let spec_shown = cut(spec);
     match spec.split_once(':') {
         Some((lib, pat)) if !lib.is_empty() => {
             let maps_path = format!("/proc/{pid}/maps");
-            let maps = std::fs::read_to_string(&maps_path).map_err(|e| Error::io(&maps_path, e))?;
+            let maps = std::fs::read_to_string(&maps_path)
+                .map_err(|e| crate::discover::unreadable(pid, &maps_path, e, WHAT))?;
+            let lib_shown = cut(lib);
             // librip's maps parser: paths may hold spaces, and pseudo-files
             // (`[vdso]`, deleted files) are not files.
             let maps = librip::reader::parse_maps(&maps);
@@ -66,21 +70,22 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
                 })
                 .ok_or_else(|| {
                     Error::Usage(format!(
-                        "--uprobe {spec}: pid {pid} maps no library matching `{lib}`"
+                        "--uprobe {spec_shown}: pid {pid} maps no library matching `{lib_shown}`"
                     ))
                 })?;
             let shown = PathBuf::from(&found.name);
             let reach = crate::collect::procfs::code_path(pid, found).ok_or_else(|| {
                 Error::Usage(format!(
-                    "--uprobe {spec}: {} cannot be opened from here",
+                    "--uprobe {spec_shown}: {} cannot be opened from here",
                     shown.display()
                 ))
             })?;
             Ok((reach, shown, pat.to_string()))
         }
         _ => {
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-                .map_err(|_| Error::NoSuchProcess(pid))?;
+            let link = format!("/proc/{pid}/exe");
+            let exe = std::fs::read_link(&link)
+                .map_err(|e| crate::discover::unreadable(pid, &link, e, WHAT))?;
             // The link itself reaches the executable in any mount namespace.
             Ok((
                 PathBuf::from(format!("/proc/{pid}/exe")),
@@ -94,6 +99,7 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
 /// The functions of the target matching `spec`.
 pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
     let (binary, shown, pattern) = target_binary(pid, spec)?;
+    let (spec, pattern_shown) = (cut(spec), cut(&pattern));
     let glob = glob::Pattern::new(&pattern)
         .map_err(|e| Error::Usage(format!("--uprobe {spec}: bad pattern: {e}")))?;
     // The ELF symbol tables (.symtab, else .dynsym in a stripped binary:
@@ -126,7 +132,13 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
             }
             ControlFlow::Continue(())
         })
-        .map_err(|e| Error::Usage(format!("--uprobe: cannot read {}: {e}", shown.display())))?;
+        .map_err(|e| {
+            Error::Usage(format!(
+                "--uprobe: cannot read {}: {}",
+                shown.display(),
+                symbols_error(&binary, &e.to_string())
+            ))
+        })?;
     sites.sort_by_key(|s| s.file_offset);
     sites.dedup_by_key(|s| s.file_offset);
     if sites.is_empty() {
@@ -138,7 +150,7 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
             format!(" (near: {})", near.join(", "))
         };
         return Err(Error::Usage(format!(
-            "--uprobe {spec}: no function in {} matches `{pattern}`{hint}",
+            "--uprobe {spec}: no function in {} matches `{pattern_shown}`{hint}",
             shown.display()
         )));
     }
@@ -151,12 +163,55 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
     Ok(sites)
 }
 
+/// The symbol-table reader's error `e` about `binary`, with the name it
+/// means filled in: it says "symbol name `{bytes:?}` is invalid" without
+/// the name (the placeholder is left in its text).
+fn symbols_error(binary: &Path, e: &str) -> String {
+    const PLACEHOLDER: &str = "`{bytes:?}`";
+    if !e.contains(PLACEHOLDER) {
+        return e.to_string();
+    }
+    let name = std::fs::read(binary)
+        .ok()
+        .and_then(|data| invalid_symbol_name(&data))
+        .unwrap_or_else(|| "(not found again)".into());
+    e.replace(PLACEHOLDER, &format!("`{name}` (not UTF-8)"))
+}
+
+/// The first symbol name of an ELF file that is not UTF-8, escaped and
+/// cut for a message.
+pub(crate) fn invalid_symbol_name(data: &[u8]) -> Option<String> {
+    use object::{Object, ObjectSymbol};
+    let file = object::File::parse(data).ok()?;
+    let bad = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter_map(|s| s.name_bytes().ok())
+        .find(|n| std::str::from_utf8(n).is_err())?;
+    Some(cut(&bad.escape_ascii().to_string()))
+}
+
+/// `text` for an error message: whole if short, else its start and its
+/// length (a pasted page is not echoed back).
+pub(crate) fn cut(text: &str) -> String {
+    const KEEP: usize = 60;
+    let n = text.chars().count();
+    if n <= KEEP + 20 {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(KEEP).collect();
+    format!("{head}… ({n} characters)")
+}
+
 /// Loads `fn_entry` and attaches it to every site, firing only for `pid`.
 pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
     let prog: &mut UProbe = super::program(ebpf, names::FN_ENTRY)?;
     prog.load()
         .map_err(|e| Error::program("loading fn_entry", e))?;
-    let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess(pid))?);
+    // The kernel refuses an event on an exited thread: once the leader
+    // exited, a live thread names the process (uprobes filter by its memory).
+    let scoped = crate::discover::view_pid(pid);
+    let scope = UProbeScope::OneProcess(NonZeroU32::new(scoped).ok_or(Error::NoSuchProcess(pid))?);
     for s in sites {
         prog.attach(s.file_offset, &s.binary, scope)
             .map_err(|e| Error::program(format!("attaching a uprobe to {}", s.name), e))?;

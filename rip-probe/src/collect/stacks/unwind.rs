@@ -90,10 +90,8 @@ impl StackCopy<'_> {
 #[derive(Debug, thiserror::Error)]
 pub enum StacksError {
     /// /proc/PID/maps could not be read: the process is gone, or we may not
-    /// read it.
-    #[error(
-        "cannot read /proc/{pid}/maps ({source}): is the process still running, and is rip-probe root?"
-    )]
+    /// read it (the report says which).
+    #[error("cannot read /proc/{pid}/maps ({source})")]
     Maps {
         /// The process.
         pid: u32,
