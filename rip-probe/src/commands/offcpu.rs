@@ -33,7 +33,7 @@ use crate::{
     },
     render,
     symbolize::stacks::StackSymbolizer,
-    util::{progress::Progress, timefmt::duration, timing},
+    util::{monotonic_ns, progress::Progress, timefmt::duration, timing},
 };
 
 /// How often the window's loop answers the program and looks at the
@@ -91,13 +91,19 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
         kernel_stacks: a.kernel_stacks,
         snaps: !snaps.is_empty(),
     };
+    // The window begins before the attach: every period the program sums
+    // starts inside it.
+    let start_ns = monotonic_ns();
     let probe = timing::phase("attach offcpu", || {
         OffCpuProbe::attach(a.pid, threads, opts, None)
     })?;
-    let mut collector = OffCpuCollector::new(probe, stacks);
+    let mut collector = OffCpuCollector::new(probe, stacks, start_ns);
     if !snaps.is_empty() {
         collector.set_snap_slots(&snaps)?;
     }
+    timing::phase("threads asleep at the start", || {
+        collector.seed_sleepers(a.pid, opts.snaps)
+    })?;
     let mut sym = StackSymbolizer::new(a.pid);
     let (data, elapsed, lost) = watch(collector, &mut sym, &target, a, opts.snaps)?;
 
@@ -196,7 +202,7 @@ fn watch(
         p.finish();
     }
     let data = timing::phase("read totals", || {
-        c.finish(a.pid, a.min_block.as_nanos() as u64, snaps)
+        c.finish(a.pid, a.min_block.as_nanos() as u64)
     })?;
     let elapsed = Duration::from_nanos(data.window_ns);
     Ok((data, elapsed, lost))

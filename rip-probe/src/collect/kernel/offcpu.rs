@@ -241,6 +241,34 @@ impl OffCpuProbe {
             .collect())
     }
 
+    /// Starts an off-CPU period for each thread of `starts` (rip-probe's
+    /// ids) that has none yet: the threads found asleep once the program
+    /// was attached, whose first wakeup in the window then ends a period
+    /// the program can sum. A thread the program already saw switch keeps
+    /// its own entry. Which threads took theirs.
+    pub fn seed(&mut self, starts: &[(u32, OffStart)]) -> Result<Vec<u32>> {
+        let global: Vec<(u32, u32)> = starts
+            .iter()
+            .filter_map(|&(tid, _)| match &self.ids {
+                Some(ids) => Some((tid, ids.table.to_global(tid)?)),
+                None => Some((tid, tid)),
+            })
+            .collect();
+        let by_tid: HashMap<u32, OffStart> = starts.iter().copied().collect();
+        let mut map: BpfHashMap<_, u32, OffStart> = self.hash_map(names::OFF_START)?;
+        let mut took = Vec::new();
+        for (ours, g) in global {
+            let mut s = by_tid[&ours];
+            s.key.tid = g;
+            match map.insert(g, s, BPF_NOEXIST) {
+                Ok(()) => took.push(ours),
+                Err(e) if full(&e) || errno(&e) == Some(libc::EEXIST) => {}
+                Err(e) => return Err(Error::map("filling OFF_START", e)),
+            }
+        }
+        Ok(took)
+    }
+
     /// The off-CPU totals so far.
     pub fn totals(&mut self) -> Result<Vec<(OffKey, OffTotal)>> {
         let map: BpfHashMap<_, OffKey, OffTotal> = self.hash_map(names::OFF_TIME)?;
