@@ -7,14 +7,14 @@
  *                          shorter window begins, off the CPU nearly all
  *                          of it. Prints `sleeper TID`.
  *   offcpu_life short FILE main starts a thread every 200 ms that sleeps
- *                          50 ms and exits.
+ *                          50 ms and exits, and joins it.
  *   offcpu_life storm FILE two threads start threads that exit at once,
- *                          without a pause.
+ *                          and join them, without a pause.
  *
- * In `short` and `storm` each thread, as it ends, adds its lifetime (ns,
- * timed from its first instruction to its return) to
- * FILE, mapped shared: [0] threads ended, [1] their lifetimes summed. A
- * thread cannot be off the CPU longer than it lived. Each prints `ready`
+ * In `short` and `storm` each thread's creator adds its lifetime (ns, from
+ * before its creation to its join) to FILE, mapped shared: [0] threads
+ * ended, [1] their lifetimes summed. A thread cannot be off the CPU longer
+ * than it lived. Each prints `ready`
  * once started; main then stays (pause(2), or the spawning loop).
  */
 #define _GNU_SOURCE
@@ -45,15 +45,6 @@ __attribute__((noinline)) static void nap(long ms)
 		;
 }
 
-/* Adds the thread's life so far to the file; the thread returns next. */
-static void *end_life(uint64_t born)
-{
-	uint64_t lived = now_ns() - born;
-	__atomic_fetch_add(&lives[1], lived, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&lives[0], 1, __ATOMIC_RELEASE);
-	return NULL;
-}
-
 static void *looper(void *arg)
 {
 	(void)arg;
@@ -68,33 +59,35 @@ static void *looper(void *arg)
 static void *short_lived(void *arg)
 {
 	(void)arg;
-	uint64_t born = now_ns();
 	nap(50);
-	return end_life(born);
+	return NULL;
 }
 
 static void *flash(void *arg)
 {
-	(void)arg;
-	return end_life(now_ns());
+	return arg;
 }
 
-static void spawn(void *(*fn)(void *))
+/* Runs one thread of `fn` to its end and adds its life to the file: timed
+ * from before its creation to the return of the join, which the kernel
+ * allows once the thread has left its user code and its memory (what
+ * follows in its exit does not sleep). */
+static void one_life(void *(*fn)(void *))
 {
-	pthread_attr_t a;
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	uint64_t born = now_ns();
 	pthread_t t;
-	while (pthread_create(&t, &a, fn, NULL) != 0)
+	while (pthread_create(&t, NULL, fn, NULL) != 0)
 		nap(1);
-	pthread_attr_destroy(&a);
+	pthread_join(t, NULL);
+	__atomic_fetch_add(&lives[1], now_ns() - born, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&lives[0], 1, __ATOMIC_RELEASE);
 }
 
 static void *spawner(void *arg)
 {
 	(void)arg;
 	for (;;)
-		spawn(flash);
+		one_life(flash);
 	return NULL;
 }
 
@@ -137,8 +130,8 @@ int main(int argc, char **argv)
 		printf("ready\n");
 		fflush(stdout);
 		for (;;) {
-			spawn(short_lived);
-			nap(200);
+			one_life(short_lived);
+			nap(150);
 		}
 	}
 	if (strcmp(argv[1], "storm") == 0) {

@@ -481,8 +481,16 @@ fn a_sleep_that_exits_in_the_window_is_charged_until_it_exits() {
     if !bpf_tests_enabled("a_sleep_that_exits_in_the_window_is_charged_until_it_exits") {
         return;
     }
-    let mut sleep = Command::new("sleep").arg("1.5").spawn().unwrap();
     let born = monotonic_ns();
+    let mut sleep = Command::new("sleep").arg("1.5").spawn().unwrap();
+    // Once it sleeps (its own event: in nanosleep or clock_nanosleep).
+    let in_sleep = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| matches!(s.split_whitespace().next(), Some("35" | "230")))
+    };
+    while !in_sleep(sleep.id()) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let r = offcpu_json(sleep.id(), "10s");
     let done = monotonic_ns();
     sleep.wait().unwrap();
@@ -518,8 +526,8 @@ fn exited_threads_are_not_charged_after_their_exit() {
     let (blocked, gone) = exited_blocked_ns(&r);
     assert!(gone >= 5, "only {gone} exited threads seen: {r}");
     let lived = after.1 - before.1;
-    // The exit itself (after the thread's last timing) may block a moment.
-    let slack = (after.0 - before.0) * 5_000_000;
+    // The end of an exit (after its join) may wait a moment for a lock.
+    let slack = (after.0 - before.0) * 20_000_000;
     assert!(
         blocked <= lived + slack,
         "exited threads blocked {blocked} ns, yet lived {lived} ns: {r}"
@@ -543,7 +551,7 @@ fn a_thread_storm_adds_up() {
     let (blocked, gone) = exited_blocked_ns(&r);
     assert!(gone >= 10, "only {gone} exited threads seen: {r}");
     let lived = after.1 - before.1;
-    let slack = (after.0 - before.0) * 5_000_000;
+    let slack = (after.0 - before.0) * 20_000_000;
     assert!(
         blocked <= lived + slack,
         "exited threads blocked {blocked} ns, yet lived {lived} ns: {r}"

@@ -63,12 +63,12 @@ pub struct OffCpuCollector {
 
 impl OffCpuCollector {
     /// Serves `probe`, unwinding with `stacks` (the target's unwinder).
-    /// `start_ns` is when the window began: CLOCK_MONOTONIC just before the
-    /// probe was attached. Make it as soon as the probe is attached.
-    pub fn new(probe: OffCpuProbe, stacks: Stacks, start_ns: u64) -> Self {
+    /// Make it as soon as the probe is attached: the window began just
+    /// before.
+    pub fn new(probe: OffCpuProbe, stacks: Stacks) -> Self {
         OffCpuCollector {
+            attached_ns: probe.start_ns(),
             probe,
-            attached_ns: start_ns,
             seeds: HashMap::new(),
             stacks,
             user: HashMap::new(),

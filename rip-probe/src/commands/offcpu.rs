@@ -33,7 +33,7 @@ use crate::{
     },
     render,
     symbolize::stacks::StackSymbolizer,
-    util::{monotonic_ns, progress::Progress, timefmt::duration, timing},
+    util::{progress::Progress, timefmt::duration, timing},
 };
 
 /// How often the window's loop answers the program and looks at the
@@ -91,13 +91,10 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
         kernel_stacks: a.kernel_stacks,
         snaps: !snaps.is_empty(),
     };
-    // The window begins before the attach: every period the program sums
-    // starts inside it.
-    let start_ns = monotonic_ns();
     let probe = timing::phase("attach offcpu", || {
         OffCpuProbe::attach(a.pid, threads, opts, None)
     })?;
-    let mut collector = OffCpuCollector::new(probe, stacks, start_ns);
+    let mut collector = OffCpuCollector::new(probe, stacks);
     if !snaps.is_empty() {
         collector.set_snap_slots(&snaps)?;
     }
