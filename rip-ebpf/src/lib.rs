@@ -125,6 +125,8 @@ pub struct TaskOffsets {
     /// `struct rq`'s `clock_task`: the clock `se.exec_start` is stamped
     /// with, on that CPU.
     pub rq_clock_task: u32,
+    /// `start_time`: CLOCK_MONOTONIC ns when the task was created.
+    pub start_time: u32,
     /// Set to 1 when the offsets above are valid.
     pub valid: u32,
 }
@@ -176,6 +178,18 @@ pub struct TaskRecord {
     /// as its `exec_start` (0: unknown). Not updated while that CPU idles,
     /// so never ahead of "now" there.
     pub rq_clock_task: u64,
+    /// `start_time`: CLOCK_MONOTONIC ns when the thread was created (0:
+    /// unknown). A thread has been blocked for less than its age.
+    pub start_ns: u64,
+    /// The thread's `THREADS` record as the iterator found it, read right
+    /// after its state: its last switch off the CPU (0: none seen).
+    pub sw_off_ns: u64,
+    /// Likewise, its last switch onto a CPU (0: none seen).
+    pub sw_on_ns: u64,
+    /// Likewise, 1 while sched_switch last saw it go onto a CPU.
+    pub sw_on_cpu: u32,
+    /// Explicit padding, always 0.
+    pub _pad: u32,
     /// Saved user registers (syscall number and arguments).
     pub regs: UserRegs,
     /// Thread name.
@@ -236,8 +250,11 @@ pub struct UserRegs {
 const _: () = {
     assert!(core::mem::size_of::<UserRegs>() == 10 * 8);
     assert!(core::mem::size_of::<PtRegsOffsets>() == 14 * 4);
-    assert!(core::mem::size_of::<TaskOffsets>() == 20 * 4);
-    assert!(core::mem::size_of::<TaskRecord>() == 8 * 4 + 5 * 8 + 80 + 16 + TASK_STACK_DEPTH * 8);
+    assert!(core::mem::size_of::<TaskOffsets>() == 21 * 4);
+    assert!(
+        core::mem::size_of::<TaskRecord>()
+            == 8 * 4 + 5 * 8 + 8 * 4 + 80 + 16 + TASK_STACK_DEPTH * 8
+    );
 };
 
 /// Per-thread kernel state kept in the `THREADS` map, keyed by thread id.

@@ -29,6 +29,7 @@ use rip_ebpf::{
         FIRST_MARK, HASH_SEED, MAX_SLOTS, OffCpuConfig, OffKey, OffStart, OffStats, OffTotal,
         PendingStack, Place, ReturnSlots, STACK_COPY, SnapSlot, finish, mix,
     },
+    task_state,
 };
 
 use crate::programs::{CONFIG, current_task, pt_regs_of};
@@ -135,6 +136,14 @@ fn switch_off<const HELPER: bool>(
     if let Some(st) = st {
         // SAFETY: this CPU's value, valid for the program's run.
         unsafe { (*st).switches += 1 };
+    }
+    // A thread's last switch, as it exits (`X` or `Z`): nothing will wait
+    // for it to come back, so no period starts. Left pending, it would be
+    // charged from its exit to the window's end. Its entry goes, making
+    // room for the threads after it (only its own switches used it).
+    if state & (task_state::DEAD | task_state::ZOMBIE) != 0 {
+        let _ = OFF_START.remove(tid);
+        return;
     }
 
     let (ip, sp, bp) = user_frame::<HELPER>(cfg);

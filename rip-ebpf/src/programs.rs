@@ -75,6 +75,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
         se_cfs_rq: 0,
         cfs_rq_rq: 0,
         rq_clock_task: 0,
+        start_time: 0,
         valid: 0,
     },
     emit_events: 0,
@@ -411,6 +412,28 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         (*rec).state = rd32(t.state);
         (*rec).on_cpu = rd32(t.on_cpu);
         (*rec).on_rq = rd32(t.on_rq);
+        // What sched_switch last saw of it, read right after its state:
+        // a report's blocked time needs both to describe one moment (a
+        // table read before the pass could predate a wakeup and a new
+        // sleep).
+        match THREADS.get(tid) {
+            Some(sw) => {
+                (*rec).sw_off_ns = sw.off_cpu_ns;
+                (*rec).sw_on_ns = sw.on_cpu_ns;
+                (*rec).sw_on_cpu = sw.on_cpu;
+            }
+            None => {
+                (*rec).sw_off_ns = 0;
+                (*rec).sw_on_ns = 0;
+                (*rec).sw_on_cpu = 0;
+            }
+        }
+        (*rec)._pad = 0;
+        (*rec).start_ns = if t.start_time != 0 {
+            rd64(t.start_time)
+        } else {
+            0
+        };
         (*rec).exec_start = rd64(t.exec_start);
         (*rec).sum_exec_runtime = rd64(t.sum_exec_runtime);
         (*rec).now_ns = bpf_ktime_get_ns();

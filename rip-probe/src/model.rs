@@ -296,9 +296,30 @@ pub struct SyscallArg {
 pub struct Blocked {
     /// Duration in ns.
     pub ns: u64,
-    /// `true` when the switch off the CPU was observed; `false` when the
-    /// thread was already blocked at attach and `ns` is a lower bound.
+    /// `true` when the switch off the CPU was observed; `false` when `ns`
+    /// is a lower bound (see `source`).
     pub exact: bool,
+    /// How `ns` was obtained.
+    pub source: BlockedSource,
+}
+
+/// What a blocked time rests on. Every lower bound is at most the thread's
+/// age: a bound that would exceed it is not used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockedSource {
+    /// sched_switch saw the thread leave the CPU and not come back: exact.
+    Switch,
+    /// No switch of the thread was seen since rip-probe attached: at least
+    /// the window.
+    Window,
+    /// At least the time its own CPU's run-queue task clock moved since the
+    /// thread last ran (`se.exec_start`).
+    TaskClock,
+    /// Nothing supports more than 0: it was on a CPU, or had just left
+    /// it, when its state was read, and no clock that could be trusted
+    /// says more.
+    None,
 }
 
 /// A symbolized code location: a function with file and line, and the

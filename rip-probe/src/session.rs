@@ -111,6 +111,8 @@ pub struct Session {
     symbolizer: SymbolizerThread,
     /// The symbolizer was asked to warm up.
     warming: bool,
+    /// Detach sched_switch once the next snapshot has read the kernel.
+    stop_after_snapshot: bool,
     /// User stacks, when asked for.
     stacks: Option<stacks::Collector>,
 }
@@ -145,6 +147,7 @@ impl Session {
             probes: sites.len(),
             symbolizer,
             warming: false,
+            stop_after_snapshot: false,
             stacks: (opts.stacks && target.kind() != Kind::KernelThread)
                 .then(|| stacks::Collector::new(target.view_pid())),
             target,
@@ -214,12 +217,16 @@ impl Session {
         }
     }
 
-    /// Stops observing context switches (the last [`Self::snapshot`] still
-    /// sees everything observed so far). Call it before the final snapshot
-    /// when no more observation follows: the detach costs the kernel an RCU
-    /// grace period, which then overlaps with building the report.
+    /// Stops observing context switches once the next [`Self::snapshot`]
+    /// has read the kernel's side. Call it before the final snapshot when
+    /// no more observation follows: the detach costs the kernel an RCU
+    /// grace period, which then overlaps with building the report. (The
+    /// switch records must still be kept while the task iterator reads
+    /// them: a thread that woke and slept again after a detach would look
+    /// blocked since its last recorded switch.)
     pub fn stop_observing(&mut self) -> Result<()> {
-        self.probe.detach_switches()
+        self.stop_after_snapshot = true;
+        Ok(())
     }
 
     /// Whether the target is gone, and how.
@@ -300,6 +307,9 @@ impl Session {
                 .map(|k| (k.switches, k.uprobe_hits, k.tasks));
             (ring.join().expect("the ring reader does not panic"), kernel)
         });
+        if self.stop_after_snapshot {
+            self.probe.detach_switches()?;
+        }
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
         let user_stacks = self.collect_stacks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
@@ -326,11 +336,9 @@ impl Session {
             let inputs = LiveInputs {
                 process: self.process_info(),
                 tasks: &tasks,
-                switches: &switches,
                 clock: Clock {
                     attached_ns: self.attached_ns,
                     now_ns,
-                    task_clock_skew_ns: procfs::task_clock_skew_ns(),
                 },
                 ring: ring.as_ref(),
                 uprobe_hits: &hits,

@@ -16,7 +16,15 @@ fn thread(tid: u64, name: &str, state: ThreadState, blocked: Option<(u64, bool)>
     t.tid = tid;
     t.name = name.into();
     t.state = state;
-    t.blocked = blocked.map(|(ns, exact)| Blocked { ns, exact });
+    t.blocked = blocked.map(|(ns, exact)| Blocked {
+        ns,
+        exact,
+        source: if exact {
+            BlockedSource::Switch
+        } else {
+            BlockedSource::Window
+        },
+    });
     t.history.clear();
     t.polling_task = None;
     t.waits_for = None;

@@ -12,8 +12,8 @@ use std::{
 
 use rip_tests::{
     TempDir, Workload, assert_one_line_error, assert_unprivileged_error, bpf_tests_enabled,
-    build_c, build_librip_release, compile_librip_c, librip_static, marker_line, rip_probe_json,
-    rip_probe_ok, target_dir,
+    build_c, build_librip_release, compile_librip_c, librip_static, marker_line, monotonic_ns,
+    rip_probe_json, rip_probe_ok, target_dir,
 };
 use serde_json::Value;
 
@@ -399,4 +399,161 @@ fn inside_a_pid_namespace_ids_are_the_namespaces() {
     let share = long as f64 / (long + short) as f64;
     assert!((0.70..=0.80).contains(&share), "{share:.3}");
     assert_eq!(thread(&r, pid)["whole_window"], true, "{r}");
+}
+
+/// `tests/c/offcpu_life.c` in `mode`, with its lifetimes file in `dir`.
+fn life(mode: &str, dir: &TempDir) -> Workload {
+    let mut cmd = Command::new(build_c("offcpu_life", &[]));
+    cmd.arg(mode).arg(dir.join("lives"));
+    Workload::start(cmd)
+}
+
+/// (threads ended, their lifetimes summed in ns) from `offcpu_life`'s file.
+fn lives(dir: &TempDir) -> (u64, u64) {
+    let b = std::fs::read(dir.join("lives")).unwrap();
+    let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    (w(0), w(8))
+}
+
+/// What every report must hold: no thread is charged more than the
+/// window, the threads' times add up to the total, and the total is at
+/// most threads × window.
+fn assert_adds_up(r: &Value) {
+    let window = r["window_ns"].as_u64().unwrap();
+    let threads = r["threads"].as_array().unwrap();
+    let mut sum = 0;
+    for t in threads {
+        let off = t["blocked_ns"].as_u64().unwrap() + t["preempted_ns"].as_u64().unwrap();
+        assert!(
+            off <= window,
+            "charged {off} ns in a {window} ns window: {t}"
+        );
+        sum += off;
+    }
+    assert_eq!(sum, r["total_ns"].as_u64().unwrap(), "{r}");
+    assert!(sum <= threads.len() as u64 * window, "{r}");
+}
+
+/// Threads that exited before the report (no name any more): their
+/// blocked time, summed.
+fn exited_blocked_ns(r: &Value) -> (u64, usize) {
+    let gone: Vec<&Value> = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].is_null())
+        .collect();
+    let ns = gone.iter().map(|t| t["blocked_ns"].as_u64().unwrap()).sum();
+    (ns, gone.len())
+}
+
+/// A thread in a loop of 3 s sleeps, observed 2 s: it was asleep when the
+/// window began and is charged from there, so nearly all the window is
+/// off the CPU (not only the time after its first wakeup).
+#[test]
+fn a_thread_asleep_at_the_start_is_charged_from_the_start() {
+    if !bpf_tests_enabled("a_thread_asleep_at_the_start_is_charged_from_the_start") {
+        return;
+    }
+    let w = Workload::start({
+        let mut c = Command::new(build_c("offcpu_life", &[]));
+        c.arg("loop");
+        c
+    });
+    let tid = w.tid("sleeper");
+    let r = offcpu_json(w.pid(), "2s");
+    assert_adds_up(&r);
+    let window = r["window_ns"].as_u64().unwrap();
+    let t = thread(&r, u64::from(tid));
+    let off = t["blocked_ns"].as_u64().unwrap() + t["preempted_ns"].as_u64().unwrap();
+    // Off the CPU all but the moments it runs between two sleeps.
+    assert!(off >= window * 9 / 10, "{off} of {window}: {t}");
+    assert!(
+        time_under(&r, u64::from(tid), "nap") >= window * 9 / 10,
+        "{r}"
+    );
+}
+
+/// `sleep 1.5` exits during a 10 s window: its one thread, asleep from
+/// the window's start to its exit, is charged all of that.
+#[test]
+fn a_sleep_that_exits_in_the_window_is_charged_until_it_exits() {
+    if !bpf_tests_enabled("a_sleep_that_exits_in_the_window_is_charged_until_it_exits") {
+        return;
+    }
+    let born = monotonic_ns();
+    let mut sleep = Command::new("sleep").arg("1.5").spawn().unwrap();
+    // Once it sleeps (its own event: in nanosleep or clock_nanosleep).
+    let in_sleep = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| matches!(s.split_whitespace().next(), Some("35" | "230")))
+    };
+    while !in_sleep(sleep.id()) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let r = offcpu_json(sleep.id(), "10s");
+    let done = monotonic_ns();
+    sleep.wait().unwrap();
+    assert_adds_up(&r);
+    let window = r["window_ns"].as_u64().unwrap();
+    assert!(r["warnings"].to_string().contains("exited"), "{r}");
+    // It slept at least until `born` + 1.5 s, and the window began at
+    // most `window` before `done`: from then to its exit it was off the
+    // CPU.
+    let asleep_in_window = (born + 1_500_000_000).saturating_sub(done.saturating_sub(window));
+    let total = r["total_ns"].as_u64().unwrap();
+    assert!(
+        total >= asleep_in_window * 95 / 100,
+        "{total} ns off the CPU, yet asleep {asleep_in_window} ns of the window: {r}"
+    );
+    assert!(total <= window, "{r}");
+}
+
+/// A thread every 200 ms living 50 ms, observed 2 s: each that exits is
+/// charged until it exits, never after, so the exited threads' blocked
+/// time stays within their lifetimes (timed by themselves).
+#[test]
+fn exited_threads_are_not_charged_after_their_exit() {
+    if !bpf_tests_enabled("exited_threads_are_not_charged_after_their_exit") {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "offcpu-life");
+    let w = life("short", &dir);
+    let before = lives(&dir);
+    let r = offcpu_json(w.pid(), "2s");
+    let after = lives(&dir);
+    assert_adds_up(&r);
+    let (blocked, gone) = exited_blocked_ns(&r);
+    assert!(gone >= 5, "only {gone} exited threads seen: {r}");
+    let lived = after.1 - before.1;
+    // The end of an exit (after its join) may wait a moment for a lock.
+    let slack = (after.0 - before.0) * 20_000_000;
+    assert!(
+        blocked <= lived + slack,
+        "exited threads blocked {blocked} ns, yet lived {lived} ns: {r}"
+    );
+}
+
+/// Two threads start threads that end at once, without a pause: the
+/// storm's exited threads are charged no more than they lived, and the
+/// totals add up.
+#[test]
+fn a_thread_storm_adds_up() {
+    if !bpf_tests_enabled("a_thread_storm_adds_up") {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "offcpu-storm");
+    let w = life("storm", &dir);
+    let before = lives(&dir);
+    let r = offcpu_json(w.pid(), "2s");
+    let after = lives(&dir);
+    assert_adds_up(&r);
+    let (blocked, gone) = exited_blocked_ns(&r);
+    assert!(gone >= 10, "only {gone} exited threads seen: {r}");
+    let lived = after.1 - before.1;
+    let slack = (after.0 - before.0) * 20_000_000;
+    assert!(
+        blocked <= lived + slack,
+        "exited threads blocked {blocked} ns, yet lived {lived} ns: {r}"
+    );
 }

@@ -211,7 +211,7 @@ pub(crate) fn sorted(mut v: Vec<Group>) -> Vec<Group> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Blocked, Location, LocationSource};
+    use crate::model::{Blocked, BlockedSource, Location, LocationSource};
 
     fn thread(tid: u64, state: ThreadState, loc: Option<&str>, ns: u64) -> Thread {
         Thread {
@@ -221,7 +221,11 @@ mod tests {
             name_source: "comm",
             state,
             syscall: None,
-            blocked: Some(Blocked { ns, exact: true }),
+            blocked: Some(Blocked {
+                ns,
+                exact: true,
+                source: BlockedSource::Switch,
+            }),
             kernel_stack: [Frame {
                 addr: 1,
                 function: Some("pipe_read".into()),

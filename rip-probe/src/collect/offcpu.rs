@@ -6,17 +6,15 @@
 //! thread's librip ring slot is, so the last snap can be read at each
 //! switch.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use librip::{
     format::{Layout, SlotKind, THREAD_META_SIZE},
     reader::{ProcessMaps, RingFile, SlotState, open_rings_in},
 };
 use rip_ebpf::offcpu::{
-    MAX_SLOTS, OffKey, OffStats, OffTotal, Place, ReturnSlots, STACK_COPY, SnapSlot, hash_words,
+    MAX_SLOTS, OffKey, OffStart, OffStats, OffTotal, Place, ReturnSlots, STACK_COPY, SnapSlot,
+    hash_words,
 };
 
 use super::{
@@ -39,20 +37,23 @@ pub struct OffCpuData {
     pub kernel_stacks: HashMap<i32, Vec<u64>>,
     /// The program's counters.
     pub stats: OffStats,
-    /// Threads off the CPU for the whole window: no switch of theirs was
-    /// seen, so the kernel summed nothing for them. Their time (the
-    /// window) is in `totals`, under the stack read from their saved
-    /// registers at the end.
+    /// Threads off the CPU for the whole window: asleep when it began, they
+    /// never ran during it. Their time (the window) is in `totals`, under
+    /// the stack read from their saved registers at the start.
     pub whole_window: Vec<u32>,
-    /// How long the program was attached, ns: the window.
+    /// The window, ns: from just before the program was attached to just
+    /// after it was detached, so that every period summed lies inside it.
     pub window_ns: u64,
 }
 
 /// Answers the off-CPU program during a window.
 pub struct OffCpuCollector {
     probe: OffCpuProbe,
-    /// CLOCK_MONOTONIC ns when the program was attached.
+    /// CLOCK_MONOTONIC ns when the window began (just before the attach).
     attached_ns: u64,
+    /// The periods started for threads asleep at the start, by thread:
+    /// their key, and the CPU time the thread had run then.
+    seeds: HashMap<u32, (OffKey, u64)>,
     stacks: Stacks,
     user: HashMap<u64, Arc<[u64]>>,
     /// Stacks unwound since [`Self::take_new_stacks`] was last called.
@@ -62,16 +63,76 @@ pub struct OffCpuCollector {
 
 impl OffCpuCollector {
     /// Serves `probe`, unwinding with `stacks` (the target's unwinder).
-    /// Make it as soon as the probe is attached: the window starts here.
+    /// Make it as soon as the probe is attached: the window began just
+    /// before.
     pub fn new(probe: OffCpuProbe, stacks: Stacks) -> Self {
         OffCpuCollector {
+            attached_ns: probe.start_ns(),
             probe,
-            attached_ns: monotonic_ns(),
+            seeds: HashMap::new(),
             stacks,
             user: HashMap::new(),
             fresh: Vec::new(),
             slots: Vec::new(),
         }
+    }
+
+    /// Charges the threads of process `pid` asleep at the window's start
+    /// from the start: each is given a period starting then, under the
+    /// stack its saved registers show (and, with `snaps`, its last snap),
+    /// which its first wakeup ends. Call it right after the attach.
+    ///
+    /// A thread found asleep with no switch seen since the attach has been
+    /// off the CPU since before it. One that switched in between keeps
+    /// the program's own period; one that wakes between the look and the
+    /// seed runs with a stale period, which its next switch off replaces,
+    /// and which is dropped at the end if it never switched again (it ran:
+    /// its CPU time moved).
+    pub fn seed_sleepers(&mut self, pid: u32, snaps: bool) -> Result<()> {
+        let last = if snaps {
+            last_snaps(pid)
+        } else {
+            HashMap::new()
+        };
+        let mut starts = Vec::new();
+        let mut run = HashMap::new();
+        for tid in procfs::tids(pid).unwrap_or_default() {
+            let Some(ran) = procfs::run_time_ns(pid, tid) else {
+                continue;
+            };
+            if !procfs::asleep(pid, tid) {
+                continue;
+            }
+            // Not in a syscall (a fault): no registers to name it by.
+            let Some(regs) = procfs::syscall_regs(pid, tid) else {
+                continue;
+            };
+            let frames = self.stacks.unwind(&regs);
+            let hash = hash_words(regs.ip, regs.sp, frames.iter().copied()) ^ SEED_MARK;
+            self.user.insert(hash, frames.into());
+            let key = OffKey {
+                tid,
+                kstack_id: -1,
+                hash,
+                ip: regs.ip,
+                snap: last.get(&tid).copied().unwrap_or(0),
+                ..OffKey::default()
+            };
+            starts.push((
+                tid,
+                OffStart {
+                    start_ns: self.attached_ns,
+                    key,
+                },
+            ));
+            run.insert(tid, (key, ran));
+        }
+        for tid in self.probe.seed(&starts)? {
+            if let Some(s) = run.remove(&tid) {
+                self.seeds.insert(tid, s);
+            }
+        }
+        Ok(())
     }
 
     /// Unwinds the stack copies the program sent since the last call and
@@ -134,16 +195,16 @@ impl OffCpuCollector {
     /// with off-CPU periods shorter than `min_block_ns` left out.
     ///
     /// The kernel sums a period when it ends. The periods still running at
-    /// the end are cut there and added; threads that never switched during
-    /// the window (blocked before it began, still blocked) are given the
-    /// whole window, under the stack their saved registers show now.
-    /// With `snaps`, a whole-window thread's last snap is read from the
-    /// ring (it has not snapped since: it has not run).
-    pub fn finish(mut self, pid: u32, min_block_ns: u64, snaps: bool) -> Result<OffCpuData> {
-        // The window ends as the detach begins: periods still running are
-        // cut here, not when the detach (an RCU grace period) returns.
-        let end_ns = monotonic_ns();
+    /// the end are cut there and added. A period started for a thread
+    /// asleep at the start ([`Self::seed_sleepers`]) and never ended is
+    /// the whole window if the thread has not run since, else dropped.
+    /// A thread's last switch, as it exits, starts no period: it is
+    /// charged until it exits.
+    pub fn finish(mut self, pid: u32, min_block_ns: u64) -> Result<OffCpuData> {
         self.probe.detach()?;
+        // The window ends once the detach has returned: no period summed
+        // ends after it, so none reaches outside the window.
+        let end_ns = monotonic_ns();
         // Threads created during the window (in a pid namespace of
         // rip-probe's own, their ids there).
         self.probe.refresh_ids()?;
@@ -157,49 +218,29 @@ impl OffCpuCollector {
             e.ns += t.ns;
             e.count += t.count;
         }
-        let mut seen = HashSet::new();
+        let mut whole_window = Vec::new();
         for (tid, start) in self.probe.starts()? {
-            seen.insert(tid);
+            if start.start_ns == 0 {
+                continue;
+            }
+            let seeded = self
+                .seeds
+                .get(&tid)
+                .filter(|(key, _)| start.start_ns == self.attached_ns && *key == start.key);
+            if let Some(&(_, ran)) = seeded {
+                // Never woken in the window, or woken before its period
+                // was written and running since (its CPU time moved).
+                if procfs::run_time_ns(pid, tid) != Some(ran) {
+                    continue;
+                }
+                whole_window.push(tid);
+            }
             let ns = end_ns.saturating_sub(start.start_ns);
-            if start.start_ns != 0 && ns >= min_block_ns {
+            if ns >= min_block_ns {
                 let t = totals.entry(start.key).or_default();
                 t.ns += ns;
                 t.count += 1;
             }
-        }
-        let mut whole_window = Vec::new();
-        let last = if snaps {
-            last_snaps(pid)
-        } else {
-            HashMap::new()
-        };
-        for tid in procfs::tids(pid).unwrap_or_default() {
-            if seen.contains(&tid) {
-                continue;
-            }
-            // Not in a syscall: running all along (or faulting).
-            let Some(regs) = procfs::syscall_regs(pid, tid) else {
-                continue;
-            };
-            let frames = self.stacks.unwind(&regs);
-            let hash = hash_words(regs.ip, regs.sp, frames.iter().copied()) ^ WHOLE_WINDOW_MARK;
-            self.user.insert(hash, frames.into());
-            let key = OffKey {
-                tid,
-                kstack_id: -1,
-                hash,
-                ip: regs.ip,
-                snap: last.get(&tid).copied().unwrap_or(0),
-                ..OffKey::default()
-            };
-            totals.insert(
-                key,
-                OffTotal {
-                    ns: window_ns,
-                    count: 1,
-                },
-            );
-            whole_window.push(tid);
         }
         Ok(OffCpuData {
             totals: totals.into_iter().collect(),
@@ -212,9 +253,9 @@ impl OffCpuCollector {
     }
 }
 
-/// Mixed into the hash of a stack read at the end for a thread off the
-/// CPU all window, so it never equals one the program computed.
-const WHOLE_WINDOW_MARK: u64 = 0x5157_4f4c_455f_5749;
+/// Mixed into the hash of a stack read at the start for a thread asleep
+/// then, so it never equals one the program computed.
+const SEED_MARK: u64 = 0x5157_4f4c_455f_5749;
 
 /// The return-address slots of an unwound copy as the program reads them:
 /// byte offsets from `sp`, word-aligned, inside the copy, at most

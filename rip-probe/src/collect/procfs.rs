@@ -253,39 +253,17 @@ fn tcp_state(hex: &str) -> &'static str {
     }
 }
 
-/// The largest difference between two CPUs in the time their run-queue
-/// task clocks left out (interrupts, soft interrupts, steal), in ns, from
-/// /proc/stat (USER_HZ ticks): how far apart two CPUs' task clocks may be.
-pub(crate) fn task_clock_skew_ns() -> u64 {
-    let Ok(text) = std::fs::read_to_string("/proc/stat") else {
-        return 0;
-    };
-    parse_task_clock_skew(&text, user_hz())
+/// Whether thread `tid` of `pid` is asleep (`S`, `D`, `I`, `P`), from its
+/// stat file.
+pub(crate) fn asleep(pid: u32, tid: u32) -> bool {
+    crate::discover::stat(pid, tid).is_some_and(|s| matches!(s.state, 'S' | 'D' | 'I' | 'P'))
 }
 
-fn user_hz() -> u64 {
-    rustix::param::clock_ticks_per_second().max(1)
-}
-
-fn parse_task_clock_skew(text: &str, hz: u64) -> u64 {
-    // cpuN user nice system idle iowait irq softirq steal ...
-    let left_out: Vec<u64> = text
-        .lines()
-        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-        .filter_map(|l| {
-            let f: Vec<u64> = l
-                .split_whitespace()
-                .skip(6)
-                .take(3)
-                .map(|v| v.parse().ok())
-                .collect::<Option<_>>()?;
-            (f.len() == 3).then(|| f.iter().sum())
-        })
-        .collect();
-    match (left_out.iter().min(), left_out.iter().max()) {
-        (Some(lo), Some(hi)) => (hi - lo) * (1_000_000_000 / hz),
-        _ => 0,
-    }
+/// CPU time thread `tid` of `pid` has run, ns (`se.sum_exec_runtime`, the
+/// first field of its schedstat file).
+pub(crate) fn run_time_ns(pid: u32, tid: u32) -> Option<u64> {
+    let text = crate::discover::read_proc(pid, tid, "schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// The user stack and instruction pointers of a thread in a syscall, from
@@ -347,21 +325,6 @@ mod tests {
         assert!(
             files.iter().any(|f| f.to_string_lossy().contains("libc")),
             "{files:?}"
-        );
-    }
-
-    #[test]
-    fn task_clock_skew() {
-        let stat =
-            "cpu  1 2 3 4 5 6 7 19 0 0\ncpu0 1 2 3 4 5 6 7 7 0 0\ncpu1 1 2 3 4 5 6 7 12 0 0\n";
-        // cpu1 left out 5 ticks more steal than cpu0.
-        assert_eq!(parse_task_clock_skew(stat, 100), 50_000_000);
-        assert_eq!(parse_task_clock_skew("", 100), 0);
-        // Soft interrupts count as much as steal.
-        let stat = "cpu0 9 9 9 9 9 0 299 1072 0 0\ncpu1 9 9 9 9 9 0 2051 1065 0 0\n";
-        assert_eq!(
-            parse_task_clock_skew(stat, 100),
-            (2051 + 1065 - 299 - 1072) * 10_000_000
         );
     }
 

@@ -98,6 +98,9 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
     if !snaps.is_empty() {
         collector.set_snap_slots(&snaps)?;
     }
+    timing::phase("threads asleep at the start", || {
+        collector.seed_sleepers(a.pid, opts.snaps)
+    })?;
     let mut sym = StackSymbolizer::new(a.pid);
     let (data, elapsed, lost) = watch(collector, &mut sym, &target, a, opts.snaps)?;
 
@@ -196,7 +199,7 @@ fn watch(
         p.finish();
     }
     let data = timing::phase("read totals", || {
-        c.finish(a.pid, a.min_block.as_nanos() as u64, snaps)
+        c.finish(a.pid, a.min_block.as_nanos() as u64)
     })?;
     let elapsed = Duration::from_nanos(data.window_ns);
     Ok((data, elapsed, lost))

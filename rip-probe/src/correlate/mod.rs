@@ -19,8 +19,8 @@ use crate::{
         ring::{RingSlot, RingView},
     },
     model::{
-        Blocked, Frame, Location, LocationSource, Mode, ProcessInfo, Report, RingInfo,
-        SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
+        Blocked, BlockedSource, Frame, Location, LocationSource, Mode, ProcessInfo, Report,
+        RingInfo, SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
     },
     util::timefmt,
 };
@@ -75,21 +75,15 @@ pub(crate) struct Clock {
     pub(crate) attached_ns: u64,
     /// CLOCK_MONOTONIC ns when the task snapshot was taken.
     pub(crate) now_ns: u64,
-    /// Largest difference between two CPUs in the time their run-queue
-    /// task clocks left out (interrupts, soft interrupts, steal), ns:
-    /// comparing task-clock stamps taken on different CPUs may overstate a
-    /// duration by up to this much; lower bounds subtract it.
-    pub(crate) task_clock_skew_ns: u64,
 }
 
 /// Everything collected about a live process.
 pub(crate) struct LiveInputs<'a> {
     /// Process facts.
     pub(crate) process: ProcessInfo,
-    /// The task iterator's snapshot of every thread.
+    /// The task iterator's snapshot of every thread (with what sched_switch
+    /// had recorded of each at that moment).
     pub(crate) tasks: &'a [TaskRecord],
-    /// sched_switch's per-thread records (threads seen switching).
-    pub(crate) switches: &'a HashMap<u32, ThreadRecord>,
     /// Clocks.
     pub(crate) clock: Clock,
     /// The process's ring, if it has one.
@@ -100,48 +94,66 @@ pub(crate) struct LiveInputs<'a> {
     pub(crate) lookup: &'a dyn Lookup,
 }
 
-/// How long a thread has been off CPU: exact when sched_switch saw it
-/// leave during the window, else a lower bound.
-pub(crate) fn blocked_for(
-    task: &TaskRecord,
-    sw: Option<&ThreadRecord>,
-    clock: &Clock,
-) -> Option<Blocked> {
+/// How long a blocked thread has been off CPU, from one moment's reading
+/// of it: its state, and sched_switch's record of it read by the iterator
+/// right after. Exact when sched_switch saw it leave the CPU and not come
+/// back; otherwise the largest lower bound that holds: the window when no
+/// switch of it was seen since attach, or its own CPU's task clock since
+/// it last ran. No bound exceeds what is known to be possible: the
+/// thread's age, and the time since it was last seen on a CPU. (The
+/// iterator's own CPU's clock is not used: two CPUs' task clocks drift
+/// apart by more than any allowance can be sure of.)
+pub(crate) fn blocked_for(task: &TaskRecord, clock: &Clock) -> Option<Blocked> {
+    use BlockedSource as S;
     if !thread_state(task.state, task.on_cpu).is_blocked() {
         return None;
     }
-    if let Some(sw) = sw
-        && sw.off_cpu_ns != 0
-        && sw.on_cpu == 0
-    {
-        return Some(Blocked {
-            ns: clock.now_ns.saturating_sub(sw.off_cpu_ns),
-            exact: true,
-        });
+    let now = if task.now_ns != 0 {
+        task.now_ns
+    } else {
+        clock.now_ns
+    };
+    let bound = |ns: u64, source| {
+        Some(Blocked {
+            ns,
+            exact: source == S::Switch,
+            source,
+        })
+    };
+    // Still on a CPU (it has set its sleeping state and not switched
+    // yet), or sched_switch last saw it go onto one.
+    if task.on_cpu != 0 || task.sw_on_cpu != 0 {
+        return bound(0, S::None);
     }
-    // Blocked since before we attached: at least the whole window...
-    let window = clock.now_ns.saturating_sub(clock.attached_ns);
-    // ...and at least the distance between "now" and the thread's last
-    // exec_start on the run-queue task clock. Two readings of "now":
-    // - its own CPU's clock, the one exec_start was stamped with: it stops
-    //   while that CPU idles, which only lowers the bound;
-    // - the iterator's CPU's clock (its own exec_start, at most a tick
-    //   behind), less how far two CPUs' task clocks can drift apart.
-    if task.exec_start == 0 {
-        return Some(Blocked {
-            ns: window,
-            exact: false,
-        });
+    if task.sw_off_ns != 0 && task.sw_off_ns <= now {
+        return bound(now - task.sw_off_ns, S::Switch);
     }
-    let same_cpu = task.rq_clock_task.saturating_sub(task.exec_start);
-    let other_cpu = task
-        .cur_exec_start
-        .saturating_sub(task.exec_start)
-        .saturating_sub(clock.task_clock_skew_ns);
-    Some(Blocked {
-        ns: window.max(same_cpu).max(other_cpu),
-        exact: false,
-    })
+    // The most it can have been blocked: less than its age, and less than
+    // the time since it was last seen on a CPU.
+    let mut limit = u64::MAX;
+    if task.start_ns != 0 {
+        limit = limit.min(now.saturating_sub(task.start_ns));
+    }
+    if task.sw_on_ns != 0 {
+        limit = limit.min(now.saturating_sub(task.sw_on_ns));
+    }
+    // No switch seen says "blocked since before the attach" only of a
+    // thread that existed then (a newer one may have switched unrecorded,
+    // in a full table).
+    let seen = task.sw_off_ns != 0 || task.sw_on_ns != 0;
+    let existed = task.start_ns != 0 && task.start_ns <= clock.attached_ns;
+    let window = (!seen && existed && clock.attached_ns <= now).then(|| now - clock.attached_ns);
+    // Its own CPU's clock, the one exec_start was stamped with when it
+    // left: it stops while that CPU idles and leaves out interrupt time,
+    // both of which only lower the bound.
+    let task_clock = (task.exec_start != 0 && task.rq_clock_task != 0)
+        .then(|| task.rq_clock_task.saturating_sub(task.exec_start));
+    [(window, S::Window), (task_clock, S::TaskClock)]
+        .into_iter()
+        .filter_map(|(ns, s)| Some((ns?, s)))
+        .filter(|&(ns, _)| ns <= limit)
+        .max_by_key(|&(ns, _)| ns)
+        .map_or_else(|| bound(0, S::None), |(ns, s)| bound(ns, s))
 }
 
 fn comm(c: &[u8; 16]) -> String {
@@ -194,7 +206,6 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         .iter()
         .map(|t| {
             let state = thread_state(t.state, t.on_cpu);
-            let sw = inp.switches.get(&t.tid);
             let slot = ring_by_tid.get(&u64::from(t.tid)).filter(|s| !s.exited);
             let blocked = state.is_blocked();
             let syscall = if blocked {
@@ -241,7 +252,7 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
                 name_source,
                 state,
                 syscall,
-                blocked: blocked_for(t, sw, &inp.clock),
+                blocked: blocked_for(t, &inp.clock),
                 kernel_stack,
                 location,
                 history: Vec::new(),
@@ -566,6 +577,11 @@ mod tests {
             now_ns: 0,
             cur_exec_start: cur,
             rq_clock_task: 0,
+            start_ns: 0,
+            sw_off_ns: 0,
+            sw_on_ns: 0,
+            sw_on_cpu: 0,
+            _pad: 0,
             regs: Default::default(),
             comm: *b"worker\0\0\0\0\0\0\0\0\0\0",
             kstack: [0; rip_ebpf::TASK_STACK_DEPTH],
@@ -590,34 +606,166 @@ mod tests {
 
     #[test]
     fn blocked_exact_and_lower_bound() {
+        use BlockedSource as S;
         let clock = Clock {
-            attached_ns: 1_000,
-            now_ns: 11_000,
-            task_clock_skew_ns: 100,
+            attached_ns: 100_000,
+            now_ns: 110_000,
+        };
+        let get = |t: &TaskRecord| {
+            let b = blocked_for(t, &clock).unwrap();
+            (b.ns, b.exact, b.source)
         };
         // Seen leaving the CPU during the window: exact.
-        let sw = ThreadRecord {
-            off_cpu_ns: 6_000,
-            ..Default::default()
-        };
-        let b = blocked_for(&task(1, 1, 0, 0), Some(&sw), &clock).unwrap();
-        assert_eq!((b.ns, b.exact), (5_000, true));
-        // Blocked before attach: task-clock estimate beats the window.
-        let b = blocked_for(&task(1, 1, 50_000, 80_000), None, &clock).unwrap();
-        assert_eq!((b.ns, b.exact), (29_900, false));
-        // Estimate below the window: the window is the bound.
-        let b = blocked_for(&task(1, 1, 79_000, 80_000), None, &clock).unwrap();
-        assert_eq!((b.ns, b.exact), (10_000, false));
-        // Its own CPU's clock, when read, needs no skew allowance; the
-        // larger of the two bounds wins.
-        let mut t = task(1, 1, 50_000, 80_000);
-        t.rq_clock_task = 85_000;
-        let b = blocked_for(&t, None, &clock).unwrap();
-        assert_eq!((b.ns, b.exact), (35_000, false));
-        // An idle CPU's stale clock lowers that bound; the other stands.
+        let mut t = task(1, 1, 0, 0);
+        t.sw_off_ns = 105_000;
+        assert_eq!(get(&t), (5_000, true, S::Switch));
+        // Blocked since before attach: the window, or its own CPU's clock
+        // when that says more.
+        let mut t = task(1, 1, 50_000, 0);
+        t.start_ns = 1;
         t.rq_clock_task = 51_000;
-        assert_eq!(blocked_for(&t, None, &clock).unwrap().ns, 29_900);
+        assert_eq!(get(&t), (10_000, false, S::Window));
+        t.rq_clock_task = 85_000;
+        assert_eq!(get(&t), (35_000, false, S::TaskClock));
+        // Never more than its age: a clock that says more is not used.
+        t.start_ns = 90_000;
+        assert_eq!(get(&t), (10_000, false, S::Window));
+        // The iterator's own CPU's clock is not a bound.
+        let mut t = task(1, 1, 50_000, 80_000);
+        t.start_ns = 1;
+        assert_eq!(get(&t), (10_000, false, S::Window));
+        // A thread of unknown age may have switched unrecorded: no window.
+        t.start_ns = 0;
+        assert_eq!(get(&t), (0, false, S::None));
         // Running threads are not blocked.
-        assert!(blocked_for(&task(1, 0, 0, 0), None, &clock).is_none());
+        assert!(blocked_for(&task(1, 0, 0, 0), &clock).is_none());
+    }
+
+    /// A hot mutex: sched_switch saw the thread go onto a CPU in the
+    /// window and the iterator finds it asleep (it set its state and has
+    /// not switched yet): not the whole window, nothing more than 0.
+    #[test]
+    fn a_thread_last_seen_on_a_cpu_is_not_blocked_all_window() {
+        let clock = Clock {
+            attached_ns: 1_000,
+            now_ns: 312_000_000,
+        };
+        let mut t = task(1, 1, 0, 0);
+        t.sw_on_cpu = 1;
+        t.sw_on_ns = 311_000_000;
+        t.sw_off_ns = 310_000_000;
+        let b = blocked_for(&t, &clock).unwrap();
+        assert_eq!((b.ns, b.exact, b.source), (0, false, BlockedSource::None));
+        // Still on its CPU by the task's own flag.
+        let mut t = task(1, 1, 0, 0);
+        t.on_cpu = 1;
+        assert_eq!(blocked_for(&t, &clock).unwrap().ns, 0);
+    }
+
+    /// Recorded iterator and sched_switch states of threads whose true
+    /// history is known, drawn at random: an exact time is the true one,
+    /// a lower bound never exceeds the time the thread has really been
+    /// off the CPU, and no time exceeds the thread's age.
+    #[test]
+    fn blocked_times_never_exceed_the_truth_over_recorded_states() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n.max(1)
+        };
+        const MS: u64 = 1_000_000;
+        for _ in 0..100_000 {
+            // The thread starts, runs and sleeps in turn up to `now`.
+            let start = 1_000 * MS + rnd(2_000 * MS);
+            let attach = 1_000 * MS + rnd(3_000 * MS);
+            let mut runs = Vec::new(); // (on, off)
+            let mut t = start;
+            let now = start.max(attach) + 1 + rnd(2_000 * MS);
+            loop {
+                let on = t;
+                let off = on + 1 + rnd(5 * MS);
+                if off >= now {
+                    break;
+                }
+                runs.push((on, off));
+                let nap = [MS, 50 * MS, 3_000 * MS][rnd(3) as usize];
+                t = off + 1 + rnd(nap);
+                if t >= now {
+                    break;
+                }
+            }
+            // Asleep at `now` since its last switch off, or still on its
+            // CPU about to sleep (its state set, no switch yet).
+            let about_to_sleep = runs.is_empty() || rnd(8) == 0;
+            let (last_on, last_off) = *runs.last().unwrap_or(&(start, start));
+            let (truth, on_cpu) = if about_to_sleep {
+                (0, 1)
+            } else {
+                (now - last_off, 0)
+            };
+            // sched_switch's record: switches from the attach on; threads
+            // alive at the attach are seeded, newer ones enter at their
+            // first switch off (or never, in a full table).
+            let mut rec = ThreadRecord::default();
+            let seeded = start < attach;
+            let full = rnd(10) == 0;
+            let mut present = seeded;
+            for &(on, off) in &runs {
+                if on >= attach && present {
+                    rec.on_cpu_ns = on;
+                    rec.on_cpu = 1;
+                }
+                if off >= attach && (present || !full) {
+                    present = true;
+                    rec.off_cpu_ns = off;
+                    rec.on_cpu = 0;
+                }
+            }
+            if about_to_sleep && last_on >= attach && present && !runs.is_empty() {
+                // Its current run began at the switch on after `last_off`.
+                rec.on_cpu_ns = last_off + 1;
+                rec.on_cpu = 1;
+            }
+            // Each CPU's task clock leaves out interrupt time; a CPU's
+            // clock stops while it idles.
+            let left_out = |t: u64, rate: u64| t - t / 1_000 * rate;
+            let rate = rnd(200);
+            let exec_start = if rnd(10) == 0 {
+                0
+            } else {
+                left_out(last_off, rate)
+            };
+            let updated = last_off + rnd(now - last_off + 1);
+            let mut tr = task(1, 1, exec_start, rnd(u64::MAX));
+            tr.rq_clock_task = if rnd(10) == 0 {
+                0
+            } else {
+                left_out(updated, rate)
+            };
+            tr.on_cpu = on_cpu;
+            tr.now_ns = now;
+            tr.start_ns = if rnd(4) == 0 { 0 } else { start };
+            tr.sw_off_ns = rec.off_cpu_ns;
+            tr.sw_on_ns = rec.on_cpu_ns;
+            tr.sw_on_cpu = rec.on_cpu;
+            let clock = Clock {
+                attached_ns: attach,
+                now_ns: now,
+            };
+            let b = blocked_for(&tr, &clock).unwrap();
+            let case = format!(
+                "start {start} attach {attach} now {now} runs {} truth {truth} rec {rec:?} \
+                 got {b:?}",
+                runs.len()
+            );
+            if b.exact {
+                assert_eq!(b.ns, truth, "{case}");
+            } else {
+                assert!(b.ns <= truth, "{case}");
+            }
+            assert!(b.ns <= now - start, "{case}");
+        }
     }
 }

@@ -89,9 +89,9 @@ pub struct ThreadOffCpu {
     pub preempted_ns: u64,
     /// Off-CPU periods.
     pub count: u64,
-    /// Off the CPU for the whole window: no switch of it was seen (it
-    /// blocked before the window and stayed blocked); its stack was read
-    /// from its saved registers at the end.
+    /// Off the CPU for the whole window: asleep when it began, it never ran
+    /// during it; its stack was read from its saved registers at the
+    /// start.
     pub whole_window: bool,
 }
 

@@ -96,6 +96,7 @@ pub fn full_report() -> Report {
             blocked: Some(Blocked {
                 ns: 1,
                 exact: false,
+                source: BlockedSource::Window,
             }),
             kernel_stack: [frame()].into(),
             location: Some(location()),

@@ -128,6 +128,7 @@ fn main() {
     report("calls", check_calls(&paths));
     report("locks", check_locks(&paths));
     report("offcpu", check_offcpu(&paths));
+    report("bounds", check_bounds(&paths));
     report("foreign", check_foreign(&paths));
     report("pidns", check_pidns(&paths));
     report("cleanup", check_cleanup(&paths));
@@ -586,6 +587,79 @@ fn check_offcpu(paths: &Paths) -> Result<String> {
         in_wait / 1_000_000,
         window / 1_000_000,
         stacks.len()
+    ))
+}
+
+/// `bounds`: blocked times are true. A vm_stuck looked at as soon as it is
+/// ready: no thread is blocked longer than the time since it was started
+/// (its threads' age), and each time says how it was obtained. Then
+/// workers that wait at most 200 ms at a time in poll, looked at after
+/// 2 s windows: none is claimed blocked for anything near the window.
+fn check_bounds(paths: &Paths) -> Result<String> {
+    let ring = paths
+        .dir
+        .join(format!("vm-bounds.{}.ring", std::process::id()));
+    let _ = std::fs::remove_file(&ring);
+    let born = Instant::now();
+    let v = start_stuck(paths, &ring).and_then(|w| {
+        probe_json(
+            paths,
+            "bounds",
+            &["--pid", &w.pid().to_string(), "--duration", "0", "--json"],
+        )
+    });
+    let age = born.elapsed().as_nanos() as u64;
+    let _ = std::fs::remove_file(&ring);
+    let v = v?;
+    let blocked: Vec<&Value> = v["threads"]
+        .as_array()
+        .context("no threads array")?
+        .iter()
+        .filter(|t| !t["blocked"].is_null())
+        .collect();
+    ensure!(!blocked.is_empty(), "no blocked thread in a fresh vm_stuck");
+    for t in &blocked {
+        let b = &t["blocked"];
+        let source = b["source"].as_str().unwrap_or_default();
+        ensure!(
+            ["switch", "window", "task_clock", "none"].contains(&source)
+                && b["exact"] == (source == "switch"),
+            "blocked {b} says not how it was obtained: {t}"
+        );
+        let ns = b["ns"].as_u64().unwrap_or(u64::MAX);
+        ensure!(
+            ns <= age,
+            "tid {} blocked {ns} ns in a process {age} ns old",
+            t["tid"]
+        );
+    }
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("4"))?;
+    let workers: Vec<u32> = w
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("worker ")?.trim().parse().ok())
+        .collect();
+    let mut longest = 0;
+    for _ in 0..3 {
+        let v = probe_json(
+            paths,
+            "bounds",
+            &["--pid", &w.pid().to_string(), "--duration", "2s", "--json"],
+        )?;
+        for &tid in &workers {
+            let ns = thread(&v, tid)?["blocked"]["ns"].as_u64().unwrap_or(0);
+            ensure!(
+                ns < 1_000_000_000,
+                "worker {tid}, in 200 ms polls, reported blocked {ns} ns"
+            );
+            longest = longest.max(ns);
+        }
+    }
+    Ok(format!(
+        "{} fresh threads within their {} ms age; workers in 200 ms polls at most {} ms",
+        blocked.len(),
+        age / 1_000_000,
+        longest / 1_000_000
     ))
 }
 

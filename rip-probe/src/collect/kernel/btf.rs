@@ -222,6 +222,8 @@ impl KernelBtf {
             se_cfs_rq: rq.0,
             cfs_rq_rq: rq.1,
             rq_clock_task: rq.2,
+            // Only caps blocked times: without it they go uncapped.
+            start_time: o("start_time").unwrap_or(0),
             valid: 1,
         })
     }

@@ -19,7 +19,10 @@ use rip_ebpf::{
 };
 
 use super::{SwitchSetup, features::RegsSource, missing, pidns::NsIds, program};
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    util::monotonic_ns,
+};
 
 /// How `offcpu` observes.
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,6 +56,8 @@ pub struct OffCpuProbe {
     /// In a pid namespace other than the host's (a debug container): the
     /// target's global ids against the namespace's.
     ids: Option<NsIds>,
+    /// CLOCK_MONOTONIC ns just before the program was attached.
+    start_ns: u64,
 }
 
 impl OffCpuProbe {
@@ -113,6 +118,9 @@ impl OffCpuProbe {
         let prog: &mut TracePoint = program(&mut ebpf, prog_name)?;
         prog.load()
             .map_err(|e| Error::program(format!("loading {prog_name}"), e))?;
+        // The window begins just before the attach (after the load, which
+        // can take long): every period the program sums starts inside it.
+        let start_ns = monotonic_ns();
         let link = prog
             .attach("sched", "sched_switch")
             .map_err(|e| Error::program("attaching sched:sched_switch", e))?;
@@ -121,7 +129,14 @@ impl OffCpuProbe {
             program: prog_name,
             link: Some(link),
             ids,
+            start_ns,
         })
+    }
+
+    /// CLOCK_MONOTONIC ns just before the program was attached: the
+    /// window's start.
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
     }
 
     /// Learns the ids of the threads created since the last call (only in
@@ -239,6 +254,34 @@ impl OffCpuProbe {
                 (self.ours(tid), s)
             })
             .collect())
+    }
+
+    /// Starts an off-CPU period for each thread of `starts` (rip-probe's
+    /// ids) that has none yet: the threads found asleep once the program
+    /// was attached, whose first wakeup in the window then ends a period
+    /// the program can sum. A thread the program already saw switch keeps
+    /// its own entry. Which threads took theirs.
+    pub fn seed(&mut self, starts: &[(u32, OffStart)]) -> Result<Vec<u32>> {
+        let global: Vec<(u32, u32)> = starts
+            .iter()
+            .filter_map(|&(tid, _)| match &self.ids {
+                Some(ids) => Some((tid, ids.table.to_global(tid)?)),
+                None => Some((tid, tid)),
+            })
+            .collect();
+        let by_tid: HashMap<u32, OffStart> = starts.iter().copied().collect();
+        let mut map: BpfHashMap<_, u32, OffStart> = self.hash_map(names::OFF_START)?;
+        let mut took = Vec::new();
+        for (ours, g) in global {
+            let mut s = by_tid[&ours];
+            s.key.tid = g;
+            match map.insert(g, s, BPF_NOEXIST) {
+                Ok(()) => took.push(ours),
+                Err(e) if full(&e) || errno(&e) == Some(libc::EEXIST) => {}
+                Err(e) => return Err(Error::map("filling OFF_START", e)),
+            }
+        }
+        Ok(took)
     }
 
     /// The off-CPU totals so far.
