@@ -13,7 +13,7 @@ use std::{
 
 use clap::Args;
 
-use super::{parse_duration, write_err};
+use super::{output::OutputFile, parse_duration, write_err};
 use crate::{
     analyze::offcpu::fill,
     collect::{
@@ -33,7 +33,7 @@ use crate::{
     },
     render,
     symbolize::stacks::StackSymbolizer,
-    util::{output::OutputFile, progress::Progress, timefmt::duration, timing},
+    util::{progress::Progress, timefmt::duration, timing},
 };
 
 /// How often the window's loop answers the program and looks at the

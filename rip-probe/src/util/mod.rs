@@ -2,7 +2,6 @@
 //! way durations and wall-clock times are written.
 
 pub(crate) mod background;
-pub(crate) mod output;
 pub(crate) mod progress;
 pub(crate) mod timefmt;
 pub(crate) mod timing;
