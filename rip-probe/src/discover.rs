@@ -154,21 +154,17 @@ pub(crate) fn may_observe(pid: u32) -> Result<()> {
 /// Fails unless the user running rip-probe may read file `path` by its
 /// own rights (the real user and groups, capabilities left out: access(2)
 /// checks exactly that), so that a capability rip-probe was given does
-/// not open another user's ring. A path that does not exist is left to
-/// the open that follows to report.
+/// not open another user's ring: the error is the one the open would give
+/// without the capability. A path that does not exist is left to the
+/// open that follows to report.
 pub(crate) fn may_read(path: &std::path::Path) -> Result<()> {
-    let uid = rustix::process::getuid();
-    if uid.is_root() {
+    if rustix::process::getuid().is_root() {
         return Ok(());
     }
     match rustix::fs::access(path, rustix::fs::Access::READ_OK) {
         Ok(()) | Err(Errno::NOENT) => Ok(()),
-        Err(e) => Err(Error::Usage(format!(
-            "{}: not readable by user {} (who runs rip-probe): {}; run rip-probe as root to \
-             read it",
-            path.display(),
-            uid.as_raw(),
-            std::io::Error::from(e)
+        Err(_) => Err(Error::Ring(librip::reader::ReadError::PermissionDenied(
+            path.to_path_buf(),
         ))),
     }
 }
