@@ -109,9 +109,15 @@ pub(crate) fn check_not_set_id() -> Result<()> {
 /// group ids are theirs and the process is dumpable (else the kernel owns
 /// its /proc/PID by root). Capabilities rip-probe was given (CAP_BPF,
 /// CAP_PERFMON, perhaps CAP_SYS_PTRACE) do not widen whom it observes.
+/// Without capabilities, the kernel's own checks stand.
 pub(crate) fn may_observe(pid: u32) -> Result<()> {
     let uid = rustix::process::getuid().as_raw();
-    if uid == 0 {
+    // Without any effective capability the kernel applies these rules
+    // itself (and loading BPF is refused with its own message).
+    let caps = rustix::thread::capabilities(None)
+        .map(|c| c.effective)
+        .unwrap_or(rustix::thread::CapabilitySet::empty());
+    if uid == 0 || caps.is_empty() {
         return Ok(());
     }
     let gid = rustix::process::getgid().as_raw();
