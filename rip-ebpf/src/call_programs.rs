@@ -7,15 +7,19 @@
 //! bytes above where it was at entry. A return that does not match (its
 //! entry happened before the entry probe was attached) is not timed, and
 //! does not disturb the entries of the calls around it.
+//!
+//! A thread's entries go when it exits (`sched_process_exit`), in flight
+//! or not: a program whose threads come and go would otherwise fill the
+//! tables with the dead, and every call after that would go untimed.
 
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         generated::bpf_probe_read_user as probe_read_user_raw,
     },
-    macros::{map, uprobe, uretprobe},
+    macros::{map, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use rip_ebpf::calls::{
     BUCKETS, CallEntry, CallKey, CallOutlier, CallStats, MAX_DEPTH, MAX_FUNCTIONS, OUTLIER_STACK,
@@ -217,5 +221,25 @@ pub fn calls_return(ctx: RetProbeContext) -> u32 {
             }
         }
     }
+    0
+}
+
+/// A thread exits: its calls in flight, which will never return, and its
+/// depth entry are removed. Runs for every exiting thread of the system;
+/// only those that made probed calls have an entry.
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn calls_thread_exit(_ctx: TracePointContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is copied out at once.
+    let Some(depth) = (unsafe { CALL_DEPTH.get(tid) }).copied() else {
+        return 0;
+    };
+    for d in 0..MAX_DEPTH {
+        if d >= depth {
+            break;
+        }
+        let _ = CALL_ENTRIES.remove(CallKey { tid, depth: d });
+    }
+    let _ = CALL_DEPTH.remove(tid);
     0
 }

@@ -188,6 +188,9 @@ pub mod names {
     pub const CALLS_ENTRY: &str = "calls_entry";
     /// The return uprobe (uretprobe).
     pub const CALLS_RETURN: &str = "calls_return";
+    /// The sched_process_exit tracepoint that frees an exiting thread's
+    /// entries.
+    pub const CALLS_THREAD_EXIT: &str = "calls_thread_exit";
     /// Function id by runtime address, `HashMap<u64, u32>`.
     pub const CALL_IDS: &str = "CALL_IDS";
     /// Per-function statistics, `PerCpuArray<CallStats>`.

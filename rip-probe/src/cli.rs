@@ -44,6 +44,7 @@ enum Command {
 
 /// Runs the command line `args`, writing the report to `out`.
 pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Result<()> {
+    crate::discover::check_not_set_id()?;
     let cli = Cli::try_parse_from(args).map_err(|e| match e.kind() {
         clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
             Error::Help(e.to_string())

@@ -108,6 +108,96 @@ pub(crate) fn check_proc() -> Result<()> {
     Err(Error::ProcOfAnotherPidNamespace(ns))
 }
 
+/// Refuses to run set-user-ID or set-group-ID ([`Error::SetId`]): the
+/// user who starts rip-probe is who it works for, with capabilities when
+/// not root.
+pub(crate) fn check_not_set_id() -> Result<()> {
+    use rustix::process::{getegid, geteuid, getgid, getuid};
+    let (ruid, euid, rgid, egid) = (getuid(), geteuid(), getgid(), getegid());
+    if ruid == euid && rgid == egid {
+        return Ok(());
+    }
+    Err(Error::SetId {
+        ruid: ruid.as_raw(),
+        euid: euid.as_raw(),
+        rgid: rgid.as_raw(),
+        egid: egid.as_raw(),
+    })
+}
+
+/// Fails with [`Error::NotYours`] unless the user running rip-probe may
+/// observe process `pid` (read its memory, stacks and rings) by the rules
+/// `ptrace_may_access` applies to a user without capabilities: root may;
+/// anyone else only when the process's real, effective and saved user and
+/// group ids are theirs and the process is dumpable (else the kernel owns
+/// its /proc/PID by root). Capabilities rip-probe was given (CAP_BPF,
+/// CAP_PERFMON, perhaps CAP_SYS_PTRACE) do not widen whom it observes.
+/// Without capabilities, the kernel's own checks stand.
+pub(crate) fn may_observe(pid: u32) -> Result<()> {
+    let uid = rustix::process::getuid().as_raw();
+    // Without any effective capability the kernel applies these rules
+    // itself (and loading BPF is refused with its own message).
+    let caps = rustix::thread::capabilities(None)
+        .map(|c| c.effective)
+        .unwrap_or(rustix::thread::CapabilitySet::empty());
+    if uid == 0 || caps.is_empty() {
+        return Ok(());
+    }
+    let gid = rustix::process::getgid().as_raw();
+    let not_yours = |why: String| Error::NotYours { pid, why, uid };
+    let status = read_proc(pid, 0, "status").map_err(|_| Error::NoSuchProcess(pid))?;
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|l| {
+                l.split_whitespace()
+                    .take(3)
+                    .filter_map(|v| v.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (uids, gids) = (ids("Uid:"), ids("Gid:"));
+    if uids.len() != 3 || uids.iter().any(|&u| u != uid) {
+        let owner = uids.first().map_or("unknown".into(), |u| u.to_string());
+        return Err(not_yours(format!("runs as user {owner}")));
+    }
+    if gids.len() != 3 || gids.iter().any(|&g| g != gid) {
+        return Err(not_yours(format!(
+            "runs with group ids {gids:?}, not only group {gid}"
+        )));
+    }
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(format!("/proc/{pid}"))
+        .map_err(|_| Error::NoSuchProcess(pid))?
+        .uid();
+    if owner != uid {
+        return Err(not_yours(
+            "is not dumpable (it changed privileges or cleared PR_SET_DUMPABLE)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails unless the user running rip-probe may read file `path` by its
+/// own rights (the real user and groups, capabilities left out: access(2)
+/// checks exactly that), so that a capability rip-probe was given does
+/// not open another user's ring: the error is the one the open would give
+/// without the capability. A path that does not exist is left to the
+/// open that follows to report.
+pub(crate) fn may_read(path: &std::path::Path) -> Result<()> {
+    if rustix::process::getuid().is_root() {
+        return Ok(());
+    }
+    match rustix::fs::access(path, rustix::fs::Access::READ_OK) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(_) => Err(Error::Ring(librip::reader::ReadError::PermissionDenied(
+            path.to_path_buf(),
+        ))),
+    }
+}
+
 /// Whether our /proc hides other users' processes (`hidepid=` 1, 2,
 /// `invisible` or `noaccess`) from a caller that is not root.
 pub(crate) fn hides_pids() -> bool {
@@ -271,6 +361,7 @@ impl Target {
         } else {
             Kind::Process
         };
+        may_observe(pid)?;
         let mut t = Target {
             pid,
             pidfd,

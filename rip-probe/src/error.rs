@@ -190,6 +190,38 @@ pub enum Error {
     /// build mismatch).
     #[error("BPF: {0} is missing from the embedded BPF object")]
     MissingFromObject(String),
+    /// rip-probe runs set-user-ID or set-group-ID: whoever starts it would
+    /// get root's reach (other users' memory, files written as root).
+    #[error(
+        "rip-probe runs set-user-ID or set-group-ID (user {ruid}, effective user {euid}; group \
+         {rgid}, effective group {egid}): remove the bit (chmod u-s,g-s) and grant capabilities \
+         instead (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`), or run it as root"
+    )]
+    SetId {
+        /// The real user.
+        ruid: u32,
+        /// The effective user.
+        euid: u32,
+        /// The real group.
+        rgid: u32,
+        /// The effective group.
+        egid: u32,
+    },
+    /// rip-probe runs for a user other than root (with capabilities) and
+    /// the process is not that user's to observe: the kernel would not let
+    /// the user ptrace it.
+    #[error(
+        "process {pid} {why}, and rip-probe runs for user {uid}: with capabilities it observes \
+         only what that user may ptrace; run it as root (sudo) to observe this process"
+    )]
+    NotYours {
+        /// The process.
+        pid: u32,
+        /// Why the user may not observe it.
+        why: String,
+        /// The real user running rip-probe.
+        uid: u32,
+    },
 }
 
 impl Error {

@@ -54,6 +54,12 @@ pub struct SessionOptions {
     pub events: bool,
     /// Take every thread's user stack (on by default; `--no-stacks`).
     pub stacks: bool,
+    /// Load kallsyms and the target's debug information while observing,
+    /// so the report does not wait for them (on by default). A run over
+    /// many targets turns it off: each session's symbols are then loaded
+    /// for its report and freed with the session, instead of every
+    /// target's held at once.
+    pub warm_up: bool,
 }
 
 impl SessionOptions {
@@ -66,6 +72,7 @@ impl SessionOptions {
             no_ring: false,
             events: false,
             stacks: true,
+            warm_up: true,
         }
     }
 }
@@ -175,7 +182,7 @@ impl Session {
         // The symbolizer loads kallsyms and the binaries' debug information
         // while the session waits. Without a window there is nothing to
         // hide that work in: the report then loads only what it needs.
-        if !window.is_zero() && !self.warming {
+        if !window.is_zero() && !self.warming && self.opts.warm_up {
             self.warming = true;
             let pid = self.target.view_pid();
             // Listing the binaries walks /proc/PID/maps: on that thread too.

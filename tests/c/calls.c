@@ -12,6 +12,8 @@
  *   op MS N      N calls of op(), each sleeping MS ms
  *   recurse N    recurse(N): N nested calls, each sleeping 3 ms before
  *                the next, so the call at depth d lasts (N - d) * 3 ms
+ *   churn N K    N threads, 8 at a time, each calling count_me() K
+ *                times and exiting (a program whose threads come and go)
  *   exit         exit
  *
  * With an argument FILE, the short and long commands also write each
@@ -20,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +109,26 @@ __attribute__((noinline)) void do_ops(long ms, long n)
 		op(ms);
 }
 
+static void *churn_thread(void *k)
+{
+	for (long i = 0; i < (long)k; i++)
+		count_me((int)i);
+	return NULL;
+}
+
+static void churn(long n, long k)
+{
+	for (long done = 0; done < n; done += 8) {
+		pthread_t t[8];
+		int m = n - done < 8 ? (int)(n - done) : 8;
+		for (int i = 0; i < m; i++)
+			if (pthread_create(&t[i], NULL, churn_thread, (void *)k) != 0)
+				exit(1);
+		for (int i = 0; i < m; i++)
+			pthread_join(t[i], NULL);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !(spans = fopen(argv[1], "w")))
@@ -135,6 +158,8 @@ int main(int argc, char **argv)
 			do_ops(a, b);
 		else if (strcmp(cmd, "recurse") == 0)
 			recurse((int)a);
+		else if (strcmp(cmd, "churn") == 0)
+			churn(a, b);
 		else if (strcmp(cmd, "exit") == 0)
 			return 0;
 	}

@@ -380,6 +380,40 @@ fn the_process_exiting_mid_window_ends_it_with_what_was_counted() {
     assert!(r["window_ns"].as_u64().unwrap() < 20_000_000_000);
 }
 
+/// A program whose threads come and go: 6,000 threads, more than the
+/// kernel's table of threads in probed calls holds, each calling
+/// count_me() 10 times and exiting. Each thread's entry goes at its exit,
+/// so every call is timed; the process exits once all are joined, which
+/// ends the window with no call in flight.
+#[test]
+fn calls_of_threads_that_come_and_go_are_all_timed() {
+    if !bpf_tests_enabled("calls_of_threads_that_come_and_go_are_all_timed") {
+        return;
+    }
+    let mut w = workload();
+    let child = start_calls(
+        &w,
+        &[
+            "--uprobe",
+            "count_me",
+            "--uprobe",
+            "heartbeat",
+            "--duration",
+            "300s",
+        ],
+    );
+    send(&mut w, "churn 6000 10\nexit\n");
+    let r = report(child);
+    let count = function(&r, "count_me");
+    assert_eq!(count["calls"], 60_000, "{count}");
+    assert_eq!(count["timed"], 60_000, "{count}");
+    assert!(
+        !r["warnings"].to_string().contains("not timed"),
+        "{}",
+        r["warnings"]
+    );
+}
+
 /// Runs `rip-probe calls ARGS`, which must fail with a one-line error
 /// containing `expect`.
 fn one_line_error(args: &[&str], expect: &str) {

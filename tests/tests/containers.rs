@@ -699,3 +699,78 @@ fn what_cannot_work_is_one_line_naming_what_is_missing() {
         );
     }
 }
+
+/// Child processes killed on drop.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// 40 small processes in one `--cgroup` run: every one reported, within
+/// 300 MB at the peak (the kernel's BTF and kallsyms parsed once for all,
+/// each target's symbols loaded for its report and freed after it). The
+/// peak is the kernel's count for the child (wait4's ru_maxrss).
+#[test]
+fn forty_processes_in_a_cgroup_within_300_mb() {
+    if !bpf_tests_enabled("forty_processes_in_a_cgroup_within_300_mb") {
+        return;
+    }
+    let cg = Cgroup::new("rip-cgroup-forty");
+    let sleeps = Children(
+        (0..40)
+            .map(|_| Command::new("sleep").arg("1000").spawn().unwrap())
+            .collect(),
+    );
+    for s in &sleeps.0 {
+        cg.add(s.id());
+    }
+    let dir = TempDir::new("/tmp", "cgroup-forty");
+    let json = dir.join("out.json");
+    let err = dir.join("err");
+    // Reaped by wait4 below, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(CLI)
+        .args([
+            "--cgroup",
+            cg.0.to_str().unwrap(),
+            "--duration",
+            "1s",
+            "--json",
+        ])
+        .stdout(std::fs::File::create(&json).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid out value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pid of our child, valid out pointers.
+    let waited = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(waited, child.id() as i32);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let mut pids: Vec<u64> = v
+        .as_array()
+        .expect("one report per process")
+        .iter()
+        .map(|r| r["process"]["pid"].as_u64().unwrap())
+        .collect();
+    pids.sort_unstable();
+    let mut want: Vec<u64> = sleeps.0.iter().map(|c| u64::from(c.id())).collect();
+    want.sort_unstable();
+    assert_eq!(pids, want);
+    let peak_kb = usage.ru_maxrss;
+    assert!(peak_kb < 300 * 1024, "peak {} MB", peak_kb / 1024);
+    eprintln!("40 processes: peak {} MB", peak_kb / 1024);
+}

@@ -5,6 +5,7 @@
 //! graph; and the command's one-line errors.
 
 use std::{
+    os::unix::fs::FileTypeExt,
     path::PathBuf,
     process::{Command, Stdio},
     time::Duration,
@@ -556,4 +557,136 @@ fn a_thread_storm_adds_up() {
         blocked <= lived + slack,
         "exited threads blocked {blocked} ns, yet lived {lived} ns: {r}"
     );
+}
+
+/// `--svg` writes regular files only: a device, a FIFO, or a symbolic link
+/// where the output goes is refused with one line before the window, and
+/// left as it was. `/dev/null` is the one of a private mount namespace
+/// with a /dev of its own, so the host's is never at stake.
+#[test]
+fn svg_output_refuses_devices_fifos_and_links() {
+    let pid = std::process::id().to_string();
+    // Nothing is observed: the path is checked first.
+    let refused = |svg: &str, needle: &str| {
+        one_line_error(
+            &["offcpu", "--pid", &pid, "--duration", "60s", "--svg", svg],
+            needle,
+        )
+    };
+    let dir = TempDir::new("/tmp", "offcpu-out");
+    let fifo = dir.join("fifo");
+    rip_tests::run(Command::new("mkfifo").arg(&fifo));
+    refused(fifo.to_str().unwrap(), "is a FIFO");
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+
+    let kept = dir.join("kept");
+    std::fs::write(&kept, "kept").unwrap();
+    let link = dir.join("link.svg");
+    std::os::unix::fs::symlink(&kept, &link).unwrap();
+    refused(link.to_str().unwrap(), "is a symbolic link");
+    let stdout = dir.join("stdout.svg");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &stdout).unwrap();
+    refused(stdout.to_str().unwrap(), "is a symbolic link");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert!(std::fs::symlink_metadata(&stdout).unwrap().is_symlink());
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "kept");
+    refused(dir.path().to_str().unwrap(), "is a directory");
+    refused("/proc/self/mem", "cannot create a file in /proc/self");
+
+    if !rip_tests::privileged_tests_enabled(
+        "svg_output_refuses_devices_fifos_and_links",
+        "--svg /dev/null in a mount namespace",
+    ) {
+        return;
+    }
+    let script = format!(
+        "mount -t tmpfs -o size=1m rip-test-dev /dev && mknod -m 666 /dev/null c 1 3 && \
+         {CLI} offcpu --pid {pid} --duration 60s --svg /dev/null; echo \"exit $?\"; \
+         stat -c '%F %a' /dev/null"
+    );
+    let out = rip_tests::run(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(&script),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["exit 2", "character special file 666"],
+        "{stdout}{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--svg /dev/null: is a character device"),
+        "{stderr}"
+    );
+}
+
+/// Every character XML 1.0 cannot hold, in the name of the process (ESC
+/// and BEL of a terminal escape, U+FFFE) and markup (`<&'">`): the SVG
+/// still parses as XML and holds only XML characters, and the JSON gives
+/// the name exactly.
+#[test]
+fn hostile_process_names_give_valid_svg_and_exact_json() {
+    if !bpf_tests_enabled("hostile_process_names_give_valid_svg_and_exact_json") {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "offcpu-names");
+    // The kernel names a process after the file it was started by.
+    let name = "\u{1b}[7m<&'\"\u{7}>\u{fffe}";
+    assert!(name.len() <= 15);
+    let exe = dir.join(name);
+    std::os::unix::fs::symlink(build_c("offcpu", &["-fomit-frame-pointer"]), &exe).unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.arg("ratio");
+    let w = Workload::start(cmd);
+    let pid = w.pid().to_string();
+    let svg = dir.join("names.svg");
+    rip_probe_ok(
+        CLI,
+        &[
+            "offcpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1s",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    // XML 1.0's Char production.
+    let xml_char = |c: char| {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    };
+    if let Some((i, c)) = text.char_indices().find(|&(_, c)| !xml_char(c)) {
+        panic!("not an XML character at byte {i}: {c:?}");
+    }
+    let mut reader = quick_xml::Reader::from_str(&text);
+    loop {
+        match reader.read_event() {
+            Ok(quick_xml::events::Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("the SVG is not XML at {}: {e}", reader.buffer_position()),
+        }
+    }
+    // The name, its markup escaped, its control characters written out.
+    assert!(
+        text.contains("\\x1b[7m&lt;&amp;"),
+        "the name is not in the SVG"
+    );
+    assert!(
+        text.contains("\\x07&gt;\\u{fffe}"),
+        "the name is not in the SVG"
+    );
+
+    let r = offcpu_json(w.pid(), "1s");
+    assert_eq!(r["process"]["comm"], name, "{}", r["process"]);
 }

@@ -141,9 +141,11 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     }
     let untimed: u64 = w.stats.iter().map(|s| s.untimed).sum();
     if untimed > 0 {
+        let (used, size) = w.table;
         warnings.push(format!(
             "{untimed} calls were counted but not timed (nested more than {} deep, or the \
-             kernel's table of calls in flight was full)",
+             kernel's table of calls in flight was full: it holds {used} of {size} threads at \
+             the end)",
             rip_ebpf::calls::MAX_DEPTH
         ));
     }
@@ -350,6 +352,9 @@ impl Slow {
 struct Watched {
     /// Per function id, summed over CPUs, at the end.
     stats: Vec<CallStats>,
+    /// The kernel's table of threads in probed calls at the end: (threads
+    /// in it, its size).
+    table: (usize, u32),
     /// Outliers kept (at most [`MAX_OUTLIERS_KEPT`]).
     outliers: Vec<Slow>,
     /// Outliers past that.
@@ -425,12 +430,14 @@ fn watch(
     };
     let elapsed = start.elapsed().min(a.duration);
     let stats = probe.stats()?;
+    let table = probe.table_use()?;
     keep(probe.take_outliers()?, sym);
     if let Some(p) = progress {
         p.finish();
     }
     Ok(Watched {
         stats,
+        table,
         outliers,
         omitted,
         elapsed,

@@ -19,7 +19,7 @@ use crate::{
     error::{Error, Result},
     model::Report,
     render,
-    session::Session,
+    session::{Session, SessionOptions},
 };
 
 pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> {
@@ -31,7 +31,14 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> 
         .collect();
     let mut sessions = Vec::new();
     for pid in pids {
-        match Session::attach(&options(a, pid)) {
+        // Each target's symbols are loaded for its report and freed with
+        // its session: memory per target stays small, whatever their
+        // number.
+        let opts = SessionOptions {
+            warm_up: false,
+            ..options(a, pid)
+        };
+        match Session::attach(&opts) {
             Ok(s) => sessions.push(s),
             // It exited since the cgroup was listed: nothing to report.
             Err(Error::NoSuchProcess(_)) => {}
@@ -56,11 +63,19 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> 
         }
     }
     let mut reports: Vec<Report> = Vec::with_capacity(sessions.len());
-    for s in &mut sessions {
+    for mut s in sessions {
         s.stop_observing()?;
-        reports.push(report(a, s)?);
+        reports.push(report(a, &mut s)?);
+        drop(s);
+        // The session's symbols were parsed on its own thread, into that
+        // thread's malloc arena, which glibc keeps once freed: handed back
+        // so the next target's do not add to them.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
-    drop(sessions);
     let err = |e| Error::io("stdout", e);
     if a.json {
         serde_json::to_writer(&mut *out, &reports).map_err(|e| err(e.into()))?;

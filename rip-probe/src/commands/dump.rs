@@ -217,6 +217,7 @@ fn ring_of(pid: u32) -> Result<RingView> {
         }
         _ => {}
     }
+    discover::may_observe(pid)?;
     use librip::reader::ReadError;
     // From a user namespace, other processes' maps and another mount
     // namespace's files are out of reach: say that rather than "no ring".

@@ -11,6 +11,7 @@ pub(crate) mod list;
 pub(crate) mod locks;
 pub(crate) mod offcpu;
 pub(crate) mod original;
+pub(crate) mod output;
 pub(crate) mod pid;
 
 use std::{io::Write, time::Duration};

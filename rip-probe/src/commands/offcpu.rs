@@ -7,13 +7,13 @@
 
 use std::{
     io::Write,
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use clap::Args;
 
-use super::{parse_duration, write_err};
+use super::{output::OutputFile, parse_duration, write_err};
 use crate::{
     analyze::offcpu::fill,
     collect::{
@@ -80,7 +80,11 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
             "offcpu needs a window: give --duration a length, e.g. --duration 5s".into(),
         ));
     }
-    let svg = a.svg.as_deref().map(SvgFile::check).transpose()?;
+    let svg = a
+        .svg
+        .as_deref()
+        .map(|p| OutputFile::check("--svg", p))
+        .transpose()?;
     let target = Target::open(a.pid)?;
     privileges::check()?;
     let threads = procfs::tids(a.pid)?.len();
@@ -134,9 +138,9 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
         })
     });
     if let Some(svg) = svg {
-        svg.write(&report)?;
+        svg.write(|w| render::offcpu_svg(&report, w))?;
         render::offcpu_text(&report, &mut *out).map_err(write_err)?;
-        writeln!(out, "\nflame graph: {}", svg.path.display()).map_err(write_err)?;
+        writeln!(out, "\nflame graph: {}", svg.path().display()).map_err(write_err)?;
     } else if a.folded {
         render::offcpu_folded(&report, &mut *out).map_err(write_err)?;
     } else if a.json {
@@ -212,61 +216,4 @@ fn thread_count(pid: u32) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
-}
-
-/// The `--svg` output file: written whole next to its final place, then
-/// renamed, so no half-written graph is ever left.
-struct SvgFile {
-    path: PathBuf,
-}
-
-impl SvgFile {
-    /// Checks before the window that the file can be written, so a typo
-    /// does not cost the observation.
-    fn check(path: &Path) -> Result<SvgFile> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if !dir.is_dir() {
-            return Err(Error::Usage(format!(
-                "--svg {}: directory {} does not exist",
-                path.display(),
-                dir.display()
-            )));
-        }
-        if path.is_dir() {
-            return Err(Error::Usage(format!(
-                "--svg {}: is a directory; give a file name",
-                path.display()
-            )));
-        }
-        Ok(SvgFile {
-            path: path.to_path_buf(),
-        })
-    }
-
-    fn write(&self, r: &OffCpuReport) -> Result<()> {
-        let name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "offcpu.svg".into());
-        let tmp = self
-            .path
-            .with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        let io = |e| Error::io(self.path.display().to_string(), e);
-        let result = (|| {
-            let f = std::fs::File::create_new(&tmp)?;
-            let mut w = std::io::BufWriter::new(f);
-            render::offcpu_svg(r, &mut w)?;
-            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io(e));
-        }
-        Ok(())
-    }
 }

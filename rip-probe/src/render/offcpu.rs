@@ -231,14 +231,14 @@ pub fn offcpu_folded(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
 
 /// Writes `r` as an SVG flame graph: widths are microseconds off CPU.
 pub fn offcpu_svg(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
-    let lines = offcpu_folded_lines(r);
+    let lines: Vec<String> = offcpu_folded_lines(r).iter().map(|l| xml_safe(l)).collect();
     let p = &r.process;
     let mut opts = flamegraph::Options::default();
-    opts.title = format!(
+    opts.title = xml_safe(&format!(
         "Off-CPU time: {} (pid {})",
         p.comm.as_deref().unwrap_or("?"),
         p.pid
-    );
+    ));
     opts.subtitle = Some(format!(
         "{} off CPU in a {} window (blocked {}, preempted {}); periods under {} left out. rip-probe offcpu",
         duration(r.total_ns),
@@ -253,7 +253,7 @@ pub fn offcpu_svg(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
     if lines.is_empty() {
         // inferno refuses an empty input; a graph with the process alone
         // says "nothing" as well.
-        let comm = folded::clean(p.comm.as_deref().unwrap_or("process"));
+        let comm = xml_safe(&folded::clean(p.comm.as_deref().unwrap_or("process")));
         return flamegraph::from_lines(
             &mut opts,
             [format!("{comm} 1")].iter().map(|s| s.as_str()),
@@ -262,4 +262,40 @@ pub fn offcpu_svg(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
         .map_err(io::Error::other);
     }
     flamegraph::from_lines(&mut opts, lines.iter().map(|s| s.as_str()), w).map_err(io::Error::other)
+}
+
+/// `s` with every character XML 1.0 cannot hold written out as text
+/// (`\x1b`, `\u{fffe}`): control characters (which no character
+/// reference may name either) and the non-characters U+FFFE and U+FFFF.
+/// inferno escapes markup (`<`, `&`, quotes) itself, not these.
+fn xml_safe(s: &str) -> String {
+    let bad = |c: char| c.is_control() || matches!(c, '\u{fffe}' | '\u{ffff}');
+    if !s.chars().any(bad) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if matches!(c, '\u{fffe}' | '\u{ffff}') {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else if c.is_control() {
+            out.push_str(&escape(&c.to_string()));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_safe_writes_out_what_xml_cannot_hold() {
+        assert_eq!(xml_safe("plain <&>"), "plain <&>");
+        assert_eq!(
+            xml_safe("a\u{1b}[31m\u{7}b\tc\u{fffe}\u{85}"),
+            "a\\x1b[31m\\x07b\\tc\\u{fffe}\\u{85}"
+        );
+    }
 }

@@ -9,6 +9,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     io::BufRead,
     path::{Path, PathBuf},
+    sync::{Mutex, OnceLock, mpsc},
 };
 
 use librip::reader::{Follow, MapsLine, OpenError, ProcessMaps, RangeIndex, RegularFile};
@@ -220,23 +221,6 @@ impl Symbolizer {
         }
     }
 
-    /// Symbolizes absolute addresses through `src`; on failure, warns once
-    /// and returns bare frames.
-    fn absolute(&mut self, src: &Source<'_>, addrs: &[u64], what: &str) -> HashMap<u64, Frame> {
-        match self.blaze.symbolize(src, Input::AbsAddr(addrs)) {
-            Ok(syms) => addrs
-                .iter()
-                .zip(syms)
-                .map(|(&a, s)| (a, to_frame(a, &s, None)))
-                .collect(),
-            Err(e) => {
-                self.warnings
-                    .insert(format!("cannot symbolize {what}: {e}"));
-                addrs.iter().map(|&a| (a, bare(a))).collect()
-            }
-        }
-    }
-
     fn post_mortem(&mut self, mods: &[ModuleMap], addrs: &[u64]) -> HashMap<u64, Frame> {
         let mut out = HashMap::with_capacity(addrs.len());
         // Group addresses by module so each binary is opened once.
@@ -366,19 +350,69 @@ impl Symbolizer {
     /// Symbolizes kernel addresses through /proc/kallsyms.
     pub(crate) fn kernel(&mut self, addrs: &[u64]) -> HashMap<u64, Frame> {
         let addrs = distinct(addrs);
-        let src = Source::Kernel(Kernel {
-            kallsyms: blazesym::MaybeDefault::Default,
-            // No vmlinux with DWARF is installed on production machines;
-            // looking for one costs time and finds nothing.
-            vmlinux: blazesym::MaybeDefault::None,
-            ..Kernel::default()
+        let mut out = kernel_shared(addrs.clone()).unwrap_or_else(|e| {
+            self.warnings
+                .insert(format!("cannot symbolize kernel stacks: {e}"));
+            addrs.iter().map(|&a| (a, bare(a))).collect()
         });
-        let mut out = self.absolute(&src, &addrs, "kernel stacks");
         for f in out.values_mut() {
             f.function_offset = None;
         }
         out
     }
+}
+
+/// A kernel symbolization job: the addresses, and where the frames go.
+type KernelJob = (
+    Vec<u64>,
+    mpsc::Sender<std::result::Result<HashMap<u64, Frame>, String>>,
+);
+
+/// Symbolizes kernel addresses through kallsyms on one thread for the
+/// whole run, whatever the number of targets and symbolizers: kallsyms,
+/// the same for all, is parsed once (tens of megabytes each time
+/// otherwise). blazesym's symbolizer cannot move between threads, so it
+/// stays on its own and takes jobs.
+fn kernel_shared(addrs: Vec<u64>) -> std::result::Result<HashMap<u64, Frame>, String> {
+    static JOBS: OnceLock<Mutex<mpsc::Sender<KernelJob>>> = OnceLock::new();
+    let jobs = JOBS.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<KernelJob>();
+        let _ = std::thread::Builder::new()
+            .name("rip-kallsyms".into())
+            .spawn(move || {
+                let blaze = Blaze::new();
+                let src = Source::Kernel(Kernel {
+                    kallsyms: blazesym::MaybeDefault::Default,
+                    // No vmlinux with DWARF is installed on production
+                    // machines; looking for one costs time and finds
+                    // nothing.
+                    vmlinux: blazesym::MaybeDefault::None,
+                    ..Kernel::default()
+                });
+                for (addrs, reply) in rx {
+                    let frames = blaze
+                        .symbolize(&src, Input::AbsAddr(&addrs))
+                        .map(|syms| {
+                            addrs
+                                .iter()
+                                .zip(syms)
+                                .map(|(&a, s)| (a, to_frame(a, &s, None)))
+                                .collect()
+                        })
+                        .map_err(|e| e.to_string());
+                    let _ = reply.send(frames);
+                }
+            });
+        Mutex::new(tx)
+    });
+    let (reply, frames) = mpsc::channel();
+    jobs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((addrs, reply))
+        .map_err(|_| "the kallsyms thread is gone".to_string())?;
+    frames
+        .recv()
+        .map_err(|_| "the kallsyms thread is gone".to_string())?
 }
 
 /// Module lookup by sorted ranges (librip's [`RangeIndex`]).

@@ -2,7 +2,7 @@
 //! no CO-RE relocations, so the offsets the programs need are computed here
 //! at run time and handed to them as globals.
 
-use std::path::Path;
+use std::{path::Path, sync::OnceLock};
 
 use btf_rs::{Btf, Struct, Type};
 use rip_ebpf::{PtRegsOffsets, TaskOffsets};
@@ -11,6 +11,25 @@ use crate::error::{Error, Result};
 
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+/// The running kernel's BTF as aya reads it (to resolve the task
+/// iterator's attach point), parsed once per run and shared like
+/// [`KernelBtf::shared`]. A failed parse is tried again by the next
+/// caller.
+pub fn aya_shared() -> std::result::Result<&'static aya::Btf, aya::BtfError> {
+    if let Some(btf) = AYA_PARSED.get() {
+        return Ok(btf);
+    }
+    let btf = aya::Btf::from_sys_fs()?;
+    Ok(AYA_PARSED.get_or_init(|| btf))
+}
+
+/// [`aya_shared`] if it was parsed already, without waiting.
+pub(crate) fn aya_shared_if_parsed() -> Option<&'static aya::Btf> {
+    AYA_PARSED.get()
+}
+
+static AYA_PARSED: OnceLock<aya::Btf> = OnceLock::new();
 
 /// The kernel's BTF, parsed once.
 pub struct KernelBtf {
@@ -34,6 +53,18 @@ impl KernelBtf {
         // newer than many in use (6.1 and 6.12 answer ENODEV).
         let bytes = std::fs::read(VMLINUX).map_err(|e| Error::io(VMLINUX, e))?;
         Self::from_bytes(&bytes)
+    }
+
+    /// The running kernel's BTF, parsed once per run and shared by every
+    /// target and command: a parse holds tens of megabytes, and `--cgroup`
+    /// sets up one session per process.
+    pub fn shared() -> Result<&'static Self> {
+        static PARSED: OnceLock<KernelBtf> = OnceLock::new();
+        if let Some(btf) = PARSED.get() {
+            return Ok(btf);
+        }
+        let btf = Self::load()?;
+        Ok(PARSED.get_or_init(|| btf))
     }
 
     /// Parses BTF from its raw bytes (the format of `/sys/kernel/btf/vmlinux`).

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{UProbe, uprobe::UProbeScope},
+    programs::{TracePoint, UProbe, uprobe::UProbeScope},
 };
 use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS, names};
 use zerocopy::FromBytes;
@@ -27,6 +27,9 @@ pub struct CallsProbe {
     /// there (the programs see global ones; the uprobes themselves are
     /// attached by our pid, which the kernel translates).
     ids: Option<pidns::NsIds>,
+    /// The size of the tables of calls in flight (threads, and nested
+    /// calls).
+    in_flight: u32,
 }
 
 impl CallsProbe {
@@ -70,6 +73,14 @@ impl CallsProbe {
                 .map_err(|e| Error::map("filling CALL_IDS", e))?;
         }
 
+        // Threads that exit free their entries, before any entry is
+        // made: a program whose threads come and go does not fill the
+        // tables with the dead.
+        let prog: &mut TracePoint = program(&mut ebpf, names::CALLS_THREAD_EXIT)?;
+        prog.load()
+            .map_err(|e| Error::program("loading calls_thread_exit", e))?;
+        prog.attach("sched", "sched_process_exit")
+            .map_err(|e| Error::program("attaching sched:sched_process_exit", e))?;
         // Returns first: a call entered once the entry probe is on then
         // always has its return probe, so no entry waits forever.
         for (name, what) in [
@@ -95,6 +106,7 @@ impl CallsProbe {
             addrs,
             outliers,
             ids: ns_ids,
+            in_flight,
         })
     }
 
@@ -122,6 +134,19 @@ impl CallsProbe {
                 Ok(sum)
             })
             .collect()
+    }
+
+    /// How full the table of threads in probed calls is: (threads in it
+    /// now, its size). A thread stays in it from its first probed call to
+    /// its exit; once it is full, new threads' calls go untimed.
+    pub fn table_use(&self) -> Result<(usize, u32)> {
+        let map: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
+            self.ebpf
+                .map(names::CALL_DEPTH)
+                .ok_or_else(|| missing(names::CALL_DEPTH))?,
+        )
+        .map_err(|e| Error::map("opening CALL_DEPTH", e))?;
+        Ok((map.keys().filter(|k| k.is_ok()).count(), self.in_flight))
     }
 
     /// Sets the outlier threshold of each function, by id, in ns (0: none).

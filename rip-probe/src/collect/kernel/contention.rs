@@ -75,8 +75,8 @@ impl LockProbe {
         }
         privileges::check()?;
         let tracefs = tracefs::ensure_mounted()?;
-        let kbtf = btf::KernelBtf::load()?;
-        let features = features::KernelFeatures::probe(&kbtf)?;
+        let kbtf = btf::KernelBtf::shared()?;
+        let features = features::KernelFeatures::probe(kbtf)?;
         let field = |event: &str, name: &str, size: u32| -> Result<u32> {
             let fmt = tracefs::Format::read(&tracefs, "syscalls", event)?;
             fmt.field(name, size)
@@ -100,9 +100,9 @@ impl LockProbe {
         // The programs filter on the kernel's global pid.
         let ids = match pidns::ours() {
             Some(ns) => {
-                let btf = aya::Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+                let btf = btf::aya_shared().map_err(Error::KernelBtf)?;
                 let (_, iter) = features.regs_source().programs();
-                Some(pidns::NsIds::find(ns, tgid, &config, &btf, iter)?)
+                Some(pidns::NsIds::find(ns, tgid, &config, btf, iter)?)
             }
             None => None,
         };

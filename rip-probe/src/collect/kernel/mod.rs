@@ -63,9 +63,10 @@ pub struct KernelProbe {
 /// aya's parse of the kernel BTF, which loading the task iterator needs.
 enum KernelTypes {
     /// Being parsed while the session observes.
-    Parsing(std::thread::JoinHandle<std::result::Result<aya::Btf, aya::BtfError>>),
-    /// Parsed already (inside a pid namespace, the finding pass needed it).
-    Ready(aya::Btf),
+    Parsing(std::thread::JoinHandle<std::result::Result<&'static aya::Btf, aya::BtfError>>),
+    /// Parsed already (inside a pid namespace, the finding pass needed it,
+    /// or another target's session did).
+    Ready(&'static aya::Btf),
 }
 
 impl KernelTypes {
@@ -76,7 +77,7 @@ impl KernelTypes {
         }
     }
 
-    fn get(self) -> Result<aya::Btf> {
+    fn get(self) -> Result<&'static aya::Btf> {
         match self {
             KernelTypes::Parsing(h) => h
                 .join()
@@ -132,8 +133,8 @@ impl SwitchSetup {
         }
         privileges::check()?;
         let tracefs = tracefs::ensure_mounted()?;
-        let kbtf = btf::KernelBtf::load()?;
-        let mut features = features::KernelFeatures::probe(&kbtf)?;
+        let kbtf = btf::KernelBtf::shared()?;
+        let mut features = features::KernelFeatures::probe(kbtf)?;
         if let Some(regs) = regs {
             features.task_pt_regs = regs == features::RegsSource::Helper && features.task_pt_regs;
         }
@@ -200,8 +201,8 @@ impl KernelProbe {
         // of the iterator must find the target's global ids now.
         let (btf, ids, tids) = match pidns::ours() {
             Some(ns) => {
-                let btf = aya::Btf::from_sys_fs().map_err(Error::KernelBtf)?;
-                let ids = pidns::NsIds::find(ns, tgid, &config, &btf, iter_prog)?;
+                let btf = btf::aya_shared().map_err(Error::KernelBtf)?;
+                let ids = pidns::NsIds::find(ns, tgid, &config, btf, iter_prog)?;
                 config.target_tgid = ids.table.global_tgid();
                 config.pid_ns = rip_ebpf::pid_ns::RECORD;
                 let tids = ids.table.global_tids();
@@ -209,9 +210,15 @@ impl KernelProbe {
                 (KernelTypes::Ready(btf), Some(table), tids)
             }
             None => {
-                let btf = crate::util::background::spawn("rip-btf", aya::Btf::from_sys_fs);
+                let types = match btf::aya_shared_if_parsed() {
+                    Some(btf) => KernelTypes::Ready(btf),
+                    None => KernelTypes::Parsing(crate::util::background::spawn(
+                        "rip-btf",
+                        btf::aya_shared,
+                    )),
+                };
                 let tids = super::procfs::tids(tgid)?;
-                (KernelTypes::Parsing(btf), None, tids)
+                (types, None, tids)
             }
         };
         let entries = thread_entries(tids.len());
@@ -399,7 +406,7 @@ impl KernelProbe {
             .get()?;
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
-        iter.load("task", &btf)
+        iter.load("task", btf)
             .map_err(|e| Error::program("loading the task iterator", e))?;
         self.iter_loaded = true;
         Ok(())

@@ -177,16 +177,16 @@ impl NsIds {
         let Some(ns) = ours() else {
             return Ok(None);
         };
-        let kbtf = super::btf::KernelBtf::load()?;
-        let features = super::features::KernelFeatures::probe(&kbtf)?;
+        let kbtf = super::btf::KernelBtf::shared()?;
+        let features = super::features::KernelFeatures::probe(kbtf)?;
         let base = Config {
             regs: kbtf.pt_regs()?,
             task: kbtf.task_struct()?,
             ..Config::default()
         };
-        let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+        let btf = super::btf::aya_shared().map_err(Error::KernelBtf)?;
         let (_, iter) = features.regs_source().programs();
-        Self::find(ns, ns_tgid, &base, &btf, iter).map(Some)
+        Self::find(ns, ns_tgid, &base, btf, iter).map(Some)
     }
 
     /// [`Self::find_here`] for a command that has read the kernel's types
@@ -196,9 +196,9 @@ impl NsIds {
         let Some(ns) = ours() else {
             return Ok(None);
         };
-        let btf = Btf::from_sys_fs().map_err(Error::KernelBtf)?;
+        let btf = super::btf::aya_shared().map_err(Error::KernelBtf)?;
         let (_, iter) = setup.features.regs_source().programs();
-        Self::find(ns, ns_tgid, &setup.config, &btf, iter).map(Some)
+        Self::find(ns, ns_tgid, &setup.config, btf, iter).map(Some)
     }
 
     /// Runs the finding pass again: learns the threads created since.

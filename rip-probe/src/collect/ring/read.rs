@@ -11,6 +11,7 @@ use crate::error::Error;
 impl RingView {
     /// Reads a ring file. Errors are librip's, mapped to one-line messages.
     pub fn open(path: &Path) -> Result<Self, Error> {
+        crate::discover::may_read(path)?;
         let ring = RingFile::open(path).map_err(Error::Ring)?;
         Ok(Self::from_ring(path, &ring))
     }
