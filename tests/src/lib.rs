@@ -457,6 +457,84 @@ pub fn rip_probe(exe: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A rip-probe run in the background that says on stderr when each of its
+/// phases is done (`RIP_PROBE_TIMING=1`), so a test acts on the target
+/// once the window has started (e.g. after `load and attach`) instead of
+/// sleeping for a time a busy machine may overrun.
+pub struct Background {
+    /// The process; its stdout is piped (a test may take it to read the
+    /// reports as they come).
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+/// What a [`Background`] run printed: the timing lines left out of
+/// stderr.
+pub struct Finished {
+    /// How it ended.
+    pub status: std::process::ExitStatus,
+    /// All of stdout not taken by the test.
+    pub stdout: String,
+    /// stderr without the timing lines.
+    pub stderr: String,
+}
+
+impl Background {
+    /// Starts `cmd` (a rip-probe command line) with its phases reported.
+    pub fn spawn(cmd: &mut Command) -> Background {
+        let mut child = cmd
+            .env("RIP_PROBE_TIMING", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let err = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut kept = String::new();
+            for l in err.lines().map_while(Result::ok) {
+                if !l.starts_with("rip-probe timing: ") {
+                    kept.push_str(&l);
+                    kept.push('\n');
+                }
+                // The test may have stopped listening: the line is kept.
+                let _ = tx.send(l);
+            }
+            kept
+        });
+        Background {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// Waits until rip-probe says it is done with `phase` (as named by
+    /// `RIP_PROBE_TIMING`); panics with its stderr if it ends first.
+    pub fn wait_phase(&mut self, phase: &str) {
+        let mut seen = Vec::new();
+        let want = format!("rip-probe timing: {phase}: ");
+        while let Ok(l) = self.lines.recv() {
+            if l.starts_with(&want) {
+                return;
+            }
+            seen.push(l);
+        }
+        panic!("rip-probe ended before `{phase}`: {}", seen.join("\n"));
+    }
+
+    /// Waits for the end of the run.
+    pub fn finish(self) -> Finished {
+        let out = self.child.wait_with_output().expect("wait for rip-probe");
+        Finished {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: self.stderr.join().expect("stderr reader"),
+        }
+    }
+}
+
 /// Runs the rip-probe CLI at `exe` with `args`, which must succeed; its
 /// stdout.
 pub fn rip_probe_ok(exe: &str, args: &[&str]) -> String {
