@@ -127,7 +127,7 @@ fn sigkill_while_attached_leaves_nothing() {
 
     // Wait until all three programs are in the kernel and linked.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let (progs, links) = loop {
+    let (_, links) = loop {
         let p = programs_held_by(probe.id());
         let l = links_of(&p);
         if p.len() >= 2 && !l.is_empty() {
