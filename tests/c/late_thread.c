@@ -1,6 +1,7 @@
 /*
  * A thread created while rip-probe watches: prints "ready", waits argv[1]
- * milliseconds, then starts a thread named "late" that sleeps in
+ * milliseconds (with "-", for a line on stdin: the test says when rip-probe
+ * watches), then starts a thread named "late" that sleeps in
  * nanosleep, and writes that thread's id (as its pid namespace numbers
  * it) to the file argv[2] (renamed into place, so a reader never sees it
  * half written). The main thread then waits until stdin closes.
@@ -38,13 +39,18 @@ int main(int argc, char **argv)
 	long ms = atol(argv[1]);
 	printf("ready\n");
 	fflush(stdout);
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
+	char c;
+	if (argv[1][0] == '-') {
+		while (read(0, &c, 1) > 0 && c != '\n')
+			;
+	} else {
+		struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
 	pthread_t t;
 	if (pthread_create(&t, NULL, late, argv[2]) != 0)
 		return 1;
 	pthread_setname_np(t, "late");
-	char c;
 	while (read(0, &c, 1) > 0)
 		;
 	return 0;

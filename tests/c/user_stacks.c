@@ -20,9 +20,14 @@
  *
  * Usage: user_stacks [WORKERS [spin]]. Prints `role <kind> <tid>` for one
  * thread of each kind, `worker <kind> <tid>` for WORKERS more (kinds in
- * turn), `spinner spin <tid>` with `spin`, `ticker <tid>`, then `ready`. A ticker thread sleeps 1 ms at a time and
- * keeps the longest gap between its ticks: on stdin, `reset` clears it (and
- * prints `ok`), `gap` prints `gap <ns>`. EOF on stdin exits.
+ * turn), `spinner spin <tid>` with `spin`, `ticker <tid>`, then `ready`.
+ * A ticker thread sleeps 1 ms at a time and keeps the longest gap between
+ * its ticks, and the longest time held between its ticks: the gap less
+ * what the kernel counts as the thread running or waiting for a CPU
+ * (/proc/thread-self/schedstat), so a busy machine does not add to it but
+ * a stop (SIGSTOP, ptrace) or a wait on the process's own locks does. On
+ * stdin, `reset` clears both (and prints `ok`), `gap` prints
+ * `gap <gap ns> <held ns>`. EOF on stdin exits.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -31,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,7 +160,7 @@ __attribute__((noinline, noipa)) void *stk_thread(void *arg)
 	return NULL;
 }
 
-static atomic_llong max_gap;
+static atomic_llong max_gap, max_held;
 
 static long long now_ns(void)
 {
@@ -163,18 +169,39 @@ static long long now_ns(void)
 	return t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* The calling thread's time on a CPU plus its time waiting for one (the
+ * first two fields of /proc/thread-self/schedstat), or 0 when the kernel
+ * does not keep them (then the held time is the whole gap). */
+static long long cpu_and_wait_ns(int fd)
+{
+	char b[128];
+	ssize_t n = fd < 0 ? -1 : pread(fd, b, sizeof b - 1, 0);
+	if (n <= 0)
+		return 0;
+	b[n] = 0;
+	unsigned long long on_cpu = 0, waiting = 0;
+	if (sscanf(b, "%llu %llu", &on_cpu, &waiting) != 2)
+		return 0;
+	return (long long)(on_cpu + waiting);
+}
+
 static void *ticker(void *arg)
 {
 	atomic_int *tid = arg;
 	atomic_store(tid, gettid());
+	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 	struct timespec ms = { .tv_nsec = 1000000 };
-	long long last = now_ns();
+	long long last = now_ns(), last_busy = cpu_and_wait_ns(fd);
 	for (;;) {
 		clock_nanosleep(CLOCK_MONOTONIC, 0, &ms, NULL);
-		long long t = now_ns();
+		long long t = now_ns(), busy = cpu_and_wait_ns(fd);
+		long long held = (t - last) - (busy - last_busy);
 		if (t - last > atomic_load(&max_gap))
 			atomic_store(&max_gap, t - last);
+		if (held > atomic_load(&max_held))
+			atomic_store(&max_held, held);
 		last = t;
+		last_busy = busy;
 	}
 	return NULL;
 }
@@ -269,10 +296,12 @@ int main(int argc, char **argv)
 	while (fgets(line, sizeof line, stdin)) {
 		if (strncmp(line, "reset", 5) == 0) {
 			atomic_store(&max_gap, 0);
+			atomic_store(&max_held, 0);
 			printf("ok\n");
 		}
 		else if (strncmp(line, "gap", 3) == 0)
-			printf("gap %lld\n", (long long)atomic_load(&max_gap));
+			printf("gap %lld %lld\n", (long long)atomic_load(&max_gap),
+			       (long long)atomic_load(&max_held));
 		fflush(stdout);
 	}
 	return 0;

@@ -457,6 +457,143 @@ pub fn rip_probe(exe: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The calling thread's CPU time: unlike the wall clock, what other
+/// processes on a busy machine do does not add to it.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Runs `cmd` to its end; its output and the CPU time (user + system, all
+/// its threads) it used, which a busy machine does not lengthen as it does
+/// the wall clock.
+// wait4 reaps the child (std's wait cannot give its rusage).
+#[allow(clippy::zombie_processes)]
+pub fn run_cpu_timed(cmd: &mut Command) -> (Output, std::time::Duration) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let stderr = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    let mut stdout = Vec::new();
+    out.read_to_end(&mut stdout).expect("read stdout");
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid one to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: reaps our own child, filling status and usage. `child` is
+    // not waited for after this (dropping it does not wait).
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(
+        pid,
+        child.id() as i32,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    let cpu = tv(usage.ru_utime) + tv(usage.ru_stime);
+    use std::os::unix::process::ExitStatusExt;
+    (
+        Output {
+            status: std::process::ExitStatus::from_raw(status),
+            stdout,
+            stderr: stderr.join().expect("stderr reader"),
+        },
+        cpu,
+    )
+}
+
+/// A rip-probe run in the background that says on stderr when each of its
+/// phases is done (`RIP_PROBE_TIMING=1`), so a test acts on the target
+/// once the window has started (e.g. after `load and attach`) instead of
+/// sleeping for a time a busy machine may overrun.
+pub struct Background {
+    /// The process; its stdout is piped (a test may take it to read the
+    /// reports as they come).
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+/// What a [`Background`] run printed: the timing lines left out of
+/// stderr.
+pub struct Finished {
+    /// How it ended.
+    pub status: std::process::ExitStatus,
+    /// All of stdout not taken by the test.
+    pub stdout: String,
+    /// stderr without the timing lines.
+    pub stderr: String,
+}
+
+impl Background {
+    /// Starts `cmd` (a rip-probe command line) with its phases reported.
+    pub fn spawn(cmd: &mut Command) -> Background {
+        let mut child = cmd
+            .env("RIP_PROBE_TIMING", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let err = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut kept = String::new();
+            for l in err.lines().map_while(Result::ok) {
+                if !l.starts_with("rip-probe timing: ") {
+                    kept.push_str(&l);
+                    kept.push('\n');
+                }
+                // The test may have stopped listening: the line is kept.
+                let _ = tx.send(l);
+            }
+            kept
+        });
+        Background {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// Waits until rip-probe says it is done with `phase` (as named by
+    /// `RIP_PROBE_TIMING`); panics with its stderr if it ends first.
+    pub fn wait_phase(&mut self, phase: &str) {
+        let mut seen = Vec::new();
+        let want = format!("rip-probe timing: {phase}: ");
+        while let Ok(l) = self.lines.recv() {
+            if l.starts_with(&want) {
+                return;
+            }
+            seen.push(l);
+        }
+        panic!("rip-probe ended before `{phase}`: {}", seen.join("\n"));
+    }
+
+    /// Waits for the end of the run.
+    pub fn finish(self) -> Finished {
+        let out = self.child.wait_with_output().expect("wait for rip-probe");
+        Finished {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: self.stderr.join().expect("stderr reader"),
+        }
+    }
+}
+
 /// Runs the rip-probe CLI at `exe` with `args`, which must succeed; its
 /// stdout.
 pub fn rip_probe_ok(exe: &str, args: &[&str]) -> String {

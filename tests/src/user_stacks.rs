@@ -177,15 +177,33 @@ impl Target {
         l.trim().to_string()
     }
 
-    /// The ticker's longest gap since the last reset.
-    pub fn gap(&mut self) -> Duration {
+    /// The ticker's longest gap and longest held time since the last
+    /// reset.
+    pub fn gap(&mut self) -> Ticks {
         let l = self.command("gap");
-        let ns = l
+        let ns: Vec<u64> = l
             .strip_prefix("gap ")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("bad reply {l:?}"));
-        Duration::from_nanos(ns)
+            .map(|n| n.split(' ').filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        let [gap, held] = ns[..] else {
+            panic!("bad reply {l:?}")
+        };
+        Ticks {
+            gap: Duration::from_nanos(gap),
+            held: Duration::from_nanos(held),
+        }
     }
+}
+
+/// What the ticker measured between two of its 1 ms sleeps.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticks {
+    /// The longest time between two ticks: a busy machine adds to it.
+    pub gap: Duration,
+    /// The longest of those times less what the thread spent running or
+    /// waiting for a CPU: its sleep, plus any time it was stopped or held
+    /// by the process's own locks. Load does not add to it.
+    pub held: Duration,
 }
 
 impl Drop for Target {

@@ -33,6 +33,35 @@ fn our_programs() -> Vec<u64> {
         .collect()
 }
 
+/// Ids of the programs process `pid` holds, from its descriptors' fdinfo
+/// (`prog_id:`): its own, whatever other rip-probes run on the machine.
+fn programs_held_by(pid: u32) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u64> = dir
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Which of `progs` are still loaded.
+fn still_loaded(progs: &[u64]) -> Vec<u64> {
+    bpftool("prog")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["id"].as_u64())
+        .filter(|id| progs.contains(id))
+        .collect()
+}
+
 /// Links that point at one of `progs`.
 fn links_of(progs: &[u64]) -> Vec<u64> {
     bpftool("link")
@@ -82,11 +111,9 @@ fn sigkill_while_attached_leaves_nothing() {
     if !bpf_tests_enabled("sigkill_while_attached_leaves_nothing") {
         return;
     }
+    // Other rip-probes may run on a shared machine: this one's programs
+    // are told by its descriptors.
     let before = our_programs();
-    assert!(
-        before.is_empty(),
-        "rip programs already loaded before the test: {before:?}"
-    );
     let events_before = uprobe_events();
 
     let mut w = Workload::uninstrumented(2);
@@ -100,8 +127,8 @@ fn sigkill_while_attached_leaves_nothing() {
 
     // Wait until all three programs are in the kernel and linked.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let (progs, links) = loop {
-        let p = our_programs();
+    let (_, links) = loop {
+        let p = programs_held_by(probe.id());
         let l = links_of(&p);
         if p.len() >= 2 && !l.is_empty() {
             break (p, l);
@@ -117,7 +144,7 @@ fn sigkill_while_attached_leaves_nothing() {
     // must go away. One is sched_switch's tracepoint; the rest, uprobes.
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
-        let held = perf_links_of(&our_programs());
+        let held = perf_links_of(&programs_held_by(probe.id()));
         if held.len() >= 2 {
             break held;
         }
@@ -128,8 +155,15 @@ fn sigkill_while_attached_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let rip_pid = probe.id();
+    let progs = programs_held_by(rip_pid);
+    let named = our_programs();
+    assert!(
+        progs.iter().all(|p| named.contains(p)),
+        "rip-probe holds {progs:?}, rip's programs are {named:?}"
+    );
     eprintln!(
-        "attached: programs {progs:?}, links {links:?}, perf_event links {held:?}; sending SIGKILL"
+        "attached: programs {progs:?} (others' before: {before:?}), links {links:?}, \
+         perf_event links {held:?}; sending SIGKILL"
     );
     probe.kill().expect("SIGKILL rip-probe");
     probe.wait().unwrap();
@@ -138,7 +172,7 @@ fn sigkill_while_attached_leaves_nothing() {
     // grace period): give it a moment.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let p = our_programs();
+        let p = still_loaded(&progs);
         let l = links_of(&progs);
         if p.is_empty() && l.is_empty() {
             break;

@@ -12,8 +12,8 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use rip_tests::{
-    TempDir, Workload, assert_uprobe_in_worker_wait, bpf_tests_enabled, build_c, json_thread,
-    marker_line, rip_probe_json, rip_probe_ok,
+    Background, TempDir, Workload, assert_uprobe_in_worker_wait, bpf_tests_enabled, build_c,
+    json_thread, marker_line, rip_probe_json, rip_probe_ok,
 };
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -321,10 +321,32 @@ fn inside_a_pid_namespace_a_thread_created_while_watching_has_its_id_there() {
     let dir = TempDir::new("/tmp", "late-thread");
     let file = dir.join("late.tid");
     let bin = build_c("late_thread", &[]);
-    // The thread starts 1.2 s after the program, well after rip-probe
-    // attached (a few hundred ms, on a busy machine), in a 2.5 s window.
-    let c = Contained::start(bin.to_str().unwrap(), &["1200", file.to_str().unwrap()]);
-    let v = inside_json(&c, &["--pid", "1", "--duration", "2500ms", "--json"]);
+    // The thread starts when told, once rip-probe has attached, in a 2.5 s
+    // window.
+    let mut c = Contained::start(bin.to_str().unwrap(), &["-", file.to_str().unwrap()]);
+    let mut run = Background::spawn(Command::new("nsenter").args([
+        "--target",
+        &c.pid.to_string(),
+        "--pid",
+        "--mount",
+        "--",
+        CLI,
+        "--pid",
+        "1",
+        "--duration",
+        "2500ms",
+        "--json",
+    ]));
+    run.wait_phase("load and attach");
+    {
+        use std::io::Write;
+        let stdin = c.w.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let out = run.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let late: u32 = std::fs::read_to_string(&file)
         .expect("the late thread wrote its id")
         .trim()
@@ -395,21 +417,23 @@ fn locks_and_calls_inside_a_pid_namespace_name_its_threads() {
         "10ms",
         "--json",
     ];
-    let child = Command::new("nsenter")
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let mut run = Background::spawn(Command::new("nsenter").args(args));
+    run.wait_phase("attach uprobes");
     use std::io::Write;
     let stdin = c.w.child.stdin.as_mut().unwrap();
     stdin.write_all(b"long 3\nshort 2\n").unwrap();
     stdin.flush().unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let outliers = r["outliers"].as_array().unwrap();
-    assert_eq!(outliers.len(), 3, "{r}");
+    // The three long sleeps (a short one a busy machine delays past the
+    // threshold is rightly one too).
+    let long = outliers
+        .iter()
+        .filter(|o| o["function"] == "sleep_long")
+        .count();
+    assert_eq!(long, 3, "{r}");
     for o in outliers {
         assert_eq!(o["tid"], 1, "the main thread, pid 1 there: {o}");
     }

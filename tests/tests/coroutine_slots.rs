@@ -9,7 +9,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -137,8 +137,10 @@ fn coroutine_slots_are_pooled_apart_reused_and_never_confused() {
     // it. Every read must show one owner whole.
     drop(new);
     let stop = Arc::new(AtomicBool::new(false));
+    let churned = Arc::new(AtomicU64::new(0));
     let churner = {
         let stop = stop.clone();
+        let churned = churned.clone();
         std::thread::spawn(move || {
             librip::register_thread("churner").unwrap();
             let mut generation = 2;
@@ -156,13 +158,22 @@ fn coroutine_slots_are_pooled_apart_reused_and_never_confused() {
                     }
                 }
                 owners += 1;
+                churned.store(owners, Ordering::Relaxed);
             }
             owners
         })
     };
+    // Reads go on until the slot had a thousand owners meanwhile and ten
+    // reads showed one, however long a busy machine makes that take.
     let t = Instant::now();
     let (mut reads, mut seen) = (0, 0);
-    while t.elapsed() < Duration::from_secs(2) {
+    while churned.load(Ordering::Relaxed) <= 1000 || seen <= 10 {
+        // A hang guard, not a speed bound.
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "{} owners, {seen} seen in {reads} reads",
+            churned.load(Ordering::Relaxed)
+        );
         let ring = read_ring(&path);
         reads += 1;
         // Before the churner's first owner, it is still "new-owner".

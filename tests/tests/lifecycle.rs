@@ -3,31 +3,49 @@
 //! for the user when root), kernel without BTF.
 
 use std::{
-    process::Command,
+    io::{BufRead, BufReader, Read},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use rip_tests::{Workload, bpf_tests_enabled, rip_probe};
+use rip_tests::{Background, Workload, bpf_tests_enabled, rip_probe};
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+/// `cat`, which exits when its stdin closes: a target that ends when the
+/// test says so.
+fn obedient_target() -> std::process::Child {
+    Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
 
 #[test]
 fn target_exit_during_window_is_reported() {
     if !bpf_tests_enabled("target_exit_during_window_is_reported") {
         return;
     }
-    let mut child = Command::new("sleep").arg("0.7").spawn().unwrap();
+    let mut child = obedient_target();
     let pid = child.id().to_string();
     let t = Instant::now();
-    let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "10s"]);
+    let mut run = Background::spawn(Command::new(CLI).args(["--pid", &pid, "--duration", "60s"]));
+    // The window has started: the target exits in it.
+    run.wait_phase("load and attach");
+    drop(child.stdin.take());
+    let out = run.finish();
     let took = t.elapsed();
     child.wait().unwrap();
-    assert_eq!(code, 0, "{err}");
+    assert!(out.status.success(), "{}", out.stderr);
     assert!(
-        out.contains(&format!("process {pid} exited during observation")),
-        "{out}"
+        out.stdout
+            .contains(&format!("process {pid} exited during observation")),
+        "{}",
+        out.stdout
     );
-    assert!(took < Duration::from_secs(5), "stopped early ({took:?})");
+    // It did not wait out the window.
+    assert!(took < Duration::from_secs(60), "stopped early ({took:?})");
     let (code, out, _) = rip_probe(CLI, &["--pid", &pid, "--duration", "10ms"]);
     assert_eq!(code, 1);
     assert!(out.is_empty());
@@ -38,12 +56,32 @@ fn watch_reports_until_the_target_exits() {
     if !bpf_tests_enabled("watch_reports_until_the_target_exits") {
         return;
     }
-    let mut child = Command::new("sleep").arg("1.2").spawn().unwrap();
+    let mut child = obedient_target();
     let pid = child.id().to_string();
-    let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "300ms", "--watch"]);
+    let mut run = Background::spawn(Command::new(CLI).args([
+        "--pid",
+        &pid,
+        "--duration",
+        "300ms",
+        "--watch",
+    ]));
+    // The target exits once two reports are out, whatever they took.
+    let header = format!("pid {pid} (cat)");
+    let mut out = String::new();
+    let mut lines = BufReader::new(run.child.stdout.take().unwrap());
+    while out.matches(&header).count() < 2 {
+        let mut l = String::new();
+        if lines.read_line(&mut l).unwrap() == 0 {
+            panic!("rip-probe --watch ended before two reports:\n{out}");
+        }
+        out.push_str(&l);
+    }
+    drop(child.stdin.take());
+    lines.read_to_string(&mut out).unwrap();
+    let end = run.finish();
     child.wait().unwrap();
-    assert_eq!(code, 0, "{err}");
-    let reports = out.matches(&format!("pid {pid} (sleep)")).count();
+    assert!(end.status.success(), "{}", end.stderr);
+    let reports = out.matches(&header).count();
     assert!(reports >= 2, "several reports before the exit:\n{out}");
     assert!(out.contains("exited during observation"), "{out}");
     eprintln!("--watch printed {reports} reports, then the exit");

@@ -8,10 +8,12 @@
 use std::{
     collections::BTreeSet,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use rip_tests::{Workload, bpf_tests_enabled, build_c, rip_probe, rip_probe_json, rip_probe_ok};
+use rip_tests::{
+    Background, Workload, bpf_tests_enabled, build_c, rip_probe, rip_probe_json, rip_probe_ok,
+};
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 const THREADS: usize = 4;
@@ -171,28 +173,23 @@ fn a_process_that_exits_mid_window_keeps_its_counts() {
     }
     let (mut w, _, _) = contention();
     let pid = w.pid().to_string();
-    let probe = Command::new(EXE)
-        .args(["locks", "--pid", &pid, "--duration", "20s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut probe = Background::spawn(Command::new(EXE).args([
+        "locks",
+        "--pid",
+        &pid,
+        "--duration",
+        "20s",
+        "--json",
+    ]));
+    // Once the window has started, the contention goes on for a while
+    // (the workload contends without pause) before the workload exits,
+    // when its stdin closes.
+    probe.wait_phase("load and attach");
     std::thread::sleep(Duration::from_millis(1500));
-    // The workload exits when its stdin closes.
-    let closed = Instant::now();
     drop(w.child.stdin.take());
-    let out = probe.wait_with_output().unwrap();
-    assert!(
-        closed.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        closed.elapsed()
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = probe.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["process"]["alive"], false, "{v}");
     assert!(
         v["process"]["lost"].as_str().unwrap().contains("exited"),

@@ -4,17 +4,12 @@
 //! `tests/c/offcpu_snaps.c`, as JSON, folded stacks and an SVG flame
 //! graph; and the command's one-line errors.
 
-use std::{
-    os::unix::fs::FileTypeExt,
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{os::unix::fs::FileTypeExt, path::PathBuf, process::Command, time::Duration};
 
 use rip_tests::{
-    TempDir, Workload, assert_one_line_error, assert_unprivileged_error, bpf_tests_enabled,
-    build_c, build_librip_release, compile_librip_c, librip_static, marker_line, monotonic_ns,
-    rip_probe_json, rip_probe_ok, target_dir,
+    Background, TempDir, Workload, assert_one_line_error, assert_unprivileged_error,
+    bpf_tests_enabled, build_c, build_librip_release, compile_librip_c, librip_static, marker_line,
+    monotonic_ns, rip_probe_json, rip_probe_ok, target_dir,
 };
 use serde_json::Value;
 
@@ -62,6 +57,51 @@ fn time_under(r: &Value, tid: u64, function: &str) -> u64 {
         .sum()
 }
 
+/// Time and periods blocked (not preempted) of `tid` under stacks holding
+/// `function`: (ns, periods).
+fn blocked_under(r: &Value, tid: u64, function: &str) -> (u64, u64) {
+    r["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["preempted"] == false)
+        .filter(|s| s["tids"].as_array().unwrap().iter().any(|t| t == tid))
+        .filter(|s| functions(s).iter().any(|f| f == function))
+        .fold((0, 0), |(ns, n), s| {
+            (
+                ns + s["off_cpu_ns"].as_u64().unwrap(),
+                n + s["count"].as_u64().unwrap(),
+            )
+        })
+}
+
+/// The 30 ms and 10 ms sleeps' time is split between their own stacks or
+/// snaps: (ns, periods) of each. On a quiet machine that is 75 % under the
+/// long one; a busy machine wakes each sleep late by about as much, which
+/// lowers that share but not the 20 ms between the two means (at least
+/// 10 ms is asked). Neither mean is below its sleep (a sleep never ends
+/// early).
+fn assert_split(long: (u64, u64), short: (u64, u64), what: &str) {
+    const MS: f64 = 1e6;
+    assert!(long.1 > 0 && short.1 > 0, "{what}");
+    let (mean_long, mean_short) = (
+        long.0 as f64 / long.1 as f64 / MS,
+        short.0 as f64 / short.1 as f64 / MS,
+    );
+    let share = long.0 as f64 / (long.0 + short.0) as f64;
+    eprintln!(
+        "long {mean_long:.1} ms × {}, short {mean_short:.1} ms × {}: {share:.3} under the long one",
+        long.1, short.1
+    );
+    assert!(mean_long >= 29.9 && mean_short >= 9.9, "{what}");
+    // Only a lower bound: one wakeup delayed by seconds on a busy machine
+    // moves a mean that far.
+    assert!(
+        mean_long >= mean_short + 10.0,
+        "means {mean_long:.1} and {mean_short:.1} ms: {what}"
+    );
+}
+
 fn thread(r: &Value, tid: u64) -> &Value {
     r["threads"]
         .as_array()
@@ -88,12 +128,10 @@ fn off_cpu_shares_match_known_sleep_ratios_without_frame_pointers() {
     assert!((2_900_000_000..4_000_000_000).contains(&window), "{r}");
     let long = time_under(&r, tid, "sleep_long");
     let short = time_under(&r, tid, "sleep_short");
-    let share = long as f64 / (long + short) as f64;
-    // 30.1 ms and 10.1 ms sleeps (nanosleep's slack): 74.9 %. The
-    // tolerance covers the window's cut periods and a loaded machine.
-    assert!(
-        (0.70..=0.80).contains(&share),
-        "sleep_long {long} ns, sleep_short {short} ns: {share:.3}"
+    assert_split(
+        blocked_under(&r, tid, "sleep_long"),
+        blocked_under(&r, tid, "sleep_short"),
+        &r["stacks"].to_string(),
     );
     // The worker is off the CPU nearly all the time, all of it attributed.
     let t = thread(&r, tid);
@@ -133,9 +171,10 @@ fn preempted_time_is_told_from_blocked_time() {
         let t = thread(&r, u64::from(tid));
         let pre = t["preempted_ns"].as_u64().unwrap();
         // Half the window on a quiet machine; more when other work shares
-        // CPU 0, never none, never all.
+        // CPU 0 (nearly all of it on a busy machine), never none, never
+        // more than the window.
         assert!(
-            (window / 5..=window * 19 / 20).contains(&pre),
+            (window / 5..=window).contains(&pre),
             "{tid} preempted {pre} of {window}: {t}"
         );
         assert!(t["blocked_ns"].as_u64().unwrap() < window / 10, "{t}");
@@ -245,7 +284,7 @@ fn instrumented_programs_split_off_cpu_time_by_last_snap() {
     let r = offcpu_json(w.pid(), "2s");
     let long_line = marker_line("c/offcpu_snaps.c", "SNAP: long");
     let short_line = marker_line("c/offcpu_snaps.c", "SNAP: short");
-    let by_line = |line: u32| -> u64 {
+    let by_line = |line: u32| -> (u64, u64) {
         r["snaps"]
             .as_array()
             .unwrap()
@@ -257,13 +296,18 @@ fn instrumented_programs_split_off_cpu_time_by_last_snap() {
                         .unwrap()
                         .ends_with("offcpu_snaps.c")
             })
-            .map(|s| s["off_cpu_ns"].as_u64().unwrap())
-            .sum()
+            .fold((0, 0), |(ns, n), s| {
+                (
+                    ns + s["off_cpu_ns"].as_u64().unwrap(),
+                    n + s["count"].as_u64().unwrap(),
+                )
+            })
     };
-    let (long, short) = (by_line(long_line), by_line(short_line));
-    assert!(long > 0 && short > 0, "{}", r["snaps"]);
-    let share = long as f64 / (long + short) as f64;
-    assert!((0.70..=0.80).contains(&share), "{share:.3}: {}", r["snaps"]);
+    assert_split(
+        by_line(long_line),
+        by_line(short_line),
+        &r["snaps"].to_string(),
+    );
     // The text view lists them.
     let text = rip_probe_ok(
         CLI,
@@ -327,24 +371,24 @@ fn errors_are_one_line_and_an_exit_ends_the_window() {
         "CAP_BPF",
     );
 
-    // The workload is killed a second into a 10 s window.
+    // The workload is killed a second into a 10 s window (from the attach
+    // on, whatever the attach took).
     let mut w = w;
-    let child = Command::new(CLI)
-        .args(["offcpu", "--pid", &pid, "--duration", "10s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = Background::spawn(Command::new(CLI).args([
+        "offcpu",
+        "--pid",
+        &pid,
+        "--duration",
+        "10s",
+        "--json",
+    ]));
+    run.wait_phase("attach offcpu");
     std::thread::sleep(Duration::from_secs(1));
     w.child.kill().unwrap();
     w.child.wait().unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let r: Value = serde_json::from_str(&out.stdout).unwrap();
     let window = r["window_ns"].as_u64().unwrap();
     assert!(window < 5_000_000_000, "window {window}");
     let warnings = r["warnings"].to_string();
@@ -394,11 +438,11 @@ fn inside_a_pid_namespace_ids_are_the_namespaces() {
     let pid = r["process"]["pid"].as_u64().unwrap();
     assert!(pid < 100, "{}", r["process"]);
     assert!(sleeper < 100, "{text}");
-    let long = time_under(&r, sleeper, "sleep_long");
-    let short = time_under(&r, sleeper, "sleep_short");
-    assert!(long > 0 && short > 0, "{r}");
-    let share = long as f64 / (long + short) as f64;
-    assert!((0.70..=0.80).contains(&share), "{share:.3}");
+    assert_split(
+        blocked_under(&r, sleeper, "sleep_long"),
+        blocked_under(&r, sleeper, "sleep_short"),
+        &r["stacks"].to_string(),
+    );
     assert_eq!(thread(&r, pid)["whole_window"], true, "{r}");
 }
 

@@ -1,10 +1,12 @@
 //! Reading a ring with 100,000 live slots fits well inside the dump
 //! tool's budget: the reader copies only the used prefix of each region.
+//! The budget is CPU time, which a busy machine does not lengthen; the
+//! wall-clock figure is `cargo xtask bench`'s (dump's `read ring` phase).
 
 use std::time::Instant;
 
 use librip::{Ring, RingOptions, coroutine::Coroutine, reader::RingFile, snap};
-use rip_tests::TempDir;
+use rip_tests::{TempDir, thread_cpu_time};
 
 const SLOTS: usize = 100_000;
 
@@ -36,15 +38,16 @@ fn reads_100k_live_slots_quickly() {
         t.elapsed().as_secs_f64() * 1e3
     );
 
-    // The best of a few reads: the figure is the reader's, not the scheduler's.
+    // The best of a few reads, in this thread's CPU time: the figure is
+    // the reader's, not the scheduler's.
     let mut best = f64::MAX;
     let mut n = 0;
     let mut entries = 0;
     for _ in 0..5 {
-        let t = Instant::now();
+        let t = thread_cpu_time();
         let r = RingFile::open(&path).unwrap();
         let slots: Vec<_> = r.slots().collect();
-        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        best = best.min((thread_cpu_time() - t).as_secs_f64() * 1e3);
         n = slots.len();
         entries = slots.iter().map(|s| s.entries.len()).sum::<usize>();
         assert_eq!(
@@ -63,7 +66,7 @@ fn reads_100k_live_slots_quickly() {
     } else {
         "release"
     };
-    eprintln!("read {n} live slots ({entries} entries) in {best:.1} ms ({profile} build)");
+    eprintln!("read {n} live slots ({entries} entries) in {best:.1} ms of CPU ({profile} build)");
     // The budget is for optimized builds; unoptimized ones get 5x.
     let budget = if cfg!(debug_assertions) { 500.0 } else { 100.0 };
     assert!(best < budget, "{best:.1} ms to read {n} slots");

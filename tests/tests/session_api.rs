@@ -59,7 +59,20 @@ fn observe_and_snapshot() {
             counter.on
         );
     }
-    let report = session.snapshot().unwrap();
+    // The workers sleep in poll(2) but for their brief wakeups, which a
+    // busy machine lengthens (woken, waiting for a CPU): the snapshot that
+    // finds them all asleep is the one checked.
+    let asleep = |r: &rip_probe::model::Report| {
+        workers.iter().all(|tid| {
+            r.threads
+                .iter()
+                .any(|t| t.tid == u64::from(*tid) && t.state == ThreadState::Sleeping)
+        })
+    };
+    let report = (0..20)
+        .map(|_| session.snapshot().unwrap())
+        .find(asleep)
+        .expect("a snapshot with every worker asleep");
     assert_eq!(report.process.pid, w.pid());
     assert!(report.process.alive);
     assert_eq!(report.threads.len(), workers.len() + 1);

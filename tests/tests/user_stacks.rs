@@ -237,8 +237,42 @@ fn a_thread_blocked_in_a_signal_handler() {
     assert_chain(&frames, pause, "stk_block_pause", &stacks, "signal");
 }
 
+/// The ticker's held time is what the no-pause checks rely on: a stop of
+/// the process is counted in it, whatever the machine's load.
+#[test]
+fn the_ticker_counts_a_stop_as_held() {
+    let mut target = Target::start(Build::Stripped, 0, false);
+    let pid = target.pid() as i32;
+    assert_eq!(target.command("reset"), "ok");
+    // SAFETY: signals to the target, a child of this test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // The ticker's first tick after the stop records it: that may come
+    // after the main thread answers, on a busy machine.
+    let t = Instant::now();
+    let ticks = loop {
+        let ticks = target.gap();
+        if ticks.gap >= Duration::from_millis(300) {
+            break ticks;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no tick after the stop"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    eprintln!("stopped 300 ms: ticker {ticks:?}");
+    // The stop takes effect when the ticker next wakes (within its 1 ms
+    // sleep), after kill() returned; it ends at SIGCONT.
+    assert!(ticks.held >= Duration::from_millis(250), "{ticks:?}");
+    assert!(ticks.gap >= ticks.held, "{ticks:?}");
+}
+
 /// 1,000 blocked threads unwound while a ticker thread in the target
-/// measures its longest gap between 1 ms sleeps: nothing stops the process.
+/// measures how long it is held between 1 ms sleeps: nothing stops the
+/// process.
 #[test]
 fn a_thousand_threads_unwound_without_pausing_the_process() {
     if !bpf_tests_enabled("a_thousand_threads_unwound_without_pausing_the_process") {
@@ -254,7 +288,7 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
     // The ticker's gaps on this machine while nothing is done to it.
     assert_eq!(target.command("reset"), "ok");
     std::thread::sleep(Duration::from_millis(500));
-    let idle_gap = target.gap();
+    let idle = target.gap();
 
     assert_eq!(target.command("reset"), "ok");
     let t0 = Instant::now();
@@ -271,12 +305,12 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
     let refs: Vec<&[u64]> = all.iter().map(Vec::as_slice).collect();
     let frames = StackSymbolizer::new(pid).frames_of_many(&refs);
     let t_sym = t2.elapsed();
-    let gap = target.gap();
+    let ticks = target.gap();
     let depth: usize = all.iter().map(Vec::len).sum();
     eprintln!(
         "{N} threads: task iterator {t_iter:?}, unwinding {t_unwind:?} ({depth} frames, {} \
-         process_vm_readv, {} binaries), symbolizing {t_sym:?}; ticker's longest gap {gap:?} \
-         (idle: {idle_gap:?})",
+         process_vm_readv, {} binaries), symbolizing {t_sym:?}; ticker {ticks:?} \
+         (idle: {idle:?})",
         stacks.memory_reads(),
         stacks.binaries_loaded(),
     );
@@ -289,8 +323,12 @@ fn a_thousand_threads_unwound_without_pausing_the_process() {
             .unwrap_or_else(|| panic!("{what}: {}", show(frames, &stacks)));
         assert_chain(frames, at, &innermost, &stacks, &what);
     }
+    // Held: the ticker's gap less its time running or waiting for a CPU,
+    // which a busy machine lengthens. A stop of the process would be held
+    // time.
     assert!(
-        gap < Duration::from_millis(50),
-        "the ticker was held up {gap:?} (idle: {idle_gap:?})"
+        ticks.held < Duration::from_millis(50),
+        "the ticker was held up {:?} (idle: {idle:?})",
+        ticks.held
     );
 }

@@ -2,7 +2,8 @@
 //!
 //! - `setup`: install what building and testing need and a fresh machine
 //!   lacks (nightly rust-src, bpf-linker against the nightly's LLVM, tracefs).
-//! - `test`: setup, then fmt, clippy and every test, privileged ones included.
+//! - `test`: setup, then fmt, clippy and every test, privileged ones included
+//!   (`--loaded`: the same with CPU-bound loops beside the tests).
 //! - `demo`: the main job on a bundled workload.
 //! - `bench`: the overhead comparison.
 //! - `dist`: the static rip-probe and librip in one tarball.
@@ -30,7 +31,13 @@ enum Cmd {
     /// Install what a fresh machine lacks: rust-src, bpf-linker, tracefs.
     Setup,
     /// Setup, then `cargo fmt --check`, clippy with -D warnings, all tests.
-    Test,
+    Test {
+        /// Run the tests, vmtest and fuzzing with two CPU-bound loops
+        /// beside them (started and stopped here), as on a busy machine:
+        /// for changes that touch timing.
+        #[arg(long)]
+        loaded: bool,
+    },
     /// Run rip-probe on a bundled workload with stuck threads, live and
     /// post-mortem.
     Demo,
@@ -75,7 +82,7 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Setup => setup::run_setup().map(|_| eprintln!("setup: done")),
-        Cmd::Test => test::run_tests(),
+        Cmd::Test { loaded } => test::run_tests(loaded),
         Cmd::Demo => demo::run_demo(),
         Cmd::Bench {
             stacks_only: true, ..

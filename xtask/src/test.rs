@@ -1,6 +1,15 @@
 //! `cargo xtask test`: the README's test command and the whole of CI.
+//! `--loaded` runs the same checks with CPU-bound loops beside them, as on
+//! a machine busy with other work.
 
-use std::process::Command;
+use std::{
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+};
 
 use anyhow::Result;
 
@@ -35,9 +44,51 @@ fn fuzz_reader() -> Result<()> {
     Ok(())
 }
 
+/// How many CPU-bound loops `--loaded` runs beside the tests.
+pub const LOADS: usize = 2;
+
+/// CPU-bound loops, as threads of this process: they end when it does,
+/// whether the run passed, failed or was interrupted, and when dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    loops: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts `n` loops that never block.
+    fn start(n: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let loops = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 1u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..100_000 {
+                            x = std::hint::black_box(x.wrapping_mul(6364136223846793005) + 1);
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load { stop, loops }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for l in self.loops.drain(..) {
+            let _ = l.join();
+        }
+    }
+}
+
 /// Setup, formatting, lints (host and BPF target), every test of the
-/// workspace, privileged ones included, then the guest kernels (vmtest).
-pub fn run_tests() -> Result<()> {
+/// workspace, privileged ones included, then the guest kernels (vmtest)
+/// and the fuzzers. With `loaded`, [`LOADS`] CPU-bound loops run from the
+/// tests on to the end: the same checks must hold on a busy machine.
+pub fn run_tests(loaded: bool) -> Result<()> {
     let t = std::time::Instant::now();
     setup::run_setup()?;
 
@@ -89,6 +140,13 @@ pub fn run_tests() -> Result<()> {
         "cargo clippy (bpf)",
     )?;
 
+    let _load = loaded.then(|| {
+        step(&format!(
+            "{LOADS} CPU-bound loops beside the tests, vmtest and fuzzing (--loaded)"
+        ));
+        Load::start(LOADS)
+    });
+
     step("cargo test --workspace");
     exec(
         cargo().args(["test", "--workspace", "--", "--nocapture"]),
@@ -109,6 +167,10 @@ pub fn run_tests() -> Result<()> {
     );
     fuzz_reader()?;
 
-    eprintln!("xtask test: all green in {:.0}s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "xtask test{}: all green in {:.0}s",
+        if loaded { " --loaded" } else { "" },
+        t.elapsed().as_secs_f64()
+    );
     Ok(())
 }

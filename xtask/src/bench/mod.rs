@@ -1,15 +1,17 @@
 //! `cargo xtask bench [--quick]`: how much recording that a function ran
 //! costs with a librip snap, next to USDT markers, LTTng-UST tracepoints,
 //! uprobes (rip-probe's and bpftrace's) and gdb breakpoints; what rip-probe
-//! costs the process it watches; and how it scales to thousands of blocked
-//! threads next to gdb. Writes `docs/BENCHMARKS.md`, the chart
-//! `docs/bench-per-call.svg`, and the README's headline sentence.
+//! costs the process it watches; how it scales to thousands of blocked
+//! threads next to gdb; and how long reading 100,000 live slots takes.
+//! Writes `docs/BENCHMARKS.md`, the chart `docs/bench-per-call.svg`, and
+//! the README's headline sentence.
 
 mod callgrind;
 mod calls;
 mod chart;
 mod peers;
 mod proc;
+mod reading;
 mod report;
 mod rows;
 mod scale;
@@ -164,6 +166,12 @@ pub fn run_bench(quick: bool) -> Result<()> {
         eprintln!("    failed: {e}");
     }
 
+    step("bench: reading 100,000 live slots (rip-probe dump --json)");
+    let reading = reading::run(&w, if quick { 3 } else { 7 }).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &reading {
+        eprintln!("    failed: {e}");
+    }
+
     step("bench: write docs/BENCHMARKS.md, docs/bench-per-call.svg, README.md");
     let builds = {
         let mut b = vec![w.rip_probe.built_by.clone()];
@@ -211,6 +219,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
         overhead,
         scale: scale_results,
         stacks,
+        reading,
         notes,
     };
     let docs = root().join("docs");

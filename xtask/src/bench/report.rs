@@ -41,6 +41,8 @@ pub struct Report {
     pub scale: Vec<Result<ScaleResult, String>>,
     /// The user stacks comparison (or why it failed).
     pub stacks: Result<super::stacks::StacksResult, String>,
+    /// Reading 100,000 live slots (or why it failed).
+    pub reading: Result<super::reading::ReadingResult, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
 }
@@ -154,6 +156,7 @@ impl Report {
         self.overhead_table(&mut s);
         self.scale_table(&mut s);
         super::stacks::render(&self.stacks, &mut s);
+        super::reading::render(&self.reading, &mut s);
         self.commands(&mut s);
         self.method(&mut s);
         s
@@ -827,6 +830,7 @@ mod tests {
                 },
             })],
             stacks: Err("not measured in this sample".into()),
+            reading: Err("not measured in this sample".into()),
             notes: vec!["a note".into()],
         }
     }

@@ -152,12 +152,13 @@ impl Target {
         Ok(())
     }
 
-    /// The ticker's longest gap since the last reset.
+    /// The ticker's longest gap since the last reset (the first figure
+    /// of its `gap <gap ns> <held ns>` reply).
     fn gap(&mut self) -> Result<Duration> {
         let l = self.command("gap")?;
         let ns = l
             .strip_prefix("gap ")
-            .and_then(|n| n.parse().ok())
+            .and_then(|n| n.split(' ').next()?.parse().ok())
             .with_context(|| format!("user_stacks answered {l:?} to gap"))?;
         Ok(Duration::from_nanos(ns))
     }

@@ -58,6 +58,8 @@ pub struct Workloads {
     pub uprobe_lib: Exe,
     /// The release demo server (thousands of blocked threads).
     pub demo_server: Exe,
+    /// `rip-dump-workload` (a ring of many live slots).
+    pub dump_workload: Exe,
 }
 
 const CARGO_ARGS: &[&str] = &[
@@ -74,6 +76,8 @@ const CARGO_ARGS: &[&str] = &[
     "rip-tests",
     "--bin",
     "rip-demo-server",
+    "--bin",
+    "rip-dump-workload",
     "--bin",
     "rip-bench-loop",
     "--bin",
@@ -119,6 +123,7 @@ pub fn build(peers: &Peers) -> Result<Workloads> {
         rip_probe: cargo_exe("rip-probe"),
         uprobe_lib: cargo_exe("rip-bench-uprobe"),
         demo_server: cargo_exe("rip-demo-server"),
+        dump_workload: cargo_exe("rip-dump-workload"),
     })
 }
 
