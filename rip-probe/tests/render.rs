@@ -177,11 +177,11 @@ THREADS  LOCATION (threads last seen there)
     assert_eq!(got, want, "\n{got}");
     let got = render(render::history, &r);
     assert!(
-        got.contains("tid 10 \"pool-0\" live, 3 snaps\n        #6  src/inner.rs:3 inner\n        #7  src/inner.rs:3 inner\n"),
+        got.contains("tid 10 \"pool-0\" gone (its process is not running), 3 snaps\n        #6  src/inner.rs:3 inner\n        #7  src/inner.rs:3 inner\n"),
         "\n{got}"
     );
     assert!(
-        got.contains("tid 12 \"spinner\" live, 3 snaps\n    (no snaps)\n"),
+        got.contains("tid 12 \"spinner\" gone (its process is not running), 3 snaps\n    (no snaps)\n"),
         "\n{got}"
     );
 }

@@ -206,11 +206,11 @@ pub(crate) fn group_sentence(g: &Group) -> String {
         ("unknown", None) => s.push_str(" last seen"),
         (state, None) => s.push_str(&format!(" {state}")),
     }
-    if let Some(ns) = g.min_ns {
-        s.push_str(&format!(
-            " for {}",
-            blocked_text(ns, g.lower_bound || g.count > 1)
-        ));
+    // A bound of 0 says nothing (a thread seen going to sleep this very
+    // moment, or one whose clocks gave no bound that holds): no time.
+    let at_least = g.lower_bound || g.count > 1;
+    if let Some(ns) = g.min_ns.filter(|&ns| ns > 0 || !at_least) {
+        s.push_str(&format!(" for {}", blocked_text(ns, at_least)));
     }
     if let Some(loc) = &g.location {
         if g.state == "unknown" {
