@@ -181,7 +181,9 @@ THREADS  LOCATION (threads last seen there)
         "\n{got}"
     );
     assert!(
-        got.contains("tid 12 \"spinner\" gone (its process is not running), 3 snaps\n    (no snaps)\n"),
+        got.contains(
+            "tid 12 \"spinner\" gone (its process is not running), 3 snaps\n    (no snaps)\n"
+        ),
         "\n{got}"
     );
 }
