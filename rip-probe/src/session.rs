@@ -358,9 +358,7 @@ impl Session {
             self.attach_stacks(&mut report, pending, &space);
         }
         if !lost_now {
-            timing::phase("locks", || {
-                lock_waits(&mut report, view, maps.as_ref())
-            });
+            timing::phase("locks", || lock_waits(&mut report, view, maps.as_ref()));
         }
         self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
