@@ -140,6 +140,11 @@ pub enum Error {
     /// says what to change.
     #[error("{0}")]
     Usage(String),
+    /// The command line did not parse: clap's whole message (what is wrong,
+    /// the near spelling, the usage line, which `--help` to read), printed
+    /// as clap tools print it, on several lines.
+    #[error("{0}")]
+    Args(String),
     /// Loading rip-ebpf's object (its maps, BTF and relocations) failed.
     #[error("BPF: loading rip-ebpf")]
     LoadObject(#[source] aya::EbpfError),
@@ -270,6 +275,14 @@ impl Error {
                 .is_some_and(|io| io.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()))
         });
         if denied { Error::NotPrivileged } else { e }
+    }
+
+    /// Whether this is a write to stdout that failed because its reader
+    /// went away (`rip-probe … | head -1`): the end of the output, not a
+    /// failure.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, Error::Io { path, source }
+            if path.as_os_str() == "stdout" && source.kind() == std::io::ErrorKind::BrokenPipe)
     }
 
     /// The error and its causes on one line, `: `-separated: what the CLI

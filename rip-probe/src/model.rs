@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 pub mod contention;
+pub mod list;
 pub mod offcpu;
 
 /// Version of the JSON schema (`docs/JSON.md`).

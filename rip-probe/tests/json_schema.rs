@@ -14,6 +14,7 @@ use rip_probe::model::{
     ProcessInfo, Report, SCHEMA_VERSION,
     calls::{Bounds, Bucket, CallsReport, FunctionCalls, OutlierRule, SlowCall},
     contention::LocksReport,
+    list::{ListReport, ListedProcess},
     offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
 };
 
@@ -29,6 +30,41 @@ fn calls_schema() -> serde_json::Value {
 /// The schema of `rip-probe offcpu --json`.
 fn offcpu_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(OffCpuReport)).unwrap()
+}
+
+/// The schema of `rip-probe list --json`.
+fn list_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(ListReport)).unwrap()
+}
+
+#[test]
+fn a_list_report_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&list_schema()).expect("a valid schema");
+    let process = |ns_pid| ListedProcess {
+        pid: 4711,
+        ns_pid,
+        threads: 12,
+        tasks: 3,
+        cgroup: "/system.slice/app.service".into(),
+        ring: "/dev/shm/app.ring".into(),
+        other_mount_namespace: ns_pid.is_some(),
+    };
+    for report in [
+        ListReport {
+            schema: SCHEMA_VERSION,
+            processes: vec![process(Some(7)), process(None)],
+            unseen: 2,
+            hidepid: false,
+        },
+        ListReport {
+            schema: SCHEMA_VERSION,
+            processes: vec![],
+            unseen: 0,
+            hidepid: true,
+        },
+    ] {
+        assert_valid(&validator, &report);
+    }
 }
 
 /// An `offcpu` report with every optional part filled in.
@@ -262,6 +298,7 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
         .into_iter()
         .chain(objects_of(&calls_schema(), "CallsReport"))
         .chain(objects_of(&offcpu_schema(), "OffCpuReport"))
+        .chain(objects_of(&list_schema(), "ListReport"))
     {
         out.entry(name).or_default().extend(fields);
     }

@@ -7,75 +7,126 @@ use std::io::Write;
 
 use clap::Args;
 
+use librip::reader::ReadError;
+
 use crate::{
     collect::{cgroup, namespaces, procfs, ring::RingView},
     error::{Error, Result},
+    model::{
+        SCHEMA_VERSION,
+        list::{ListReport, ListedProcess},
+    },
     render::escape,
 };
 
 /// `rip-probe list`.
 #[derive(Debug, Args)]
-pub(crate) struct ListArgs {}
-
-/// One process with a ring.
-struct Row {
-    pid: u32,
-    ns_pid: Option<u32>,
-    threads: usize,
-    tasks: usize,
-    cgroup: String,
-    ring: String,
+pub(crate) struct ListArgs {
+    /// Print the list as JSON (schema: docs/JSON.md, ListReport).
+    #[arg(long)]
+    json: bool,
 }
 
-pub(crate) fn run(_: &ListArgs, out: &mut dyn Write) -> Result<()> {
-    let dir = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;
-    let mut pids: Vec<u32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    pids.sort_unstable();
-    let rows: Vec<Row> = pids.into_iter().filter_map(row).collect();
+pub(crate) fn run(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
+    let report = list()?;
     let err = |e| Error::io("stdout", e);
+    if a.json {
+        crate::render::json(&report, &mut *out).map_err(err)?;
+        return out.flush().map_err(err);
+    }
     writeln!(
         out,
         "{:<8} {:<7} {:>7} {:>7}  {:<40} RING",
         "PID", "NS PID", "THREADS", "TASKS", "CGROUP"
     )
     .map_err(err)?;
-    for r in &rows {
+    for r in &report.processes {
+        let mut ring = escape(&r.ring);
+        if r.other_mount_namespace {
+            ring.push_str(" (in its mount namespace)");
+        }
         writeln!(
             out,
-            "{:<8} {:<7} {:>7} {:>7}  {:<40} {}",
+            "{:<8} {:<7} {:>7} {:>7}  {:<40} {ring}",
             r.pid,
             r.ns_pid.map_or_else(|| "-".to_string(), |n| n.to_string()),
             r.threads,
             r.tasks,
             escape(&r.cgroup),
-            escape(&r.ring)
         )
         .map_err(err)?;
     }
-    if rows.is_empty() {
+    if report.processes.is_empty() {
         writeln!(
             out,
-            "(no process maps a librip ring{})",
-            if crate::discover::hides_pids() {
-                "; /proc is mounted with hidepid, so other users' processes are invisible: run as root"
-            } else {
+            "(no process that could be examined maps a librip ring)"
+        )
+        .map_err(err)?;
+    }
+    if report.unseen > 0 {
+        writeln!(
+            out,
+            "({} processes could not be examined (their memory maps are not readable to us){}: \
+             they may map a ring)",
+            report.unseen,
+            if rustix::process::geteuid().is_root() {
                 ""
+            } else {
+                "; run as root to see other users' processes"
             }
+        )
+        .map_err(err)?;
+    }
+    if report.hidepid {
+        writeln!(
+            out,
+            "(/proc is mounted with hidepid, so other users' processes are invisible: run as root)"
         )
         .map_err(err)?;
     }
     out.flush().map_err(err)
 }
 
-/// Process `pid`'s row, if it maps a ring it wrote. (The ring search opens
-/// shared file mappings only: a process without one costs a maps query.)
-fn row(pid: u32) -> Option<Row> {
-    let ring = RingView::of_process(pid).ok()?;
+/// The host's processes with a ring, and how many could not be examined.
+fn list() -> Result<ListReport> {
+    let dir = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;
+    let mut pids: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    let mut report = ListReport {
+        schema: SCHEMA_VERSION,
+        processes: Vec::new(),
+        unseen: 0,
+        hidepid: crate::discover::hides_pids(),
+    };
+    for pid in pids {
+        match row(pid) {
+            Ok(Some(r)) => report.processes.push(r),
+            Ok(None) => {}
+            Err(()) => report.unseen += 1,
+        }
+    }
+    Ok(report)
+}
+
+/// Process `pid`'s row, if it maps a ring it wrote; `Err` when its maps
+/// may not be read. (The ring search opens shared file mappings only: a
+/// process without one costs a maps query.)
+fn row(pid: u32) -> std::result::Result<Option<ListedProcess>, ()> {
+    let ring = match RingView::of_process(pid) {
+        Ok(r) => r,
+        Err(Error::Ring(ReadError::PermissionDenied(_))) => return Err(()),
+        Err(Error::Ring(ReadError::Io(_, e)))
+            if e.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            return Err(());
+        }
+        Err(_) => return Ok(None),
+    };
     if !ring.written_by(pid) {
-        return None;
+        return Ok(None);
     }
     let live = |coroutine: bool| {
         ring.slots
@@ -83,16 +134,14 @@ fn row(pid: u32) -> Option<Row> {
             .filter(|s| s.coroutine == coroutine && !s.exited)
             .count()
     };
-    let mut path = ring.path.display().to_string();
-    if namespaces::differs(pid, "mnt") {
-        path.push_str(" (in its mount namespace)");
-    }
-    Some(Row {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    Ok(Some(ListedProcess {
         pid,
         ns_pid: namespaces::ns_pid(pid),
-        threads: procfs::tids(pid).map_or(live(false), |t| t.len()),
-        tasks: live(true),
+        threads: count(procfs::tids(pid).map_or(live(false), |t| t.len())),
+        tasks: count(live(true)),
         cgroup: cgroup::of_process(pid).unwrap_or_else(|| "?".into()),
-        ring: path,
-    })
+        ring: ring.path.display().to_string(),
+        other_mount_namespace: namespaces::differs(pid, "mnt"),
+    }))
 }

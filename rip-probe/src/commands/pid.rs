@@ -73,7 +73,9 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
     })?;
     let mut session = Session::attach(&options(a, pid))?;
     loop {
+        let start = std::time::Instant::now();
         session.observe(a.duration, &mut ())?;
+        let window = start.elapsed();
         if !a.watch {
             session.stop_observing()?;
         }
@@ -83,12 +85,28 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
         } else {
             render::live
         };
+        // Each text report of --watch says when it was taken and over
+        // what window; JSON reports are JSON lines, one per report.
+        if a.watch && !a.json {
+            stamp(out, window).map_err(|e| Error::io("stdout", e))?;
+        }
         timing::phase("render", || emit(&report, a.json, out, text))?;
         if !a.watch || session.lost().is_some() {
             return Ok(());
         }
-        writeln!(out).map_err(|e| Error::io("stdout", e))?;
+        if !a.json {
+            writeln!(out).map_err(|e| Error::io("stdout", e))?;
+        }
     }
+}
+
+/// The line heading one report of `--watch`: the time it was taken (UTC)
+/// and the window it covers, this iteration's alone.
+fn stamp(out: &mut dyn Write, window: Duration) -> std::io::Result<()> {
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    writeln!(out, "=== {now} (window {:.3}s) ===", window.as_secs_f64())
 }
 
 /// The session options the arguments ask for, for process `pid`.
