@@ -382,6 +382,9 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
     // SAFETY: as above.
     let rd64 =
         |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u64) }.unwrap_or(0);
+    // SAFETY: as above.
+    let rd8 =
+        |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u8) }.unwrap_or(0);
     // The iterator visits every task of the host: the others leave after
     // one read (all of them in FIND mode, whose target is known by its id
     // in our namespace: after the leader's id there).
@@ -410,8 +413,11 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         (*rec).ns_tid = ns_tid;
         (*rec).ns_tgid = ns_tgid;
         (*rec).state = rd32(t.state);
-        (*rec).on_cpu = rd32(t.on_cpu);
-        (*rec).on_rq = rd32(t.on_rq);
+        // `on_cpu` and `on_rq` were ints and are u8 from 7.x on, beside
+        // other flags (`is_blocked`): their values (0 to 2) are in their
+        // first byte either way on this little-endian target.
+        (*rec).on_cpu = u32::from(rd8(t.on_cpu));
+        (*rec).on_rq = u32::from(rd8(t.on_rq));
         // What sched_switch last saw of it, read right after its state:
         // a report's blocked time needs both to describe one moment (a
         // table read before the pass could predate a wakeup and a new
