@@ -383,8 +383,7 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
     let rd64 =
         |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u64) }.unwrap_or(0);
     // SAFETY: as above.
-    let rd8 =
-        |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u8) }.unwrap_or(0);
+    let rd8 = |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize)) }.unwrap_or(0);
     // The iterator visits every task of the host: the others leave after
     // one read (all of them in FIND mode, whose target is known by its id
     // in our namespace: after the leader's id there).
