@@ -91,7 +91,9 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
             stamp(out, window).map_err(|e| Error::io("stdout", e))?;
         }
         timing::phase("render", || emit(&report, a.json, out, text))?;
-        if !a.watch || session.lost().is_some() {
+        // The report says whether the target was gone when it was taken;
+        // one that exits after that gets one more report, which says so.
+        if !a.watch || !report.process.alive {
             return Ok(());
         }
         if !a.json {
