@@ -23,7 +23,7 @@ pub use find::{
     parse_maps,
 };
 pub use maps::ProcessMaps;
-pub use open::{Follow, OpenError, RegularFile};
+pub use open::{Follow, OpenError, RegularFile, file_kind};
 pub use original::OriginalRing;
 pub use ranges::RangeIndex;
 

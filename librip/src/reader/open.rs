@@ -60,7 +60,10 @@ impl std::fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
-fn kind(t: FileType) -> &'static str {
+/// What a file of type `t` is, for a message: "a FIFO", "a directory", …
+/// (anything but a regular file; shared by every reader and writer that
+/// refuses such files).
+pub fn file_kind(t: FileType) -> &'static str {
     match t {
         FileType::Fifo => "a FIFO",
         FileType::CharacterDevice => "a character device",
@@ -122,7 +125,7 @@ impl RegularFile {
         let st = rustix::fs::fstat(&handle).map_err(|e| OpenError::Io(e.into()))?;
         let t = FileType::from_raw_mode(st.st_mode);
         if t != FileType::RegularFile {
-            return Err(OpenError::NotRegular(kind(t)));
+            return Err(OpenError::NotRegular(file_kind(t)));
         }
         // The same inode, now for reading; non-blocking all the same.
         let fd = rustix::fs::open(

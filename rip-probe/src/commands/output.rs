@@ -156,13 +156,7 @@ impl OutputFile {
         };
         let kind = match FileType::from_raw_mode(st.st_mode) {
             FileType::RegularFile => return Ok(Existing::Regular(st.st_mode & 0o777)),
-            FileType::Directory => "a directory",
-            FileType::Symlink => "a symbolic link",
-            FileType::CharacterDevice => "a character device",
-            FileType::BlockDevice => "a block device",
-            FileType::Fifo => "a FIFO",
-            FileType::Socket => "a socket",
-            FileType::Unknown => "not a regular file",
+            t => librip::reader::file_kind(t),
         };
         Err(Error::Usage(format!(
             "{} {}: is {kind}; rip-probe writes only regular files: give a new path or a \
