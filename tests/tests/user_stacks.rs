@@ -246,11 +246,17 @@ fn the_ticker_counts_a_stop_as_held() {
     assert_eq!(target.command("reset"), "ok");
     // SAFETY: signals to the target, a child of this test.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The stop is only in effect once a thread of the target has taken the
+    // signal: wait for that (a SIGCONT sent before it would discard the
+    // pending SIGSTOP), then keep it stopped 300 ms.
+    wait_child(pid, libc::WUNTRACED, "stopped");
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    // The ticker's first tick after the stop records it: that may come
-    // after the main thread answers, on a busy machine.
+    wait_child(pid, libc::WCONTINUED, "continued");
+    // Every thread was stopped for those 300 ms, so the ticker's first
+    // tick after them spans at least that; it may come after the main
+    // thread answers, on a busy machine.
     let t = Instant::now();
     let ticks = loop {
         let ticks = target.gap();
@@ -259,15 +265,30 @@ fn the_ticker_counts_a_stop_as_held() {
         }
         assert!(
             t.elapsed() < Duration::from_secs(60),
-            "no tick after the stop"
+            "no tick after the stop: {ticks:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
     };
     eprintln!("stopped 300 ms: ticker {ticks:?}");
-    // The stop takes effect when the ticker next wakes (within its 1 ms
-    // sleep), after kill() returned; it ends at SIGCONT.
-    assert!(ticks.held >= Duration::from_millis(250), "{ticks:?}");
+    // The ticker neither ran nor waited for a CPU while stopped.
+    assert!(ticks.held >= Duration::from_millis(300), "{ticks:?}");
     assert!(ticks.gap >= ticks.held, "{ticks:?}");
+}
+
+/// Waits until the child `pid` reports the change `flag` (WUNTRACED for a
+/// stop, WCONTINUED for a continue) and checks that it did.
+fn wait_child(pid: i32, flag: i32, what: &str) {
+    let mut status = 0;
+    // SAFETY: waits for a child of this test without reaping it (only a
+    // stop or a continue is asked for).
+    let r = unsafe { libc::waitpid(pid, &mut status, flag) };
+    assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
+    let ok = if flag == libc::WUNTRACED {
+        libc::WIFSTOPPED(status)
+    } else {
+        libc::WIFCONTINUED(status)
+    };
+    assert!(ok, "target not {what}: status {status:#x}");
 }
 
 /// 1,000 blocked threads unwound while a ticker thread in the target
