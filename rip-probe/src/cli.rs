@@ -3,6 +3,8 @@
 //! `locks`: contention over a window) and the one-line error report. Kept
 //! in the library so it is tested; `main.rs` only calls [`main`].
 
+mod messages;
+
 use std::io::Write;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -178,8 +180,8 @@ pub fn main() -> i32 {
         }
         Err(e) => {
             let _ = out.flush();
-            eprintln!("rip-probe: error: {}", e.one_line());
-            if matches!(e, Error::Usage(_)) { 2 } else { 1 }
+            eprintln!("rip-probe: error: {}", messages::one_line(&e));
+            messages::exit_status(&e)
         }
     }
 }

@@ -13,7 +13,9 @@ use rustix::{
     process::{Pid, PidfdFlags, pidfd_open},
 };
 
-use crate::error::{Error, Result};
+mod error;
+
+pub use error::{Denied, Error, Lacks, NotYoursBecause, Result};
 
 /// Reads `/proc/<pid>/task/<tid>/<file>` (or `/proc/<pid>/<file>` for
 /// tid 0) to a string.
@@ -144,7 +146,7 @@ pub(crate) fn may_observe(pid: u32) -> Result<()> {
         return Ok(());
     }
     let gid = rustix::process::getgid().as_raw();
-    let not_yours = |why: String| Error::NotYours { pid, why, uid };
+    let not_yours = |why| Error::NotYours { pid, why, uid };
     let status = read_proc(pid, 0, "status").map_err(|_| Error::NoSuchProcess(pid))?;
     let ids = |key: &str| -> Vec<u32> {
         status
@@ -160,22 +162,19 @@ pub(crate) fn may_observe(pid: u32) -> Result<()> {
     };
     let (uids, gids) = (ids("Uid:"), ids("Gid:"));
     if uids.len() != 3 || uids.iter().any(|&u| u != uid) {
-        let owner = uids.first().map_or("unknown".into(), |u| u.to_string());
-        return Err(not_yours(format!("runs as user {owner}")));
+        return Err(not_yours(NotYoursBecause::User {
+            owner: uids.first().copied(),
+        }));
     }
     if gids.len() != 3 || gids.iter().any(|&g| g != gid) {
-        return Err(not_yours(format!(
-            "runs with group ids {gids:?}, not only group {gid}"
-        )));
+        return Err(not_yours(NotYoursBecause::Groups { gids, gid }));
     }
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(format!("/proc/{pid}"))
         .map_err(|_| Error::NoSuchProcess(pid))?
         .uid();
     if owner != uid {
-        return Err(not_yours(
-            "is not dumpable (it changed privileges or cleared PR_SET_DUMPABLE)".into(),
-        ));
+        return Err(not_yours(NotYoursBecause::NotDumpable));
     }
     Ok(())
 }
@@ -243,16 +242,16 @@ pub(crate) fn view_pid(pid: u32) -> u32 {
 
 /// The true reason a file of process `pid` under /proc (`path`) could not
 /// be read with `e`: the process is gone, a zombie, a kernel thread (which
-/// has no user space, so `what` cannot be done), or reading it is not
+/// has no user space: it `lacks` what was asked), or reading it is not
 /// permitted (and why); else the I/O error.
-pub(crate) fn unreadable(pid: u32, path: &str, e: std::io::Error, what: &'static str) -> Error {
+pub(crate) fn unreadable(pid: u32, path: &str, e: std::io::Error, lacks: Lacks) -> Error {
     match stat(pid, 0) {
         None if !exists(format!("/proc/{pid}")) => return Error::NoSuchProcess(pid),
         Some(st) if st.kernel_thread() => {
             return Error::KernelThread {
                 pid,
                 comm: st.comm,
-                what,
+                lacks,
             };
         }
         Some(st) if st.exited() && live_thread(pid).is_none() => {
@@ -262,34 +261,30 @@ pub(crate) fn unreadable(pid: u32, path: &str, e: std::io::Error, what: &'static
     }
     match e.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => Error::ProcUnreadable {
-            path: path.to_string(),
+            path: path.into(),
             why: denied_reason(pid),
         },
-        _ => Error::io(path, e),
+        _ => Error::ReadProc {
+            path: path.into(),
+            source: e,
+        },
     }
 }
 
 /// Why reading process `pid`'s files is denied, and what to do.
-pub(crate) fn denied_reason(pid: u32) -> String {
+pub(crate) fn denied_reason(pid: u32) -> Denied {
     if rustix::process::geteuid().is_root() {
-        return format!(
-            "permission denied although rip-probe runs as root: the kernel does not let it \
-             inspect process {pid} (it lacks CAP_SYS_PTRACE over it, a security module forbids \
-             it, or the process belongs to a user namespace rip-probe's capabilities do not reach)"
-        );
+        return Denied::AsRoot { pid };
     }
-    let owner = read_proc(pid, 0, "status")
-        .ok()
-        .and_then(|s| {
-            let ids = s.lines().find_map(|l| l.strip_prefix("Uid:"))?.to_string();
-            ids.split_whitespace().next().map(str::to_string)
-        })
-        .map_or_else(|| "another user".to_string(), |u| format!("uid {u}"));
-    format!(
-        "permission denied: process {pid} belongs to {owner} and rip-probe runs as uid {}; \
-         run it as root or as that user",
-        rustix::process::getuid().as_raw()
-    )
+    let owner = read_proc(pid, 0, "status").ok().and_then(|s| {
+        let ids = s.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+        ids.split_whitespace().next()?.parse().ok()
+    });
+    Denied::OtherUser {
+        pid,
+        owner,
+        uid: rustix::process::getuid().as_raw(),
+    }
 }
 
 /// What kind of process a [`Target`] is.
@@ -338,7 +333,10 @@ impl Target {
         check_proc()?;
         let pidfd = pidfd_open(raw, PidfdFlags::empty()).map_err(|e| match e {
             Errno::SRCH | Errno::INVAL => Error::NoSuchProcess(pid),
-            e => Error::io(format!("pidfd_open({pid})"), e.into()),
+            e => Error::OpenPidfd {
+                pid,
+                source: e.into(),
+            },
         })?;
         // Read identity after the pidfd exists: if the pid was reused in
         // between, the start time below belongs to the process the pidfd
@@ -379,15 +377,14 @@ impl Target {
         self.kind
     }
 
-    /// Fails with [`Error::KernelThread`] for a kernel thread: `what`
-    /// (e.g. "it has no functions to probe") cannot be done without user
-    /// space.
-    pub(crate) fn require_user_space(&self, what: &'static str) -> Result<()> {
+    /// Fails with [`Error::KernelThread`] for a kernel thread, which
+    /// `lacks` what was asked for want of user space.
+    pub(crate) fn require_user_space(&self, lacks: Lacks) -> Result<()> {
         match self.kind {
             Kind::KernelThread => Err(Error::KernelThread {
                 pid: self.pid,
                 comm: self.comm.clone(),
-                what,
+                lacks,
             }),
             _ => Ok(()),
         }

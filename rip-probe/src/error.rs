@@ -1,121 +1,35 @@
-//! Errors a user can act on. Each variant renders as one line that says what
-//! is wrong and what to do about it.
+//! The error of rip-probe's library and CLI: one of the stages' typed
+//! errors (discover, collect's kernel and cgroups, librip's ring reader),
+//! an I/O error on a named file, or a command line that cannot be done.
+//! The CLI's one-line messages, with what to do and the flags involved,
+//! are made from it in `cli::messages`.
 
 use std::path::PathBuf;
 
-/// What went wrong, phrased for the person at the terminal.
+use crate::{
+    collect::{self, cgroup, kernel},
+    discover,
+};
+
+/// What went wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Loading BPF needs privileges this process does not have.
-    #[error(
-        "not permitted to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON \
-         (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`)"
-    )]
-    NotPrivileged,
-    /// tracefs is not mounted and we could not mount it.
-    #[error("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing` as root")]
-    TracefsMissing,
-    /// The kernel exposes no BTF.
-    #[error(
-        "the kernel has no BTF (/sys/kernel/btf/vmlinux is missing): \
-         use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
-    )]
-    NoBtf,
-    /// The kernel lacks a BPF feature rip's design rests on.
-    #[error(
-        "this kernel ({release}) lacks {missing}: rip-probe needs Linux {minimum} or later, \
-         built with CONFIG_BPF_SYSCALL, CONFIG_BPF_EVENTS and CONFIG_DEBUG_INFO_BTF"
-    )]
-    KernelTooOld {
-        /// The running kernel, as `uname -r` prints it.
-        release: String,
-        /// The missing feature.
-        missing: String,
-        /// The oldest kernel that has everything.
-        minimum: &'static str,
-    },
-    /// rip-probe runs in a user namespace other than the host's: its
-    /// capabilities do not reach the kernel's BPF nor other namespaces'
-    /// processes.
-    #[error(
-        "rip-probe runs in user namespace user:[{0}], not the host's: loading BPF and reading other \
-         processes' /proc/PID/map_files and /proc/PID/root need CAP_BPF, CAP_PERFMON and \
-         CAP_SYS_ADMIN in the host's user namespace; run it on the host or in a privileged \
-         container (docker run --privileged)"
-    )]
-    UserNamespace(u64),
-    /// rip-probe runs in a pid namespace other than the host's, and the
-    /// /proc it sees numbers processes in another namespace: pids given
-    /// to it, and read from /proc, cannot be matched with BPF's.
-    #[error(
-        "rip-probe runs in pid namespace pid:[{0}] but /proc belongs to another pid namespace: \
-         mount a /proc for it (unshare --pid --fork --mount-proc, or `mount -t proc proc /proc` \
-         in a mount namespace of its own), or run it in the host's pid namespace"
-    )]
-    ProcOfAnotherPidNamespace(u64),
-    /// rip-probe runs in a pid namespace other than the host's and BPF
-    /// finds no process with that pid there.
-    #[error(
-        "process {pid} is not in rip-probe's pid namespace pid:[{ns}] as BPF sees it: give the \
-         pid as `ps` shows it in this namespace, or run rip-probe in the target's pid namespace \
-         (kubectl debug --target=CONTAINER, docker run --pid=container:X) or the host's"
-    )]
-    NotInOurPidNamespace {
-        /// The pid asked for, in rip-probe's namespace.
-        pid: u32,
-        /// rip-probe's pid namespace (its inode).
-        ns: u64,
-    },
-    /// /proc is mounted with hidepid and hides the target.
-    #[error(
-        "process {0} exists but /proc hides it (mounted with hidepid): run as root, or mount \
-         /proc with hidepid=0 (or gid=GROUP for a group you are in)"
-    )]
-    Hidden(u32),
-    /// The target process does not exist.
-    #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
-    NoSuchProcess(u32),
-    /// The process has exited and waits for its parent to reap it.
-    #[error(
-        "process {pid} is a zombie: it has exited and its parent (pid {ppid}) has not reaped it \
-         yet, so no thread, memory or binary of it is left to observe"
-    )]
-    Zombie {
-        /// The process.
-        pid: u32,
-        /// Its parent, which should wait() for it.
-        ppid: u32,
-    },
-    /// The process is a kernel thread: what was asked needs user space.
-    #[error(
-        "process {pid} ({comm}) is a kernel thread: it has no user space, so {what}; \
-         `rip-probe --pid {pid}` shows its kernel state and stack"
-    )]
-    KernelThread {
-        /// The kernel thread.
-        pid: u32,
-        /// Its name.
-        comm: String,
-        /// What cannot be done, e.g. "it has no functions to probe".
-        what: &'static str,
-    },
-    /// A file of a process under /proc exists but may not be read.
-    #[error("cannot read {path}: {why}")]
-    ProcUnreadable {
-        /// The file, e.g. /proc/4711/maps.
-        path: String,
-        /// Why, and what to do.
-        why: String,
-    },
-    /// A kernel interface answered something we cannot parse.
-    #[error("unexpected contents in {path}: {what}")]
-    Kernel {
-        /// The file that was read.
-        path: PathBuf,
-        /// What was wrong with it.
-        what: String,
-    },
-    /// An I/O error on a named file.
+    /// The process cannot be observed (gone, hidden, a zombie, a kernel
+    /// thread, another user's, in another namespace).
+    #[error(transparent)]
+    Discover(discover::Error),
+    /// The kernel cannot be observed as asked (privileges, tracefs, BTF,
+    /// BPF programs and maps, uprobes).
+    #[error(transparent)]
+    Kernel(kernel::Error),
+    /// A cgroup's processes cannot be listed.
+    #[error(transparent)]
+    Cgroup(cgroup::Error),
+    /// A ring file could not be read (librip's reader says why and what
+    /// to do, its cause included).
+    #[error("{0}")]
+    Ring(librip::reader::ReadError),
+    /// An I/O error on a named file (or `stdout`).
     #[error("{path}")]
     Io {
         /// The file involved.
@@ -127,15 +41,6 @@ pub enum Error {
     /// `--help` or `--version` was asked for: the text to print.
     #[error("{0}")]
     Help(String),
-    /// The process has no ring file mapped.
-    #[error(
-        "process {0} maps no librip ring: it must link librip and create a ring \
-         (rip_create_ring / librip::Ring::create); `rip-probe --pid {0}` still shows kernel state"
-    )]
-    NoRing(u32),
-    /// A ring file could not be read (librip's reader says why and what to do).
-    #[error("{0}")]
-    Ring(librip::reader::ReadError),
     /// The command line asks for something that cannot be done; the message
     /// says what to change.
     #[error("{0}")]
@@ -145,88 +50,45 @@ pub enum Error {
     /// as clap tools print it, on several lines.
     #[error("{0}")]
     Args(String),
-    /// Loading rip-ebpf's object (its maps, BTF and relocations) failed.
-    #[error("BPF: loading rip-ebpf")]
-    LoadObject(#[source] aya::EbpfError),
-    /// A program could not be loaded (the verifier refused it), attached or
-    /// detached; `op` names which and what.
-    #[error("BPF: {op}")]
-    Program {
-        /// The operation, e.g. `attaching sched:sched_switch`.
-        op: String,
-        /// aya's error.
-        #[source]
-        source: aya::programs::ProgramError,
-    },
-    /// A map of the programs could not be opened, read or written.
-    #[error("BPF: {op}")]
-    Map {
-        /// The operation, e.g. `seeding THREADS`.
-        op: String,
-        /// aya's error.
-        #[source]
-        source: aya::maps::MapError,
-    },
-    /// A whole map could not be read or written in batches.
-    #[error("BPF: {op}")]
-    MapBatch {
-        /// The operation, e.g. `seeding THREADS`.
-        op: String,
-        /// The kernel's answer.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A link (an attachment) could not be turned into what was asked of it.
-    #[error("BPF: {op}")]
-    Link {
-        /// The operation, e.g. `creating the task iterator`.
-        op: String,
-        /// aya's error.
-        #[source]
-        source: aya::programs::links::LinkError,
-    },
-    /// The kernel's BTF could not be parsed (the task iterator needs it).
-    #[error("BPF: reading kernel BTF")]
-    KernelBtf(#[source] aya::BtfError),
-    /// The kernel's BTF parse is gone: it failed or panicked before.
-    #[error("BPF: the kernel BTF parse did not finish ({0})")]
-    KernelBtfLost(&'static str),
-    /// The embedded object lacks a program or map rip-probe looks for (a
-    /// build mismatch).
-    #[error("BPF: {0} is missing from the embedded BPF object")]
-    MissingFromObject(String),
-    /// rip-probe runs set-user-ID or set-group-ID: whoever starts it would
-    /// get root's reach (other users' memory, files written as root).
-    #[error(
-        "rip-probe runs set-user-ID or set-group-ID (user {ruid}, effective user {euid}; group \
-         {rgid}, effective group {egid}): remove the bit (chmod u-s,g-s) and grant capabilities \
-         instead (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`), or run it as root"
-    )]
-    SetId {
-        /// The real user.
-        ruid: u32,
-        /// The effective user.
-        euid: u32,
-        /// The real group.
-        rgid: u32,
-        /// The effective group.
-        egid: u32,
-    },
-    /// rip-probe runs for a user other than root (with capabilities) and
-    /// the process is not that user's to observe: the kernel would not let
-    /// the user ptrace it.
-    #[error(
-        "process {pid} {why}, and rip-probe runs for user {uid}: with capabilities it observes \
-         only what that user may ptrace; run it as root (sudo) to observe this process"
-    )]
-    NotYours {
-        /// The process.
-        pid: u32,
-        /// Why the user may not observe it.
-        why: String,
-        /// The real user running rip-probe.
-        uid: u32,
-    },
+}
+
+impl From<discover::Error> for Error {
+    fn from(e: discover::Error) -> Self {
+        match e {
+            // The permission check that stands for a ring's open reads as
+            // the open's error.
+            discover::Error::Ring(r) => Error::Ring(r),
+            e => Error::Discover(e),
+        }
+    }
+}
+
+impl From<kernel::Error> for Error {
+    fn from(e: kernel::Error) -> Self {
+        Error::Kernel(e)
+    }
+}
+
+impl From<cgroup::Error> for Error {
+    fn from(e: cgroup::Error) -> Self {
+        Error::Cgroup(e)
+    }
+}
+
+impl From<librip::reader::ReadError> for Error {
+    fn from(e: librip::reader::ReadError) -> Self {
+        Error::Ring(e)
+    }
+}
+
+impl From<collect::Error> for Error {
+    fn from(e: collect::Error) -> Self {
+        match e {
+            collect::Error::Discover(e) => e.into(),
+            collect::Error::Kernel(e) => e.into(),
+            collect::Error::Ring(e) => e.into(),
+        }
+    }
 }
 
 impl Error {
@@ -238,45 +100,6 @@ impl Error {
         }
     }
 
-    /// A program operation's error, or [`Error::NotPrivileged`] when the
-    /// kernel answered EPERM (EACCES is what the verifier answers to a
-    /// program it rejects: not a privilege issue).
-    pub(crate) fn program(op: impl Into<String>, source: aya::programs::ProgramError) -> Self {
-        Self::unless_denied(Error::Program {
-            op: op.into(),
-            source,
-        })
-    }
-
-    /// A map operation's error, or [`Error::NotPrivileged`] on EPERM.
-    pub(crate) fn map(op: impl Into<String>, source: aya::maps::MapError) -> Self {
-        Self::unless_denied(Error::Map {
-            op: op.into(),
-            source,
-        })
-    }
-
-    /// A batch map operation's error, or [`Error::NotPrivileged`] on EPERM.
-    pub(crate) fn map_batch(op: impl Into<String>, source: std::io::Error) -> Self {
-        Self::unless_denied(Error::MapBatch {
-            op: op.into(),
-            source,
-        })
-    }
-
-    /// An object load's error, or [`Error::NotPrivileged`] on EPERM.
-    pub(crate) fn load(source: aya::EbpfError) -> Self {
-        Self::unless_denied(Error::LoadObject(source))
-    }
-
-    fn unless_denied(e: Error) -> Self {
-        let denied = Chain::new(&e).any(|s| {
-            s.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()))
-        });
-        if denied { Error::NotPrivileged } else { e }
-    }
-
     /// Whether this is a write to stdout that failed because its reader
     /// went away (`rip-probe … | head -1`): the end of the output, not a
     /// failure.
@@ -285,35 +108,11 @@ impl Error {
             if path.as_os_str() == "stdout" && source.kind() == std::io::ErrorKind::BrokenPipe)
     }
 
-    /// The error and its causes on one line, `: `-separated: what the CLI
-    /// prints.
+    /// The error and its causes on one line, `: `-separated, without the
+    /// CLI's advice (the CLI's message adds what to do).
     pub fn one_line(&self) -> String {
-        let mut s = String::new();
-        for (i, e) in Chain::new(self).enumerate() {
-            if i > 0 {
-                s.push_str(": ");
-            }
-            s.push_str(&e.to_string());
-        }
-        s.replace('\n', " ")
-    }
-}
-
-/// An error followed by its sources.
-struct Chain<'a>(Option<&'a (dyn std::error::Error + 'static)>);
-
-impl<'a> Chain<'a> {
-    fn new(e: &'a (dyn std::error::Error + 'static)) -> Self {
-        Chain(Some(e))
-    }
-}
-
-impl<'a> Iterator for Chain<'a> {
-    type Item = &'a (dyn std::error::Error + 'static);
-    fn next(&mut self) -> Option<Self::Item> {
-        let e = self.0?;
-        self.0 = e.source();
-        Some(e)
+        let parts: Vec<String> = crate::util::chain(self).map(|e| e.to_string()).collect();
+        parts.join(": ").replace('\n', " ")
     }
 }
 
@@ -331,13 +130,14 @@ mod tests {
             std::io::Error::new(std::io::ErrorKind::NotFound, "gone"),
         );
         assert_eq!(e.one_line(), "/sys/kernel/btf/vmlinux: gone");
-        let e = Error::map(
-            "reading THREADS",
+        let e = Error::from(kernel::Error::map(
+            kernel::MapOp::Read,
+            "THREADS",
             aya::maps::MapError::SyscallError(aya::sys::SyscallError {
                 call: "bpf_map_lookup_elem",
                 io_error: std::io::Error::from_raw_os_error(22),
             }),
-        );
+        ));
         let line = e.one_line();
         assert!(line.starts_with("BPF: reading THREADS: "), "{line}");
         assert!(line.contains("bpf_map_lookup_elem"), "{line}");
@@ -345,15 +145,17 @@ mod tests {
     }
 
     #[test]
-    fn eperm_anywhere_in_the_chain_says_how_to_get_privileges() {
-        let e = Error::map(
-            "seeding THREADS",
-            aya::maps::MapError::SyscallError(aya::sys::SyscallError {
-                call: "bpf_map_update_elem",
-                io_error: std::io::Error::from_raw_os_error(1),
-            }),
-        );
-        assert!(matches!(e, Error::NotPrivileged));
-        assert!(e.one_line().contains("run as root"));
+    fn collect_errors_flatten_to_the_stage_that_raised_them() {
+        let e = Error::from(collect::Error::from(discover::Error::NoSuchProcess(7)));
+        assert!(matches!(
+            e,
+            Error::Discover(discover::Error::NoSuchProcess(7))
+        ));
+        let denied = librip::reader::ReadError::PermissionDenied("/dev/shm/x".into());
+        let e = Error::from(collect::Error::from(discover::Error::Ring(denied)));
+        assert!(matches!(
+            e,
+            Error::Ring(librip::reader::ReadError::PermissionDenied(_))
+        ));
     }
 }

@@ -17,16 +17,16 @@
 //!
 //! | layer | module | what it does |
 //! | --- | --- | --- |
-//! | 0 | `util`, [`model`], `error` | phase timings, helper threads, time formats; the data model; errors |
-//! | 1 | `discover` | the target process, pinned by a pidfd |
-//! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring |
-//! | 3 | `correlate` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded |
+//! | 0 | `util`, [`model`] | phase timings, helper threads, time formats; the data model |
+//! | 1 | [`discover`] | the target process, pinned by a pidfd; why one cannot be observed (its own error) |
+//! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring; each with its own error |
+//! | 3 | `correlate`, `error` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded. [`Error`]: the stages' errors in one |
 //! | 4 | `symbolize` | addresses to functions and lines (blazesym) |
 //! | 5 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
 //! | 6 | [`render`] | text or JSON |
 //! | 7 | [`session`] | a live process: discover → collect → correlate → symbolize |
 //! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
-//! | 9 | [`cli`] | argument parsing and the one-line errors |
+//! | 9 | [`cli`] | argument parsing; the one-line error messages, made from the typed errors in one place |
 #![deny(missing_docs)]
 
 pub mod analyze;
@@ -34,7 +34,7 @@ pub mod cli;
 pub mod collect;
 mod commands;
 mod correlate;
-mod discover;
+pub mod discover;
 mod error;
 pub mod model;
 pub mod render;

@@ -29,7 +29,7 @@ use crate::{
         stacks::threads as stacks,
     },
     correlate::{self, AfterExit, Clock, LiveInputs},
-    discover::{Kind, Lost, Target},
+    discover::{Kind, Lacks, Lost, Target},
     error::{Error, Result},
     model::{ProcessInfo, Report},
     symbolize::{self, SymbolizerThread, UserSpace},
@@ -132,7 +132,7 @@ impl Session {
         let target = Target::open(opts.pid)?;
         let sites = match &opts.uprobe {
             Some(spec) => {
-                target.require_user_space("it has no functions for --uprobe to probe")?;
+                target.require_user_space(Lacks::UprobeFunctions)?;
                 uprobe::resolve(target.view_pid(), spec)?
             }
             None => Vec::new(),
@@ -254,7 +254,7 @@ impl Session {
             return Ok(None);
         }
         if let Some(p) = &opts.ring {
-            return RingView::open(p).map(Some);
+            return Ok(Some(RingView::open(p)?));
         }
         // The first ring the process maps that it wrote (a forked child may
         // still map its parent's ring), read through the process's own view
@@ -262,7 +262,7 @@ impl Session {
         let Some(maps) = maps else {
             return Ok(None);
         };
-        match RingView::of_process_in(pid, maps) {
+        match RingView::of_process_in(pid, maps).map_err(Error::from) {
             Ok(r) if r.written_by(pid) => Ok(Some(r)),
             Ok(_) => Ok(None),
             // No ring is normal for --pid: kernel state and the user pc
@@ -299,8 +299,8 @@ impl Session {
             Ok(m) => (Some(m), None),
             Err(e) if kind != Kind::KernelThread && self.target.lost().is_none() => {
                 let path = format!("/proc/{view}/maps");
-                let e = crate::discover::unreadable(pid, &path, e, "it maps nothing");
-                (None, Some(e))
+                let e = crate::discover::unreadable(pid, &path, e, Lacks::Maps);
+                (None, Some(e.into()))
             }
             Err(_) => (None, None),
         };

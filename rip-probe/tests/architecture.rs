@@ -10,10 +10,11 @@ mod source;
 /// The floors, bottom up (lib.rs documents them). A module may use only
 /// modules on lower floors; a new top-level module must be placed here.
 const LAYERS: &[&[&str]] = &[
-    &["util", "model", "error"],
+    &["util", "model"],
     &["discover"],
     &["collect"],
-    &["correlate"],
+    // The stages below have errors of their own; `error` gathers them.
+    &["correlate", "error"],
     &["symbolize"],
     &["analyze"],
     &["render"],

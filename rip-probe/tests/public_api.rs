@@ -247,7 +247,12 @@ fn the_list_holds_the_api_and_nothing_private() {
     assert!(has("use rip_probe::Session = session::Session"), "{api:#?}");
     assert!(has("struct rip_probe::model::Report"));
     assert!(has("method KernelProbe: fn attach ("));
-    assert!(has("variant rip_probe::Error::NotPrivileged"));
+    assert!(has(
+        "variant rip_probe::collect::kernel::Error::NotPrivileged"
+    ));
+    assert!(has(
+        "variant rip_probe::discover::Error::NoSuchProcess(u32)"
+    ));
     assert!(!has("correlate"), "correlate is crate-private");
     assert!(!has("ProcLookup"));
 }

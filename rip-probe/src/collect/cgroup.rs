@@ -4,7 +4,33 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+/// Why a cgroup's processes cannot be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No cgroup has this path.
+    #[error("{}: no such cgroup under {ROOT}", path.display())]
+    NotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The path is not a cgroup v2 directory.
+    #[error("{}: not a cgroup v2 directory under {ROOT}", path.display())]
+    NotCgroup {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The cgroup holds too many cgroups to walk.
+    #[error("{}: more than {max} cgroups below it", dir.display())]
+    TooMany {
+        /// The cgroup's directory.
+        dir: PathBuf,
+        /// The most that are walked.
+        max: usize,
+    },
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where cgroup file systems are mounted.
 pub(crate) const ROOT: &str = "/sys/fs/cgroup";
@@ -37,18 +63,13 @@ pub(crate) fn resolve(path: &Path) -> Result<PathBuf> {
     } else {
         v2_root().join(path.strip_prefix("/").unwrap_or(path))
     };
-    let dir = joined.canonicalize().map_err(|_| {
-        Error::Usage(format!(
-            "--cgroup {}: no such cgroup under {ROOT} (give a path under {ROOT}, or relative to it, \
-             as /proc/PID/cgroup shows it)",
-            path.display()
-        ))
+    let dir = joined.canonicalize().map_err(|_| Error::NotFound {
+        path: path.to_path_buf(),
     })?;
     if !dir.starts_with(root) || !dir.join("cgroup.procs").is_file() {
-        return Err(Error::Usage(format!(
-            "--cgroup {}: not a cgroup v2 directory under {ROOT}",
-            path.display()
-        )));
+        return Err(Error::NotCgroup {
+            path: path.to_path_buf(),
+        });
     }
     Ok(dir)
 }
@@ -61,10 +82,10 @@ pub(crate) fn processes(dir: &Path) -> Result<Vec<u32>> {
     while let Some(d) = todo.pop() {
         seen += 1;
         if seen > MAX_CGROUPS {
-            return Err(Error::Usage(format!(
-                "--cgroup {}: more than {MAX_CGROUPS} cgroups below it; name a smaller one",
-                dir.display()
-            )));
+            return Err(Error::TooMany {
+                dir: dir.to_path_buf(),
+                max: MAX_CGROUPS,
+            });
         }
         let procs = d.join("cgroup.procs");
         // A cgroup removed during the walk has no processes left.

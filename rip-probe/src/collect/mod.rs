@@ -1,7 +1,8 @@
 //! Collection: the raw facts about a target's threads, from the kernel
 //! (eBPF and /proc) and from the process's own ring file.
 
-pub(crate) mod cgroup;
+pub mod cgroup;
+mod error;
 #[cfg(test)]
 mod exec_mapping;
 pub mod kernel;
@@ -12,6 +13,8 @@ pub mod offcpu;
 pub(crate) mod procfs;
 pub(crate) mod ring;
 pub mod stacks;
+
+pub use error::{Error, Result};
 
 /// Access to the target that decoding needs.
 pub(crate) trait Lookup {

@@ -23,7 +23,7 @@ use super::{
     procfs,
     stacks::{Stacks, unwind},
 };
-use crate::{error::Result, util::monotonic_ns};
+use crate::{collect::Result, util::monotonic_ns};
 
 /// What a window of off-CPU observation gathered, unsymbolized.
 #[derive(Debug, Default)]

@@ -6,8 +6,8 @@ use std::{cell::RefCell, collections::HashMap, path::PathBuf};
 
 use super::Lookup;
 use crate::{
-    discover::read_proc as read,
-    error::{Error, Result},
+    collect::Result,
+    discover::{Error, read_proc as read},
 };
 
 /// The distinct files a process has mapped executable (its binary and
@@ -71,7 +71,10 @@ pub(crate) fn tids(pid: u32) -> Result<Vec<u32>> {
     let dir = format!("/proc/{pid}/task");
     let rd = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
-        _ => Error::io(&dir, e),
+        _ => Error::ReadProc {
+            path: dir.clone().into(),
+            source: e,
+        },
     })?;
     let mut v: Vec<u32> = rd
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())

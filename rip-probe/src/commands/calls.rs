@@ -18,6 +18,7 @@ use crate::{
     analyze::calls::{function_calls, trained_thresholds},
     collect::{
         kernel::{
+            Error as KernelError,
             calls::CallsProbe,
             privileges,
             uprobe::{self, ProbeSite},
@@ -25,7 +26,7 @@ use crate::{
         procfs,
         stacks::Stacks,
     },
-    discover::Target,
+    discover::{self, Target},
     error::{Error, Result},
     model::{
         SCHEMA_VERSION,
@@ -88,7 +89,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     }
     let rule = outlier_rule(a)?;
     let target = Target::open(a.pid)?;
-    target.require_user_space("it has no functions to probe")?;
+    target.require_user_space(discover::Lacks::Functions)?;
     privileges::check()?;
     let threads = procfs::tids(a.pid)?.len();
     let (sites, mut probe) = timing::phase("attach uprobes", || {
@@ -250,15 +251,17 @@ enum Seen {
 /// attached to, and how.
 fn came_and_went(e: &Error) -> Option<Seen> {
     match e {
-        Error::Usage(m) if m.contains("maps no library matching") => Some(Seen::NotMapped),
-        Error::Usage(m)
-            if m.contains("cannot be opened from here")
-                || m.contains("is not mapped executable")
-                || (m.contains("cannot read") && m.contains("/map_files/")) =>
-        {
+        Error::Kernel(KernelError::NoSuchLibrary { .. }) => Some(Seen::NotMapped),
+        Error::Kernel(
+            KernelError::Unreachable { .. } | KernelError::NotMappedExecutable { .. },
+        ) => Some(Seen::Unmapped),
+        Error::Kernel(KernelError::Symbols { why, .. }) if why.contains("/map_files/") => {
             Some(Seen::Unmapped)
         }
-        Error::Program { source, .. } => {
+        Error::Discover(
+            discover::Error::ProcUnreadable { path, .. } | discover::Error::ReadProc { path, .. },
+        ) if path.to_string_lossy().contains("/map_files/") => Some(Seen::Unmapped),
+        Error::Kernel(KernelError::Program { source, .. }) => {
             let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
             while let Some(c) = cause {
                 if c.downcast_ref::<std::io::Error>()

@@ -41,7 +41,7 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> 
         match Session::attach(&opts) {
             Ok(s) => sessions.push(s),
             // It exited since the cgroup was listed: nothing to report.
-            Err(Error::NoSuchProcess(_)) => {}
+            Err(Error::Discover(crate::discover::Error::NoSuchProcess(_))) => {}
             Err(e) => return Err(e),
         }
     }

@@ -68,12 +68,14 @@ pub(crate) struct DumpArgs {
 
 pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
     let mut ring = match (&a.file, a.pid) {
-        (Some(path), _) => match timing::phase("read ring", || RingView::open(path)) {
-            Err(Error::Ring(librip::reader::ReadError::OriginalFormat)) => {
-                return super::original::dump(path, a.exe.as_deref(), a.json, out);
+        (Some(path), _) => {
+            match timing::phase("read ring", || RingView::open(path).map_err(Error::from)) {
+                Err(Error::Ring(librip::reader::ReadError::OriginalFormat)) => {
+                    return super::original::dump(path, a.exe.as_deref(), a.json, out);
+                }
+                r => r?,
             }
-            r => r?,
-        },
+        }
         // Found in the process's maps and read through its own view of
         // files (its mount namespace), with its thread ids made ours.
         (None, Some(pid)) => timing::phase("read ring", || ring_of(pid))?,
@@ -199,21 +201,23 @@ pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
 fn ring_of(pid: u32) -> Result<RingView> {
     if !discover::exists(format!("/proc/{pid}")) {
         return Err(if discover::hides_pids() {
-            Error::Hidden(pid)
+            discover::Error::Hidden(pid)
         } else {
-            Error::NoSuchProcess(pid)
-        });
+            discover::Error::NoSuchProcess(pid)
+        }
+        .into());
     }
     match discover::stat(pid, 0) {
         Some(st) if st.kernel_thread() => {
-            return Err(Error::KernelThread {
+            return Err(discover::Error::KernelThread {
                 pid,
                 comm: st.comm,
-                what: "it maps no ring",
-            });
+                lacks: discover::Lacks::Ring,
+            }
+            .into());
         }
         Some(st) if st.exited() && discover::live_thread(pid).is_none() => {
-            return Err(Error::Zombie { pid, ppid: st.ppid });
+            return Err(discover::Error::Zombie { pid, ppid: st.ppid }.into());
         }
         _ => {}
     }
@@ -222,23 +226,24 @@ fn ring_of(pid: u32) -> Result<RingView> {
     // From a user namespace, other processes' maps and another mount
     // namespace's files are out of reach: say that rather than "no ring".
     let userns = namespaces::ours_if_not_host("user", namespaces::HOST_USER_NS);
-    RingView::of_process(pid).map_err(|e| match (e, userns) {
+    RingView::of_process(pid).map_err(|e| match (Error::from(e), userns) {
         (Error::Ring(ReadError::PermissionDenied(_) | ReadError::Io(..)), Some(ns)) => {
-            Error::UserNamespace(ns)
+            discover::Error::UserNamespace(ns).into()
         }
         (Error::Ring(ReadError::NoRing(_)), Some(ns)) if namespaces::differs(pid, "mnt") => {
-            Error::UserNamespace(ns)
+            discover::Error::UserNamespace(ns).into()
         }
-        (Error::Ring(ReadError::NoRing(_)), _) => {
-            unopened_shared_file(pid).map_or(Error::NoRing(pid), |path| Error::ProcUnreadable {
-                path,
-                why: format!(
-                    "it is a file process {pid} shares (maybe its ring) that rip-probe may not \
-                     open: {}",
-                    discover::denied_reason(pid)
-                ),
+        (Error::Ring(ReadError::NoRing(_)), _) => unopened_shared_file(pid)
+            .map_or(discover::Error::NoRing(pid), |path| {
+                discover::Error::ProcUnreadable {
+                    path: path.into(),
+                    why: discover::Denied::SharedFile {
+                        pid,
+                        denied: Box::new(discover::denied_reason(pid)),
+                    },
+                }
             })
-        }
+            .into(),
         (e, _) => e,
     })
 }

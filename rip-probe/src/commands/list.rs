@@ -115,7 +115,7 @@ fn list() -> Result<ListReport> {
 /// may not be read. (The ring search opens shared file mappings only: a
 /// process without one costs a maps query.)
 fn row(pid: u32) -> std::result::Result<Option<ListedProcess>, ()> {
-    let ring = match RingView::of_process(pid) {
+    let ring = match RingView::of_process(pid).map_err(Error::from) {
         Ok(r) => r,
         Err(Error::Ring(ReadError::PermissionDenied(_))) => return Err(()),
         Err(Error::Ring(ReadError::Io(_, e)))

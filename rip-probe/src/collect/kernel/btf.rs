@@ -7,7 +7,8 @@ use std::{path::Path, sync::OnceLock};
 use btf_rs::{Btf, Struct, Type};
 use rip_ebpf::{PtRegsOffsets, TaskOffsets};
 
-use crate::error::{Error, Result};
+use super::Error;
+use crate::collect::Result;
 
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -36,22 +37,26 @@ pub struct KernelBtf {
     btf: Btf,
 }
 
-fn err(what: String) -> Error {
-    Error::Kernel {
+fn err(what: String) -> crate::collect::Error {
+    Error::Unexpected {
         path: VMLINUX.into(),
         what,
     }
+    .into()
 }
 
 impl KernelBtf {
     /// Loads the running kernel's BTF, or [`Error::NoBtf`].
     pub fn load() -> Result<Self> {
         if !Path::new(VMLINUX).exists() {
-            return Err(Error::NoBtf);
+            return Err(Error::NoBtf.into());
         }
         // read(), never mmap: sysfs BTF can be mapped only from 6.x kernels
         // newer than many in use (6.1 and 6.12 answer ENODEV).
-        let bytes = std::fs::read(VMLINUX).map_err(|e| Error::io(VMLINUX, e))?;
+        let bytes = std::fs::read(VMLINUX).map_err(|source| Error::Read {
+            path: VMLINUX.into(),
+            source,
+        })?;
         Self::from_bytes(&bytes)
     }
 
@@ -225,7 +230,7 @@ impl KernelBtf {
         // blocked-time estimate then does without the task's own CPU's
         // clock (all three 0).
         let rq = (|| {
-            Ok::<_, Error>((
+            Ok::<_, crate::collect::Error>((
                 o("se.cfs_rq")?,
                 self.offset_of("cfs_rq", "rq")?,
                 self.offset_of("rq", "clock_task")?,

@@ -12,8 +12,9 @@ use aya::{
 use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS, names};
 use zerocopy::FromBytes;
 
+use super::{Error, MapOp, ProgramOp};
 use super::{missing, pidns, privileges, program, tracefs, uprobe::ProbeSite};
-use crate::error::{Error, Result};
+use crate::{collect::Result, discover::Lacks};
 
 /// Every function of one process counted and timed.
 ///
@@ -38,16 +39,18 @@ impl CallsProbe {
     /// `i` is `sites[i]`. `threads` sizes the table of calls in flight.
     pub fn attach(pid: u32, sites: &[ProbeSite], threads: usize) -> Result<Self> {
         if sites.len() > MAX_FUNCTIONS as usize {
-            return Err(Error::Usage(format!(
-                "{} functions match, at most {MAX_FUNCTIONS} can be timed at once: narrow the pattern",
-                sites.len()
-            )));
+            return Err(Error::TooManyToTime {
+                count: sites.len(),
+                max: MAX_FUNCTIONS,
+            }
+            .into());
         }
         // The kernel refuses an event on an exited thread: once the leader
         // exited, a live thread names the process (uprobes filter by its memory).
         let scoped = crate::discover::view_pid(pid);
-        let scope =
-            UProbeScope::OneProcess(NonZeroU32::new(scoped).ok_or(Error::NoSuchProcess(pid))?);
+        let scope = UProbeScope::OneProcess(
+            NonZeroU32::new(scoped).ok_or(crate::discover::Error::NoSuchProcess(pid))?,
+        );
         privileges::check()?;
         tracefs::ensure_mounted()?;
         let addrs = runtime_addresses(pid, sites)?;
@@ -67,10 +70,10 @@ impl CallsProbe {
             ebpf.map_mut(names::CALL_IDS)
                 .ok_or_else(|| missing(names::CALL_IDS))?,
         )
-        .map_err(|e| Error::map("opening CALL_IDS", e))?;
+        .map_err(|e| Error::map(MapOp::Open, "CALL_IDS", e))?;
         for (id, addr) in addrs.iter().enumerate() {
             ids.insert(addr, id as u32, 0)
-                .map_err(|e| Error::map("filling CALL_IDS", e))?;
+                .map_err(|e| Error::map(MapOp::Fill, "CALL_IDS", e))?;
         }
 
         // Threads that exit free their entries, before any entry is
@@ -78,9 +81,9 @@ impl CallsProbe {
         // tables with the dead.
         let prog: &mut TracePoint = program(&mut ebpf, names::CALLS_THREAD_EXIT)?;
         prog.load()
-            .map_err(|e| Error::program("loading calls_thread_exit", e))?;
+            .map_err(|e| Error::program(ProgramOp::Load, "calls_thread_exit", e))?;
         prog.attach("sched", "sched_process_exit")
-            .map_err(|e| Error::program("attaching sched:sched_process_exit", e))?;
+            .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_process_exit", e))?;
         // Returns first: a call entered once the entry probe is on then
         // always has its return probe, so no entry waits forever.
         for (name, what) in [
@@ -89,17 +92,18 @@ impl CallsProbe {
         ] {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load()
-                .map_err(|e| Error::program(format!("loading {name}"), e))?;
+                .map_err(|e| Error::program(ProgramOp::Load, name, e))?;
             for s in sites {
-                prog.attach(s.file_offset, &s.binary, scope)
-                    .map_err(|e| Error::program(format!("attaching a {what} to {}", s.name), e))?;
+                prog.attach(s.file_offset, &s.binary, scope).map_err(|e| {
+                    Error::program(ProgramOp::Attach, format!("a {what} to {}", s.name), e)
+                })?;
             }
         }
         let map = ebpf
             .take_map(names::CALL_OUTLIERS)
             .ok_or_else(|| missing(names::CALL_OUTLIERS))?;
         let outliers =
-            RingBuf::try_from(map).map_err(|e| Error::map("opening CALL_OUTLIERS", e))?;
+            RingBuf::try_from(map).map_err(|e| Error::map(MapOp::Open, "CALL_OUTLIERS", e))?;
         Ok(CallsProbe {
             ebpf,
             functions: sites.len(),
@@ -123,12 +127,12 @@ impl CallsProbe {
                 .map(names::CALL_STATS)
                 .ok_or_else(|| missing(names::CALL_STATS))?,
         )
-        .map_err(|e| Error::map("opening CALL_STATS", e))?;
+        .map_err(|e| Error::map(MapOp::Open, "CALL_STATS", e))?;
         (0..self.functions as u32)
             .map(|id| {
                 let per_cpu = map
                     .get(&id, 0)
-                    .map_err(|e| Error::map("reading CALL_STATS", e))?;
+                    .map_err(|e| Error::map(MapOp::Read, "CALL_STATS", e))?;
                 let mut sum = CallStats::default();
                 per_cpu.iter().for_each(|s| sum.merge(s));
                 Ok(sum)
@@ -145,7 +149,7 @@ impl CallsProbe {
                 .map(names::CALL_DEPTH)
                 .ok_or_else(|| missing(names::CALL_DEPTH))?,
         )
-        .map_err(|e| Error::map("opening CALL_DEPTH", e))?;
+        .map_err(|e| Error::map(MapOp::Open, "CALL_DEPTH", e))?;
         Ok((map.keys().filter(|k| k.is_ok()).count(), self.in_flight))
     }
 
@@ -156,10 +160,10 @@ impl CallsProbe {
                 .map_mut(names::CALL_THRESHOLDS)
                 .ok_or_else(|| missing(names::CALL_THRESHOLDS))?,
         )
-        .map_err(|e| Error::map("opening CALL_THRESHOLDS", e))?;
+        .map_err(|e| Error::map(MapOp::Open, "CALL_THRESHOLDS", e))?;
         for (id, t) in thresholds.iter().enumerate().take(self.functions) {
             map.set(id as u32, t, 0)
-                .map_err(|e| Error::map("setting CALL_THRESHOLDS", e))?;
+                .map_err(|e| Error::map(MapOp::Set, "CALL_THRESHOLDS", e))?;
         }
         Ok(())
     }
@@ -196,7 +200,7 @@ fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
     let path = format!("/proc/{view}/maps");
     let maps = librip::reader::ProcessMaps::open(view)
         .and_then(|m| m.executable())
-        .map_err(|e| crate::discover::unreadable(pid, &path, e, "it has no functions to probe"))?;
+        .map_err(|e| crate::discover::unreadable(pid, &path, e, Lacks::Functions))?;
     sites
         .iter()
         .map(|s| {
@@ -208,11 +212,12 @@ fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
                 })
                 .map(|m| m.start + (s.file_offset - m.offset))
                 .ok_or_else(|| {
-                    Error::Usage(format!(
-                        "{} is not mapped executable in pid {pid}: cannot probe {}",
-                        s.mapped.display(),
-                        s.name
-                    ))
+                    Error::NotMappedExecutable {
+                        binary: s.mapped.clone(),
+                        pid,
+                        function: s.name.clone(),
+                    }
+                    .into()
                 })
         })
         .collect()

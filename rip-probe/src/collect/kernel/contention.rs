@@ -16,7 +16,8 @@ use rip_ebpf::{
 };
 
 use super::{EBPF_OBJECT, btf, features, pidns, privileges, program, tracefs};
-use crate::error::{Error, Result};
+use super::{Error, MapOp, ProgramOp};
+use crate::collect::Result;
 
 /// How many distinct futex words are counted; more are dropped (and the
 /// report says so). Each costs the kernel about 560 bytes, preallocated.
@@ -71,7 +72,7 @@ impl LockProbe {
     /// runs on newer ones, which is how it is tested.
     pub fn attach_with(tgid: u32, regs: Option<features::RegsSource>) -> Result<Self> {
         if tgid == 0 || !std::path::Path::new(&format!("/proc/{tgid}/task")).is_dir() {
-            return Err(Error::NoSuchProcess(tgid));
+            return Err(crate::discover::Error::NoSuchProcess(tgid).into());
         }
         privileges::check()?;
         let tracefs = tracefs::ensure_mounted()?;
@@ -79,12 +80,13 @@ impl LockProbe {
         let features = features::KernelFeatures::probe(kbtf)?;
         let field = |event: &str, name: &str, size: u32| -> Result<u32> {
             let fmt = tracefs::Format::read(&tracefs, "syscalls", event)?;
-            fmt.field(name, size)
-                .map(|f| f.offset)
-                .map_err(|what| Error::Kernel {
+            fmt.field(name, size).map(|f| f.offset).map_err(|what| {
+                Error::Unexpected {
                     path: tracefs.join(format!("events/syscalls/{event}/format")),
                     what,
-                })
+                }
+                .into()
+            })
         };
         let waitv = tracefs
             .join("events/syscalls/sys_enter_futex_waitv")
@@ -122,10 +124,11 @@ impl LockProbe {
             },
         };
         if waitv && field("sys_exit_futex_waitv", "ret", 8)? != lock_config.ret_off {
-            return Err(Error::Kernel {
+            return Err(Error::Unexpected {
                 path: tracefs.join("events/syscalls/sys_exit_futex_waitv/format"),
                 what: "its ret is not where sys_exit_futex has it".into(),
-            });
+            }
+            .into());
         }
         let pending = crate::collect::procfs::tids(tgid)?
             .len()
@@ -162,11 +165,11 @@ impl LockProbe {
         let mut attach = |prog: &'static str, events: &[&str]| -> Result<()> {
             let p: &mut TracePoint = program(&mut ebpf, prog)?;
             p.load()
-                .map_err(|e| Error::program(format!("loading {prog}"), e))?;
+                .map_err(|e| Error::program(ProgramOp::Load, prog, e))?;
             for ev in events {
                 let id = p
                     .attach("syscalls", ev)
-                    .map_err(|e| Error::program(format!("attaching syscalls:{ev}"), e))?;
+                    .map_err(|e| Error::program(ProgramOp::Attach, format!("syscalls:{ev}"), e))?;
                 links.push((prog, id));
             }
             Ok(())
@@ -193,7 +196,7 @@ impl LockProbe {
         for (prog, id) in self.links.drain(..) {
             let p: &mut TracePoint = program(&mut self.ebpf, prog)?;
             p.detach(id)
-                .map_err(|e| Error::program(format!("detaching {prog}"), e))?;
+                .map_err(|e| Error::program(ProgramOp::Detach, prog, e))?;
         }
         Ok(())
     }
@@ -231,7 +234,7 @@ impl LockProbe {
         let mut stacks = HashMap::new();
         if let Some(map) = self.ebpf.map(names::USER_STACKS) {
             let map = StackTraceMap::try_from(map)
-                .map_err(|e| Error::map(format!("opening {}", names::USER_STACKS), e))?;
+                .map_err(|e| Error::map(MapOp::Open, names::USER_STACKS, e))?;
             for w in &wakers {
                 let id = w.0.stack_id;
                 if let (Ok(key), false) = (u32::try_from(id), stacks.contains_key(&id))
@@ -254,9 +257,9 @@ impl LockProbe {
     fn table<K: aya::Pod, V: aya::Pod>(&self, name: &str) -> Result<Vec<(K, V)>> {
         let map: BpfHashMap<&MapData, K, V> =
             BpfHashMap::try_from(self.ebpf.map(name).ok_or_else(|| super::missing(name))?)
-                .map_err(|e| Error::map(format!("opening {name}"), e))?;
+                .map_err(|e| Error::map(MapOp::Open, name, e))?;
         map.iter()
-            .map(|kv| kv.map_err(|e| Error::map(format!("reading {name}"), e)))
+            .map(|kv| kv.map_err(|e| Error::map(MapOp::Read, name, e).into()))
             .collect()
     }
 }

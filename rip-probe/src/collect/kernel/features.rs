@@ -10,8 +10,9 @@ use aya::{
     sys::{BpfHelper, is_helper_supported, is_map_supported, is_program_supported},
 };
 
+use super::Error;
 use super::btf::KernelBtf;
-use crate::error::{Error, Result};
+use crate::collect::Result;
 
 /// The oldest kernel whose BPF has everything the design needs (ring
 /// buffers and task iterators from 5.8, `bpf_get_task_stack` from 5.9).
@@ -43,10 +44,13 @@ impl KernelFeatures {
     /// lacks something rip cannot do without.
     pub(crate) fn probe(btf: &KernelBtf) -> Result<Self> {
         let release = kernel_release();
-        let too_old = |missing: &str| Error::KernelTooOld {
-            release: release.clone(),
-            missing: missing.to_string(),
-            minimum: MINIMUM_KERNEL,
+        let too_old = |missing: &'static str| -> crate::collect::Error {
+            Error::KernelTooOld {
+                release: release.clone(),
+                missing,
+                minimum: MINIMUM_KERNEL,
+            }
+            .into()
         };
         // An error from a probe itself (not a "no") means something else is
         // wrong (e.g. a seccomp filter); treat it as absent and say which.
@@ -138,7 +142,7 @@ mod tests {
     fn refusal_names_what_is_missing_the_kernel_and_the_minimum() {
         let e = Error::KernelTooOld {
             release: "5.4.0-150-generic".into(),
-            missing: "the BPF task iterator (bpf_iter__task)".into(),
+            missing: "the BPF task iterator (bpf_iter__task)",
             minimum: MINIMUM_KERNEL,
         }
         .to_string();

@@ -9,6 +9,7 @@ pub(crate) mod batch;
 pub(crate) mod btf;
 pub mod calls;
 pub mod contention;
+mod error;
 pub mod features;
 mod near_names;
 pub mod offcpu;
@@ -16,6 +17,8 @@ pub(crate) mod pidns;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;
+
+pub use error::{Error, MapOp, ProgramOp};
 
 use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
 
@@ -32,10 +35,7 @@ use rustix::{
 };
 use zerocopy::FromBytes;
 
-use crate::{
-    error::{Error, Result},
-    util::timing,
-};
+use crate::{collect::Result, util::timing};
 
 /// rip-ebpf's object file, built by build.rs and embedded in this library.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rip-ebpf"));
@@ -82,7 +82,7 @@ impl KernelTypes {
             KernelTypes::Parsing(h) => h
                 .join()
                 .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
-                .map_err(Error::KernelBtf),
+                .map_err(|e| Error::KernelBtf(e).into()),
             KernelTypes::Ready(btf) => Ok(btf),
         }
     }
@@ -129,7 +129,7 @@ impl SwitchSetup {
     ) -> Result<SwitchSetup> {
         let task_dir = PathBuf::from(format!("/proc/{tgid}/task"));
         if tgid == 0 || !task_dir.is_dir() {
-            return Err(Error::NoSuchProcess(tgid));
+            return Err(crate::discover::Error::NoSuchProcess(tgid).into());
         }
         privileges::check()?;
         let tracefs = tracefs::ensure_mounted()?;
@@ -140,7 +140,7 @@ impl SwitchSetup {
         }
         let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
         let field = |name, size| {
-            fmt.field(name, size).map_err(|what| Error::Kernel {
+            fmt.field(name, size).map_err(|what| Error::Unexpected {
                 path: tracefs.join("events/sched/sched_switch/format"),
                 what,
             })
@@ -239,14 +239,14 @@ impl KernelProbe {
             .and_then(batch::hash_map_data)
             .ok_or_else(|| missing(names::THREADS))?;
         batch::update_all(threads, &tids, ThreadRecord::default())
-            .map_err(|e| Error::map_batch("seeding THREADS", e))?;
+            .map_err(|e| Error::map_batch(MapOp::Seed, "THREADS", e))?;
 
         let prog: &mut TracePoint = program(&mut ebpf, switch_prog)?;
         prog.load()
-            .map_err(|e| Error::program("loading sched_switch", e))?;
+            .map_err(|e| Error::program(ProgramOp::Load, "sched_switch", e))?;
         let switch_link = prog
             .attach("sched", "sched_switch")
-            .map_err(|e| Error::program("attaching sched:sched_switch", e))?;
+            .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?;
 
         Ok(KernelProbe {
             ebpf,
@@ -318,8 +318,7 @@ impl KernelProbe {
             .map(name)
             .and_then(batch::hash_map_data)
             .ok_or_else(|| missing(name))?;
-        let entries =
-            batch::lookup_all(map).map_err(|e| Error::map_batch(format!("reading {name}"), e))?;
+        let entries = batch::lookup_all(map).map_err(|e| Error::map_batch(MapOp::Read, name, e))?;
         Ok(entries.into_iter().collect())
     }
 
@@ -389,7 +388,7 @@ impl KernelProbe {
         let prog: &mut TracePoint = program(&mut self.ebpf, switch_prog)?;
         let link = prog
             .take_link(id)
-            .map_err(|e| Error::program("taking the sched_switch link", e))?;
+            .map_err(|e| Error::program(ProgramOp::TakeLink, "the sched_switch link", e))?;
         crate::util::background::spawn("rip-detach", move || drop(link));
         Ok(())
     }
@@ -407,7 +406,7 @@ impl KernelProbe {
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", btf)
-            .map_err(|e| Error::program("loading the task iterator", e))?;
+            .map_err(|e| Error::program(ProgramOp::Load, "the task iterator", e))?;
         self.iter_loaded = true;
         Ok(())
     }
@@ -423,8 +422,8 @@ impl KernelProbe {
             .ebpf
             .take_map(names::EVENTS)
             .ok_or_else(|| missing(names::EVENTS))?;
-        let ring =
-            RingBuf::try_from(map).map_err(|e| Error::map("opening the EVENTS ring buffer", e))?;
+        let ring = RingBuf::try_from(map)
+            .map_err(|e| Error::map(MapOp::Open, "the EVENTS ring buffer", e))?;
         Ok(EventStream {
             ring,
             ids: self
@@ -474,7 +473,7 @@ impl EventStream {
         let timeout = Timespec::try_from(timeout).expect("at most EVENT_BATCH");
         match poll(&mut fds, Some(&timeout)) {
             Ok(_) | Err(Errno::INTR) => {}
-            Err(e) => return Err(Error::io("EVENTS ring buffer", e.into())),
+            Err(e) => return Err(Error::PollEvents(e.into()).into()),
         }
         out.extend(self.drain());
         Ok(out)
@@ -517,14 +516,11 @@ pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecor
     let iter: &mut Iter = program(ebpf, prog)?;
     let id = iter
         .attach()
-        .map_err(|e| Error::program("attaching the task iterator", e))?;
+        .map_err(|e| Error::program(ProgramOp::Attach, "the task iterator", e))?;
     let link = iter
         .take_link(id)
-        .map_err(|e| Error::program("taking the task iterator link", e))?;
-    let mut file = link.into_file().map_err(|source| Error::Link {
-        op: "creating the task iterator".into(),
-        source,
-    })?;
+        .map_err(|e| Error::program(ProgramOp::TakeLink, "the task iterator link", e))?;
+    let mut file = link.into_file().map_err(Error::IteratorLink)?;
     // The iterator writes whole TaskRecords back to back. They are
     // parsed as they come, through a small buffer: reading all of
     // them first would hold every record twice (100,000 threads: twice
@@ -538,7 +534,7 @@ pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecor
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("BPF task iterator", e)),
+            Err(e) => return Err(Error::ReadIterator(e).into()),
         };
         filled += n;
         let whole = filled / RECORD * RECORD;
@@ -575,7 +571,7 @@ where
     ebpf.program_mut(name)
         .ok_or_else(|| missing(name))?
         .try_into()
-        .map_err(|e| Error::program(format!("finding program {name}"), e))
+        .map_err(|e| Error::program(ProgramOp::Find, name, e).into())
 }
 
 fn missing(what: &str) -> Error {

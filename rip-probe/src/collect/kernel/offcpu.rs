@@ -20,7 +20,10 @@ use rip_ebpf::{
 
 use super::{SwitchSetup, features::RegsSource, missing, pidns::NsIds, program};
 use crate::{
-    error::{Error, Result},
+    collect::{
+        Result,
+        kernel::{Error, MapOp, ProgramOp},
+    },
     util::monotonic_ns,
 };
 
@@ -117,13 +120,13 @@ impl OffCpuProbe {
             .map_err(Error::load)?;
         let prog: &mut TracePoint = program(&mut ebpf, prog_name)?;
         prog.load()
-            .map_err(|e| Error::program(format!("loading {prog_name}"), e))?;
+            .map_err(|e| Error::program(ProgramOp::Load, prog_name, e))?;
         // The window begins just before the attach (after the load, which
         // can take long): every period the program sums starts inside it.
         let start_ns = monotonic_ns();
         let link = prog
             .attach("sched", "sched_switch")
-            .map_err(|e| Error::program("attaching sched:sched_switch", e))?;
+            .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?;
         Ok(OffCpuProbe {
             ebpf,
             program: prog_name,
@@ -164,7 +167,7 @@ impl OffCpuProbe {
         };
         let prog: &mut TracePoint = program(&mut self.ebpf, self.program)?;
         prog.detach(id)
-            .map_err(|e| Error::program("detaching sched:sched_switch", e))
+            .map_err(|e| Error::program(ProgramOp::Detach, "sched:sched_switch", e).into())
     }
 
     fn hash_map<K: aya::Pod, V: aya::Pod>(
@@ -172,7 +175,7 @@ impl OffCpuProbe {
         name: &str,
     ) -> Result<BpfHashMap<&mut MapData, K, V>> {
         BpfHashMap::try_from(self.ebpf.map_mut(name).ok_or_else(|| missing(name))?)
-            .map_err(|e| Error::map(format!("opening {name}"), e))
+            .map_err(|e| Error::map(MapOp::Open, name, e).into())
     }
 
     /// Takes the stack copies the program has sent since the last call.
@@ -207,7 +210,7 @@ impl OffCpuProbe {
         match map.insert(place, *slots, BPF_NOEXIST) {
             Ok(()) => Ok(true),
             Err(e) if full(&e) || errno(&e) == Some(libc::EEXIST) => Ok(false),
-            Err(e) => Err(Error::map("filling OFF_SLOTS", e)),
+            Err(e) => Err(Error::map(MapOp::Fill, "OFF_SLOTS", e).into()),
         }
     }
 
@@ -218,7 +221,7 @@ impl OffCpuProbe {
             // Full: copies of that stack keep coming, and are ignored.
             Ok(()) => Ok(()),
             Err(e) if full(&e) => Ok(()),
-            Err(e) => Err(Error::map("filling OFF_KNOWN", e)),
+            Err(e) => Err(Error::map(MapOp::Fill, "OFF_KNOWN", e).into()),
         }
     }
 
@@ -236,7 +239,7 @@ impl OffCpuProbe {
             match map.insert(tid, s, 0) {
                 Ok(()) => {}
                 Err(e) if full(&e) => break,
-                Err(e) => return Err(Error::map("filling OFF_SNAP_SLOTS", e)),
+                Err(e) => return Err(Error::map(MapOp::Fill, "OFF_SNAP_SLOTS", e).into()),
             }
         }
         Ok(())
@@ -278,7 +281,7 @@ impl OffCpuProbe {
             match map.insert(g, s, BPF_NOEXIST) {
                 Ok(()) => took.push(ours),
                 Err(e) if full(&e) || errno(&e) == Some(libc::EEXIST) => {}
-                Err(e) => return Err(Error::map("filling OFF_START", e)),
+                Err(e) => return Err(Error::map(MapOp::Fill, "OFF_START", e).into()),
             }
         }
         Ok(took)
@@ -304,10 +307,10 @@ impl OffCpuProbe {
                 .map(names::OFF_STATS)
                 .ok_or_else(|| missing(names::OFF_STATS))?,
         )
-        .map_err(|e| Error::map("opening OFF_STATS", e))?;
+        .map_err(|e| Error::map(MapOp::Open, "OFF_STATS", e))?;
         let per_cpu = map
             .get(&0, 0)
-            .map_err(|e| Error::map("reading OFF_STATS", e))?;
+            .map_err(|e| Error::map(MapOp::Read, "OFF_STATS", e))?;
         let mut s = OffStats::default();
         per_cpu.iter().for_each(|c| s.merge(c));
         Ok(s)
@@ -320,7 +323,7 @@ impl OffCpuProbe {
                 .map(names::OFF_KSTACKS)
                 .ok_or_else(|| missing(names::OFF_KSTACKS))?,
         )
-        .map_err(|e| Error::map("opening OFF_KSTACKS", e))?;
+        .map_err(|e| Error::map(MapOp::Open, "OFF_KSTACKS", e))?;
         Ok(map
             .iter()
             .filter_map(|e| e.ok())

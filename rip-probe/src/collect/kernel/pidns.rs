@@ -24,7 +24,10 @@ use rip_ebpf::{Config, SwitchEvent, TaskRecord, names, pid_ns};
 use super::{EBPF_OBJECT, program, run_task_iter};
 use crate::{
     collect::namespaces,
-    error::{Error, Result},
+    collect::{
+        Result,
+        kernel::{Error, ProgramOp},
+    },
 };
 
 /// rip-probe's pid namespace (its inode), when it is not the host's.
@@ -151,7 +154,7 @@ impl NsIds {
             .map_err(Error::load)?;
         let iter: &mut Iter = program(&mut ebpf, prog)?;
         iter.load("task", btf)
-            .map_err(|e| Error::program("loading the task iterator", e))?;
+            .map_err(|e| Error::program(ProgramOp::Load, "the task iterator", e))?;
         let mut ids = NsIds {
             table: IdTable::new(ns_tgid),
             ebpf,
@@ -161,10 +164,11 @@ impl NsIds {
         if ids.table.global_tgid() == 0 {
             return Err(
                 if std::path::Path::new(&format!("/proc/{ns_tgid}")).exists() {
-                    Error::NotInOurPidNamespace { pid: ns_tgid, ns }
+                    crate::discover::Error::NotInOurPidNamespace { pid: ns_tgid, ns }
                 } else {
-                    Error::NoSuchProcess(ns_tgid)
-                },
+                    crate::discover::Error::NoSuchProcess(ns_tgid)
+                }
+                .into(),
             );
         }
         Ok(ids)

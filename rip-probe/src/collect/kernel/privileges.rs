@@ -5,7 +5,7 @@ use rustix::thread::{CapabilitySet, capabilities};
 
 use crate::{
     collect::namespaces,
-    error::{Error, Result},
+    collect::{Result, kernel::Error},
 };
 
 /// Succeeds when the effective capabilities include CAP_SYS_ADMIN, or both
@@ -16,13 +16,13 @@ pub(crate) fn check() -> Result<()> {
     // Capabilities inside a user namespace are the namespace's own: BPF
     // wants them in the host's, whatever capget says.
     if let Some(ns) = namespaces::ours_if_not_host("user", namespaces::HOST_USER_NS) {
-        return Err(Error::UserNamespace(ns));
+        return Err(crate::discover::Error::UserNamespace(ns).into());
     }
-    let caps = capabilities(None).map_err(|e| Error::io("capget", e.into()))?;
+    let caps = capabilities(None).map_err(|e| Error::Capabilities(e.into()))?;
     if permitted(caps.effective) {
         Ok(())
     } else {
-        Err(Error::NotPrivileged)
+        Err(Error::NotPrivileged.into())
     }
 }
 

@@ -3,7 +3,8 @@
 
 use std::{collections::HashMap, path::PathBuf};
 
-use crate::error::{Error, Result};
+use super::Error;
+use crate::collect::Result;
 
 /// Where the kernel mounts tracefs by convention.
 pub(crate) const TRACEFS: &str = "/sys/kernel/tracing";
@@ -16,7 +17,7 @@ pub(crate) fn ensure_mounted() -> Result<PathBuf> {
         return Ok(p);
     }
     if !rustix::process::geteuid().is_root() {
-        return Err(Error::TracefsMissing);
+        return Err(Error::TracefsMissing.into());
     }
     rustix::mount::mount(
         "nodev",
@@ -33,7 +34,10 @@ pub(crate) fn ensure_mounted() -> Result<PathBuf> {
 /// Finds a tracefs mount in /proc/self/mounts.
 fn find_mount() -> Result<Option<PathBuf>> {
     let path = "/proc/self/mounts";
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.into(),
+        source,
+    })?;
     let mut debugfs = None;
     for line in text.lines() {
         let mut f = line.split_whitespace();
@@ -73,8 +77,11 @@ impl Format {
             .join(category)
             .join(name)
             .join("format");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        Self::parse(&text).map_err(|what| Error::Kernel { path, what })
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|what| Error::Unexpected { path, what }.into())
     }
 
     /// Parses the text of a `format` file.

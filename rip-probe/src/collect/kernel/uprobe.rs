@@ -22,7 +22,8 @@ use blazesym::{
 };
 use rip_ebpf::names;
 
-use crate::error::{Error, Result};
+use super::{Error, ProgramOp};
+use crate::{collect::Result, discover::Lacks};
 
 /// More probes than this would make attaching slow and the target slower
 /// (each hit costs tens of microseconds): ask for a narrower pattern.
@@ -50,7 +51,7 @@ pub struct ProbeSite {
 /// another mount namespace, where its paths are not ours), and as the
 /// process names it, for messages.
 fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
-    const WHAT: &str = "it has no functions for --uprobe to probe";
+    const WHAT: Lacks = Lacks::UprobeFunctions;
     let spec_shown = cut(spec);
     match spec.split_once(':') {
         Some((lib, pat)) if !lib.is_empty() => {
@@ -68,17 +69,17 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
                         .and_then(Path::file_name)
                         .is_some_and(|f| f.to_string_lossy().contains(lib))
                 })
-                .ok_or_else(|| {
-                    Error::Usage(format!(
-                        "--uprobe {spec_shown}: pid {pid} maps no library matching `{lib_shown}`"
-                    ))
+                .ok_or_else(|| Error::NoSuchLibrary {
+                    spec: spec_shown.to_string(),
+                    pid,
+                    lib: lib_shown.to_string(),
                 })?;
             let shown = PathBuf::from(&found.name);
             let reach = crate::collect::procfs::code_path(pid, found).ok_or_else(|| {
-                Error::Usage(format!(
-                    "--uprobe {spec_shown}: {} cannot be opened from here",
-                    shown.display()
-                ))
+                Error::Unreachable {
+                    spec: spec_shown.to_string(),
+                    binary: shown.clone(),
+                }
             })?;
             Ok((reach, shown, pat.to_string()))
         }
@@ -100,8 +101,10 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
 pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
     let (binary, shown, pattern) = target_binary(pid, spec)?;
     let (spec, pattern_shown) = (cut(spec), cut(&pattern));
-    let glob = glob::Pattern::new(&pattern)
-        .map_err(|e| Error::Usage(format!("--uprobe {spec}: bad pattern: {e}")))?;
+    let glob = glob::Pattern::new(&pattern).map_err(|source| Error::BadPattern {
+        spec: spec.to_string(),
+        source,
+    })?;
     // The ELF symbol tables (.symtab, else .dynsym in a stripped binary:
     // a distribution's programs export their functions there), not DWARF:
     // a binary without debug information still has its functions listed.
@@ -132,33 +135,30 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
             }
             ControlFlow::Continue(())
         })
-        .map_err(|e| {
-            Error::Usage(format!(
-                "--uprobe: cannot read {}: {}",
-                shown.display(),
-                symbols_error(&binary, &e.to_string())
-            ))
+        .map_err(|e| Error::Symbols {
+            binary: shown.clone(),
+            why: symbols_error(&binary, &e.to_string()),
         })?;
     sites.sort_by_key(|s| s.file_offset);
     sites.dedup_by_key(|s| s.file_offset);
     if sites.is_empty() {
         let names: Vec<&str> = all.iter().map(String::as_str).collect();
         let near = super::near_names::nearest(&pattern, &names, 5);
-        let hint = if near.is_empty() {
-            String::new()
-        } else {
-            format!(" (near: {})", near.join(", "))
-        };
-        return Err(Error::Usage(format!(
-            "--uprobe {spec}: no function in {} matches `{pattern_shown}`{hint}",
-            shown.display()
-        )));
+        return Err(Error::NoMatch {
+            spec: spec.to_string(),
+            binary: shown,
+            pattern: pattern_shown.to_string(),
+            near: near.into_iter().map(str::to_string).collect(),
+        }
+        .into());
     }
     if sites.len() > MAX_PROBES {
-        return Err(Error::Usage(format!(
-            "--uprobe {spec}: {} functions match (at most {MAX_PROBES}); use a narrower pattern",
-            sites.len()
-        )));
+        return Err(Error::TooManyMatches {
+            spec: spec.to_string(),
+            count: sites.len(),
+            max: MAX_PROBES,
+        }
+        .into());
     }
     Ok(sites)
 }
@@ -207,14 +207,16 @@ pub(crate) fn cut(text: &str) -> String {
 pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
     let prog: &mut UProbe = super::program(ebpf, names::FN_ENTRY)?;
     prog.load()
-        .map_err(|e| Error::program("loading fn_entry", e))?;
+        .map_err(|e| Error::program(ProgramOp::Load, "fn_entry", e))?;
     // The kernel refuses an event on an exited thread: once the leader
     // exited, a live thread names the process (uprobes filter by its memory).
     let scoped = crate::discover::view_pid(pid);
-    let scope = UProbeScope::OneProcess(NonZeroU32::new(scoped).ok_or(Error::NoSuchProcess(pid))?);
+    let scope = UProbeScope::OneProcess(
+        NonZeroU32::new(scoped).ok_or(crate::discover::Error::NoSuchProcess(pid))?,
+    );
     for s in sites {
         prog.attach(s.file_offset, &s.binary, scope)
-            .map_err(|e| Error::program(format!("attaching a uprobe to {}", s.name), e))?;
+            .map_err(|e| Error::program(ProgramOp::Attach, format!("a uprobe to {}", s.name), e))?;
     }
     Ok(())
 }

@@ -12,9 +12,9 @@ use librip::reader::{
 
 use super::RingView;
 use crate::{
+    collect::Error,
     collect::namespaces::{self, TidMap, Writer},
     discover,
-    error::Error,
 };
 
 impl RingView {
@@ -23,12 +23,12 @@ impl RingView {
     /// read through the process's own view of the file. Its thread ids
     /// are ours and its binaries are looked up in the process's root.
     pub fn of_process(pid: u32) -> Result<RingView, Error> {
-        Self::of_rings(pid, open_rings(pid).map_err(Error::Ring)?)
+        Self::of_rings(pid, open_rings(pid)?)
     }
 
     /// [`Self::of_process`] with the process's map already open.
     pub fn of_process_in(pid: u32, maps: &ProcessMaps) -> Result<RingView, Error> {
-        Self::of_rings(pid, open_rings_in(pid, maps).map_err(Error::Ring)?)
+        Self::of_rings(pid, open_rings_in(pid, maps)?)
     }
 
     fn of_rings(pid: u32, rings: Vec<MappedRing>) -> Result<RingView, Error> {

@@ -6,13 +6,13 @@ use librip::reader::{RingFile, SlotKind, SlotState};
 
 use super::ModuleMap;
 use super::{RingSlot, RingView};
-use crate::error::Error;
+use crate::collect::Error;
 
 impl RingView {
     /// Reads a ring file. Errors are librip's, mapped to one-line messages.
     pub fn open(path: &Path) -> Result<Self, Error> {
         crate::discover::may_read(path)?;
-        let ring = RingFile::open(path).map_err(Error::Ring)?;
+        let ring = RingFile::open(path)?;
         Ok(Self::from_ring(path, &ring))
     }
 
