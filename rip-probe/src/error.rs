@@ -8,10 +8,31 @@ use std::path::PathBuf;
 pub enum Error {
     /// Loading BPF needs privileges this process does not have.
     #[error(
-        "not permitted to load BPF programs: run as root, or grant CAP_BPF and CAP_PERFMON \
-         (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`)"
+        "not permitted to load BPF programs: run as root, or grant CAP_BPF, CAP_PERFMON and \
+         CAP_DAC_READ_SEARCH (`setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep <rip-probe>`; \
+         for one run, as root: `setpriv --reuid=USER --init-groups \
+         --inh-caps=+bpf,+perfmon,+dac_read_search \
+         --ambient-caps=+bpf,+perfmon,+dac_read_search rip-probe …`)"
     )]
     NotPrivileged,
+    /// tracefs (where the tracepoints' ids and record layouts are) is
+    /// root's, and rip-probe runs for another user without
+    /// CAP_DAC_READ_SEARCH.
+    #[error(
+        "permission denied reading {0} (tracefs is root's: mode 0700, its files 0440): grant \
+         CAP_DAC_READ_SEARCH beside CAP_BPF and CAP_PERFMON \
+         (`setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep <rip-probe>`), or run as root"
+    )]
+    TracefsDenied(PathBuf),
+    /// The kernel refused a uprobe (`--uprobe`, `calls`) and rip-probe
+    /// lacks CAP_SYS_ADMIN: the kernel's uprobe events want it, CAP_PERFMON
+    /// does not do.
+    #[error(
+        "the kernel refused a uprobe ({0}): uprobes (--uprobe, calls) need CAP_SYS_ADMIN, \
+         which CAP_BPF and CAP_PERFMON do not replace; run as root, or grant it too \
+         (`setcap cap_bpf,cap_perfmon,cap_dac_read_search,cap_sys_admin+ep <rip-probe>`)"
+    )]
+    UprobeNeedsSysAdmin(String),
     /// tracefs is not mounted and we could not mount it.
     #[error("tracefs is not mounted: run `mount -t tracefs nodev /sys/kernel/tracing` as root")]
     TracefsMissing,
@@ -200,7 +221,8 @@ pub enum Error {
     #[error(
         "rip-probe runs set-user-ID or set-group-ID (user {ruid}, effective user {euid}; group \
          {rgid}, effective group {egid}): remove the bit (chmod u-s,g-s) and grant capabilities \
-         instead (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`), or run it as root"
+         instead (`setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep <rip-probe>`), or run it \
+         as root"
     )]
     SetId {
         /// The real user.

@@ -91,8 +91,9 @@ impl CallsProbe {
             prog.load()
                 .map_err(|e| Error::program(format!("loading {name}"), e))?;
             for s in sites {
-                prog.attach(s.file_offset, &s.binary, scope)
-                    .map_err(|e| Error::program(format!("attaching a {what} to {}", s.name), e))?;
+                prog.attach(s.file_offset, &s.binary, scope).map_err(|e| {
+                    privileges::uprobe_error(format!("attaching a {what} to {}", s.name), e)
+                })?;
             }
         }
         let map = ebpf

@@ -213,8 +213,9 @@ pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
     let scoped = crate::discover::view_pid(pid);
     let scope = UProbeScope::OneProcess(NonZeroU32::new(scoped).ok_or(Error::NoSuchProcess(pid))?);
     for s in sites {
-        prog.attach(s.file_offset, &s.binary, scope)
-            .map_err(|e| Error::program(format!("attaching a uprobe to {}", s.name), e))?;
+        prog.attach(s.file_offset, &s.binary, scope).map_err(|e| {
+            super::privileges::uprobe_error(format!("attaching a uprobe to {}", s.name), e)
+        })?;
     }
     Ok(())
 }
