@@ -228,7 +228,7 @@ fn split_debug(exe: &Path, debug: &Path) -> Result<()> {
             .arg(debug),
         "objcopy --only-keep-debug",
     )
-    .context("is binutils installed?")?;
+    .context("is binutils installed? cargo xtask setup installs it")?;
     // objcopy records the debug file's name as given: run it from the
     // debug file's directory so that only the name is recorded.
     quiet(
@@ -274,7 +274,12 @@ pub fn check_linking(stage: &Path, work: &Path, version: &str) -> Result<()> {
                 .env("PKG_CONFIG_PATH", &pc)
                 .args(args),
         )
-        .with_context(|| format!("pkg-config {} failed", args.join(" ")))?;
+        .with_context(|| {
+            format!(
+                "pkg-config {} failed (is pkgconf installed? cargo xtask setup installs it)",
+                args.join(" ")
+            )
+        })?;
         Ok(text.split_whitespace().map(String::from).collect())
     };
     let soname = soname(version);
