@@ -257,8 +257,8 @@ pub fn check_linking(stage: &Path, work: &Path, version: &str) -> Result<()> {
         &src,
         "#include <librip.h>\n\
          #include <stdio.h>\n\
-         int main(void) {\n\
-         \tif (!rip_create_ring(\"/dev/shm/rip-dist-check.%p.ring\", 0)) return 1;\n\
+         int main(int argc, char **argv) {\n\
+         \tif (argc != 2 || !rip_create_ring(argv[1], 0)) return 1;\n\
          \trip_init(0, \"main\", 4, 0, 0);\n\
          \tuintptr_t at = rip_snap();\n\
          \trip_exit();\n\
@@ -327,14 +327,21 @@ pub fn check_linking(stage: &Path, work: &Path, version: &str) -> Result<()> {
                 lib.display()
             );
         }
-        let ran = output(Command::new(&exe).env("LD_LIBRARY_PATH", &lib))
-            .with_context(|| format!("{} (linked with {pc_name}.pc) failed", exe.display()))?;
+        // The ring outlives the program (by design): it goes in `work`,
+        // removed below, not in /dev/shm.
+        let ran = output(
+            Command::new(&exe)
+                .arg(work.join(format!("{pc_name}.ring")))
+                .env("LD_LIBRARY_PATH", &lib),
+        )
+        .with_context(|| format!("{} (linked with {pc_name}.pc) failed", exe.display()))?;
         ensure!(
             ran.trim() == "snapped yes",
             "{} printed {ran:?}",
             exe.display()
         );
     }
+    let _ = std::fs::remove_dir_all(work);
     Ok(())
 }
 
