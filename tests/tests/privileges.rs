@@ -360,3 +360,93 @@ impl Drop for Cgroup {
         eprintln!("could not remove {}", self.0.display());
     }
 }
+
+/// The README's `setcap` lines work as written: a copy of rip-probe given
+/// `cap_bpf,cap_perfmon,cap_dac_read_search+ep`, started by nobody with no
+/// capabilities of its own, reports nobody's process, and is told to add
+/// CAP_SYS_ADMIN for `calls`; given `cap_sys_admin` as well, `calls` works.
+#[test]
+fn the_readmes_setcap_lines_work_as_written() {
+    if !bpf_tests_enabled("the_readmes_setcap_lines_work_as_written") {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "setcap");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join("rip-probe");
+    // Copied by cp: see set_id_copies_are_refused.
+    assert!(
+        rip_tests::run(Command::new("cp").arg(CLI).arg(&copy))
+            .status
+            .success()
+    );
+    let copy = copy.to_str().unwrap().to_string();
+    let setcap = |caps: &str| {
+        let out = rip_tests::run(Command::new("setcap").arg(caps).arg(&copy));
+        assert!(
+            out.status.success(),
+            "setcap {caps}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let mut plain = Command::new("setpriv");
+    plain
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(rip_tests::build_c("uninstrumented", &[]))
+        .arg("1");
+    let plain = Workload::start(plain);
+    let pid = plain.pid().to_string();
+    // nobody, with nothing inherited: the file's capabilities alone.
+    let nobody = |args: &[&str]| {
+        let mut all = vec![
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            copy.as_str(),
+        ];
+        all.extend_from_slice(args);
+        all.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let calls = [
+        "calls",
+        "--pid",
+        &pid,
+        "--uprobe",
+        "worker_step",
+        "--duration",
+        "300ms",
+        "--json",
+    ];
+
+    setcap("cap_bpf,cap_perfmon,cap_dac_read_search+ep");
+    let out = rip_tests::run(Command::new("setpriv").args(nobody(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "300ms",
+        "--json",
+    ])));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["process"]["pid"].as_u64(),
+        Some(u64::from(plain.pid())),
+        "{v}"
+    );
+    let args = nobody(&calls);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_one_line_error("setpriv", &args, "need CAP_SYS_ADMIN");
+
+    setcap("cap_bpf,cap_perfmon,cap_dac_read_search,cap_sys_admin+ep");
+    let out = rip_tests::run(Command::new("setpriv").args(nobody(&calls)));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("worker_step"));
+}
