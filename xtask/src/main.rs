@@ -56,6 +56,9 @@ enum Cmd {
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
     Dist,
+    /// `dist`, then the container image `rip` from the Containerfile (with
+    /// podman, buildah or docker); fails, saying so, where none exists.
+    Image,
     /// Run rip-probe's checks in Debian kernels under qemu (and on the
     /// host); print the kernel × check matrix.
     Vmtest {
@@ -89,6 +92,10 @@ fn main() {
         } => bench::run_stacks_only(),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
+        Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {
+            true => Ok(()),
+            false => anyhow::bail!("no container builder: the image was not built"),
+        }),
         Cmd::Vmtest {
             kernels,
             jobs,

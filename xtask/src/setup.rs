@@ -21,7 +21,9 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// attached, valgrind for instruction counts, gdb and eu-stack as peers;
 /// qemu, busybox-static and cpio for the guest kernels of `vmtest`;
 /// python3, a program of Debian's whose user stacks the tests read;
-/// golang-go for a Go program the lock tests read).
+/// golang-go for a Go program the lock tests read; pkg-config and
+/// binutils for `dist`, which splits rip-probe's debug information and
+/// builds a program with each `.pc` file).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
@@ -33,6 +35,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "cpio"),
     // The lock tests build a small Go program (a Go runtime's futexes).
     ("go", "golang-go"),
+    ("pkg-config", "pkgconf"),
+    ("objcopy", "binutils"),
 ];
 
 /// Runs every step.

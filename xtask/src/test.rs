@@ -176,6 +176,10 @@ pub fn run_tests(loaded: bool) -> Result<()> {
         no_host: false,
     })?;
 
+    // vmtest built the dist tree the image is made of.
+    step("container image from the Containerfile (where a builder exists)");
+    crate::dist::build_image(&crate::dist::stage_dir(), true)?;
+
     step(
         "cargo fuzz run reader, ring_file, maps, sites, elf_symbols (31 s in all, the committed corpora plus scratch ones)",
     );

@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// How to give rip-probe the capabilities BPF needs.
-const SETCAP: &str = "`setcap cap_bpf,cap_perfmon+ep <rip-probe>`";
+const SETCAP: &str = "`setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep <rip-probe>`";
 
 /// The message for `e` and its causes on one line, `: `-separated, with
 /// the flag involved and what to do.
@@ -119,7 +119,23 @@ fn kernel(e: &kernel::Error) -> String {
     let what = e.to_string();
     match e {
         K::NotPrivileged => {
-            format!("{what}: run as root, or grant CAP_BPF and CAP_PERFMON ({SETCAP})")
+            format!(
+                "{what}: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH \
+                 ({SETCAP}; for one run, as root: `setpriv --reuid=USER --init-groups \
+                 --inh-caps=+bpf,+perfmon,+dac_read_search \
+                 --ambient-caps=+bpf,+perfmon,+dac_read_search rip-probe …`)"
+            )
+        }
+        K::TracefsDenied(_) => format!(
+            "{what}: grant CAP_DAC_READ_SEARCH beside CAP_BPF and CAP_PERFMON ({SETCAP}), or run \
+             as root"
+        ),
+        K::UprobeNeedsSysAdmin { .. } => {
+            format!(
+                "{what}: uprobes (--uprobe, calls) need CAP_SYS_ADMIN, which CAP_BPF and \
+                 CAP_PERFMON do not replace; run as root, or grant it too \
+                 (`setcap cap_bpf,cap_perfmon,cap_dac_read_search,cap_sys_admin+ep <rip-probe>`)"
+            )
         }
         K::TracefsMissing => {
             format!("{what}: run `mount -t tracefs nodev /sys/kernel/tracing` as root")
@@ -359,8 +375,11 @@ mod tests {
             ),
             (
                 K::NotPrivileged.into(),
-                "not permitted to load BPF programs: run as root, or grant CAP_BPF and \
-                 CAP_PERFMON (`setcap cap_bpf,cap_perfmon+ep <rip-probe>`)",
+                "not permitted to load BPF programs: run as root, or grant CAP_BPF, CAP_PERFMON \
+                 and CAP_DAC_READ_SEARCH (`setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep \
+                 <rip-probe>`; for one run, as root: `setpriv --reuid=USER --init-groups \
+                 --inh-caps=+bpf,+perfmon,+dac_read_search \
+                 --ambient-caps=+bpf,+perfmon,+dac_read_search rip-probe …`)",
             ),
             (
                 K::TracefsMissing.into(),

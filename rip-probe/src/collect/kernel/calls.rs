@@ -94,9 +94,8 @@ impl CallsProbe {
             prog.load()
                 .map_err(|e| Error::program(ProgramOp::Load, name, e))?;
             for s in sites {
-                prog.attach(s.file_offset, &s.binary, scope).map_err(|e| {
-                    Error::program(ProgramOp::Attach, format!("a {what} to {}", s.name), e)
-                })?;
+                prog.attach(s.file_offset, &s.binary, scope)
+                    .map_err(|e| privileges::uprobe_error(format!("a {what} to {}", s.name), e))?;
             }
         }
         let map = ebpf

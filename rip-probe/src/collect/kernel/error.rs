@@ -72,6 +72,19 @@ pub enum Error {
     /// tracefs is not mounted and could not be mounted.
     #[error("tracefs is not mounted")]
     TracefsMissing,
+    /// tracefs (where the tracepoints' ids and record layouts are) is
+    /// root's, and rip-probe runs for another user without
+    /// CAP_DAC_READ_SEARCH.
+    #[error("permission denied reading {0} (tracefs is root's: mode 0700, its files 0440)")]
+    TracefsDenied(PathBuf),
+    /// The kernel refused a uprobe (EACCES from `perf_event_open`) and
+    /// rip-probe lacks CAP_SYS_ADMIN: the kernel's uprobe events want it,
+    /// CAP_BPF and CAP_PERFMON do not do.
+    #[error("the kernel refused a uprobe (attaching {program})")]
+    UprobeNeedsSysAdmin {
+        /// The attachment, e.g. `a uprobe to malloc`.
+        program: String,
+    },
     /// The kernel exposes no BTF.
     #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux is missing)")]
     NoBtf,

@@ -5,7 +5,10 @@ use rustix::thread::{CapabilitySet, capabilities};
 
 use crate::{
     collect::namespaces,
-    collect::{Result, kernel::Error},
+    collect::{
+        Result,
+        kernel::{Error, ProgramOp},
+    },
 };
 
 /// Succeeds when the effective capabilities include CAP_SYS_ADMIN, or both
@@ -23,6 +26,28 @@ pub(crate) fn check() -> Result<()> {
         Ok(())
     } else {
         Err(Error::NotPrivileged.into())
+    }
+}
+
+/// A uprobe attach's error: [`Error::UprobeNeedsSysAdmin`] when the kernel
+/// refused it (EACCES from `perf_event_open`) and rip-probe lacks
+/// CAP_SYS_ADMIN — the uprobe events refuse CAP_BPF and CAP_PERFMON alone
+/// (measured: CAP_SYS_PTRACE, CAP_DAC_OVERRIDE, CAP_SYSLOG or
+/// CAP_CHECKPOINT_RESTORE do not help either) — else the error as it is.
+pub(crate) fn uprobe_error(op: String, source: aya::programs::ProgramError) -> Error {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&source);
+    let mut refused = false;
+    while let Some(e) = cause {
+        refused |= e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error()));
+        cause = e.source();
+    }
+    let admin = capabilities(None).is_ok_and(|c| c.effective.contains(CapabilitySet::SYS_ADMIN));
+    if refused && !admin {
+        Error::UprobeNeedsSysAdmin { program: op }
+    } else {
+        Error::program(ProgramOp::Attach, op, source)
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) const TRACEFS: &str = "/sys/kernel/tracing";
 /// it); otherwise fails with [`Error::TracefsMissing`].
 pub(crate) fn ensure_mounted() -> Result<PathBuf> {
     if let Some(p) = find_mount()? {
+        readable(&p)?;
         return Ok(p);
     }
     if !rustix::process::geteuid().is_root() {
@@ -29,6 +30,23 @@ pub(crate) fn ensure_mounted() -> Result<PathBuf> {
     .map_err(|_| Error::TracefsMissing)?;
     eprintln!("rip-probe: mounted tracefs at {TRACEFS} (it was not mounted)");
     Ok(PathBuf::from(TRACEFS))
+}
+
+/// Fails with [`Error::TracefsDenied`] when rip-probe may not read the
+/// tracepoints' files under `tracefs` (root's, mode 0700 and 0440, and
+/// rip-probe runs for another user without CAP_DAC_READ_SEARCH): checked
+/// before anything is loaded, since aya's attach would only say that it
+/// found no tracefs.
+fn readable(tracefs: &std::path::Path) -> Result<()> {
+    let probe = tracefs.join("events/sched/sched_switch/format");
+    match std::fs::File::open(&probe) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(Error::TracefsDenied(probe).into())
+        }
+        // Anything else (a kernel without the event, say) is for the
+        // reader of that file to report.
+        _ => Ok(()),
+    }
 }
 
 /// Finds a tracefs mount in /proc/self/mounts.
@@ -77,9 +95,12 @@ impl Format {
             .join(category)
             .join(name)
             .join("format");
-        let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
-            path: path.clone(),
-            source,
+        let text = std::fs::read_to_string(&path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::PermissionDenied => Error::TracefsDenied(path.clone()),
+            _ => Error::Read {
+                path: path.clone(),
+                source,
+            },
         })?;
         Self::parse(&text).map_err(|what| Error::Unexpected { path, what }.into())
     }

@@ -216,7 +216,7 @@ pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
     );
     for s in sites {
         prog.attach(s.file_offset, &s.binary, scope)
-            .map_err(|e| Error::program(ProgramOp::Attach, format!("a uprobe to {}", s.name), e))?;
+            .map_err(|e| super::privileges::uprobe_error(format!("a uprobe to {}", s.name), e))?;
     }
     Ok(())
 }
