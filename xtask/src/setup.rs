@@ -21,7 +21,10 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// attached, valgrind for instruction counts, gdb and eu-stack as peers;
 /// qemu, busybox-static and cpio for the guest kernels of `vmtest`;
 /// python3, a program of Debian's whose user stacks the tests read;
-/// golang-go for a Go program the lock tests read).
+/// golang-go for a Go program the lock tests read; openjdk's javac and
+/// jcmd for a Java program whose JIT frames are named through its perf
+/// map; elfutils' debuginfod server, which serves a split binary's debug
+/// file to rip-probe, and its client library).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
@@ -33,6 +36,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "cpio"),
     // The lock tests build a small Go program (a Go runtime's futexes).
     ("go", "golang-go"),
+    ("javac", "openjdk-17-jdk-headless"),
+    ("debuginfod", "debuginfod"),
 ];
 
 /// Runs every step.
