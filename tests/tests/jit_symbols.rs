@@ -124,6 +124,26 @@ fn java_threads_are_named_in_compiled_frames_through_the_perf_map() {
         !warnings.iter().any(|w| w.contains("perf-")),
         "{warnings:?}"
     );
+
+    // Another user's file at that path: not read, and said why (not that
+    // there is no map).
+    std::os::unix::fs::chown(&map, Some(65534), None).unwrap();
+    let (workers, warnings) = worker_stacks(pid);
+    assert_eq!(workers.len(), WORKERS);
+    for (name, frames) in &workers {
+        assert!(
+            !frames.iter().any(|f| f.contains(METHOD)),
+            "{name} named from another user's file: {frames:?}"
+        );
+    }
+    assert!(
+        warnings.iter().any(|w| w.contains("owned by uid 65534")),
+        "{warnings:?}"
+    );
+    assert!(
+        !warnings.iter().any(|w| w.contains("writes no")),
+        "{warnings:?}"
+    );
     drop(java);
     let _ = std::fs::remove_file(&map);
 }

@@ -182,11 +182,12 @@ impl Symbolizer {
     /// Names addresses in anonymous code of a live process from the perf
     /// map its runtime writes, if it writes one.
     fn live_jit(&mut self, pid: u32, addrs: &[u64], out: &mut HashMap<u64, Frame>) {
-        let map = match self.jit.get(pid) {
-            Ok(m) => m,
+        let (map, refused) = match self.jit.get(pid) {
+            Ok(m) => (m, false),
+            // The warning says why; the hint below would be wrong.
             Err(e) => {
                 self.warnings.insert(e);
-                None
+                (None, true)
             }
         };
         let mut unnamed = 0;
@@ -205,13 +206,16 @@ impl Symbolizer {
             };
             out.insert(a, f);
         }
+        if unnamed == 0 || refused {
+            return;
+        }
         let name = jit::perf_map_name(pid);
-        if unnamed > 0 && map.is_none() {
+        if map.is_none() {
             self.warnings.insert(format!(
                 "addresses in generated code (a JIT's) have no names: the process writes no {name} \
                  (Java: jcmd PID Compiler.perfmap; Node: --perf-basic-prof)"
             ));
-        } else if unnamed > 0 {
+        } else {
             // Java writes its map when asked: code compiled since is not in it.
             self.warnings.insert(format!(
                 "{name} names no code at some addresses in generated code: it may be older than that code \
