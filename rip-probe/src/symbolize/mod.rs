@@ -164,7 +164,7 @@ impl Symbolizer {
                     }
                 },
                 // Code no file holds: a JIT's, named by its perf map.
-                Some(m) if m.is_exec() => jitted.push(a),
+                Some(m) if is_generated_code(&m) => jitted.push(a),
                 _ => {
                     out.insert(a, bare(a));
                 }
@@ -582,6 +582,13 @@ fn open_module(m: &ModuleMap) -> Result<RegularFile, String> {
     }
 }
 
+/// Whether a mapping without a file is code a program generated: an
+/// executable anonymous mapping (named or not) or a deleted file's (a
+/// memfd), not the kernel's `[vdso]`, `[vsyscall]` or `[uprobes]`.
+fn is_generated_code(m: &MapsLine) -> bool {
+    m.is_exec() && (!m.name.starts_with('[') || m.name.starts_with("[anon:"))
+}
+
 /// The entry point (`e_entry`) of a 64-bit little-endian ELF file.
 fn elf_entry(path: &Path) -> Option<u64> {
     let mut head = [0u8; 32];
@@ -730,6 +737,27 @@ mod tests {
             build_id: None,
             root: None,
         }
+    }
+
+    #[test]
+    fn generated_code_is_anonymous_or_memfd_code_not_the_kernels() {
+        let line = |perms: &str, name: &str| MapsLine {
+            start: 0x1000,
+            end: 0x2000,
+            perms: perms.into(),
+            offset: 0,
+            dev: (0, 0),
+            inode: 0,
+            name: name.into(),
+            deleted: false,
+        };
+        assert!(is_generated_code(&line("rwxp", "")));
+        assert!(is_generated_code(&line("r-xp", "[anon:v8]")));
+        assert!(is_generated_code(&line("r-xs", "/memfd:jit")));
+        assert!(!is_generated_code(&line("rw-p", "")));
+        assert!(!is_generated_code(&line("r-xp", "[vdso]")));
+        assert!(!is_generated_code(&line("--xp", "[vsyscall]")));
+        assert!(!is_generated_code(&line("r-xp", "[uprobes]")));
     }
 
     #[test]
