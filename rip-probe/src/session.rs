@@ -32,7 +32,7 @@ use crate::{
     discover::{Kind, Lacks, Lost, Target},
     error::{Error, Result},
     model::{ProcessInfo, Report},
-    symbolize::{self, SymbolizerThread, UserSpace},
+    symbolize::{self, Resolve, SymbolizerThread, UserSpace},
     util::timing,
 };
 
@@ -513,6 +513,13 @@ impl Session {
         let frames = timing::phase("symbolize stacks", || {
             symbolize::stacks::frames_of(&user.stacks, space, &mut self.symbolizer)
         });
+        // What naming the stacks had to say (a JIT's perf map refused, a
+        // debug file unreadable) belongs to this report, not the next.
+        for w in self.symbolizer.take_warnings() {
+            if !report.warnings.contains(&w) {
+                report.warnings.push(w);
+            }
+        }
         analyze::stacks::attach(report, user, &frames);
     }
 }

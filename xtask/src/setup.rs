@@ -23,7 +23,10 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// python3, a program of Debian's whose user stacks the tests read;
 /// golang-go for a Go program the lock tests read; pkg-config and
 /// binutils for `dist`, which splits rip-probe's debug information and
-/// builds a program with each `.pc` file).
+/// builds a program with each `.pc` file; openjdk's javac and jcmd for a
+/// Java program whose JIT frames are named through its perf map;
+/// elfutils' debuginfod server, which serves a split binary's debug file
+/// to rip-probe, and its client library).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
@@ -37,6 +40,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("go", "golang-go"),
     ("pkg-config", "pkgconf"),
     ("objcopy", "binutils"),
+    ("javac", "openjdk-17-jdk-headless"),
+    ("debuginfod", "debuginfod"),
 ];
 
 /// Runs every step.

@@ -26,12 +26,13 @@ use crate::{
 /// refused by its range check, or by the kernel at attach): what must not
 /// happen there is what the shipped binary would suffer, a panic, a hang
 /// or memory without bound.
-const FUZZ_TARGETS: [(&str, u32, bool); 5] = [
+const FUZZ_TARGETS: [(&str, u32, bool); 6] = [
     ("reader", 9, false),
     ("ring_file", 6, false),
     ("maps", 5, false),
     ("sites", 5, false),
     ("elf_symbols", 6, true),
+    ("perf_map", 4, false),
 ];
 
 /// Fuzzes each target for a bounded time, from its committed corpus. New
@@ -181,7 +182,7 @@ pub fn run_tests(loaded: bool) -> Result<()> {
     crate::dist::build_image(&crate::dist::stage_dir(), true)?;
 
     step(
-        "cargo fuzz run reader, ring_file, maps, sites, elf_symbols (31 s in all, the committed corpora plus scratch ones)",
+        "cargo fuzz run reader, ring_file, maps, sites, elf_symbols, perf_map (35 s in all, the committed corpora plus scratch ones)",
     );
     fuzz_reader()?;
 

@@ -13,6 +13,7 @@ mod maps;
 mod open;
 pub mod original;
 mod parse;
+pub mod perf_map;
 mod ranges;
 
 use std::{path::Path, path::PathBuf};
@@ -25,6 +26,7 @@ pub use find::{
 pub use maps::ProcessMaps;
 pub use open::{Follow, OpenError, RegularFile, file_kind};
 pub use original::OriginalRing;
+pub use perf_map::{PerfMap, PerfMapSymbol};
 pub use ranges::RangeIndex;
 
 pub use crate::format::{Entry, SlotKind};

@@ -20,6 +20,8 @@ use blazesym::symbolize::{
 };
 
 pub(crate) mod data;
+mod debuginfo;
+mod jit;
 mod sites;
 pub(crate) mod stacks;
 mod thread;
@@ -55,6 +57,10 @@ pub(crate) struct Symbolizer {
     opened: HashMap<PathBuf, Result<RegularFile, String>>,
     /// Site tables of the binaries seen, parsed once each.
     sites: sites::SiteCache,
+    /// The perf maps of JIT runtimes, for their generated code.
+    jit: jit::JitMaps,
+    /// Separate debug files of binaries shipped without DWARF.
+    split: debuginfo::SplitDebug,
 }
 
 impl Default for Symbolizer {
@@ -75,6 +81,8 @@ impl Symbolizer {
             warnings: BTreeSet::new(),
             opened: HashMap::new(),
             sites: sites::SiteCache::default(),
+            jit: jit::JitMaps::default(),
+            split: debuginfo::SplitDebug::default(),
         }
     }
 
@@ -137,6 +145,7 @@ impl Symbolizer {
         // /proc/PID/maps has two lines per thread.
         let maps = ProcessMaps::open(pid).ok();
         let mut groups: Vec<(MapsLine, Vec<(u64, u64)>)> = Vec::new();
+        let mut jitted = Vec::new();
         for &a in addrs {
             if let Some((m, v)) = groups.last_mut()
                 && (m.start..m.end).contains(&a)
@@ -154,6 +163,8 @@ impl Symbolizer {
                         out.insert(a, bare(a));
                     }
                 },
+                // Code no file holds: a JIT's, named by its perf map.
+                Some(m) if is_generated_code(&m) => jitted.push(a),
                 _ => {
                     out.insert(a, bare(a));
                 }
@@ -162,7 +173,55 @@ impl Symbolizer {
         for (m, pairs) in groups {
             self.live_mapping(pid, &m, &pairs, &mut out);
         }
+        if !jitted.is_empty() {
+            self.live_jit(pid, &jitted, &mut out);
+        }
         out
+    }
+
+    /// Names addresses in anonymous code of a live process from the perf
+    /// map its runtime writes, if it writes one.
+    fn live_jit(&mut self, pid: u32, addrs: &[u64], out: &mut HashMap<u64, Frame>) {
+        let (map, refused) = match self.jit.get(pid) {
+            Ok(m) => (m, false),
+            // The warning says why; the hint below would be wrong.
+            Err(e) => {
+                self.warnings.insert(e);
+                (None, true)
+            }
+        };
+        let mut unnamed = 0;
+        for &a in addrs {
+            let f = match map.as_ref().and_then(|m| m.find(a)) {
+                Some(s) => Frame {
+                    addr: a,
+                    function: Some(s.name.to_string()),
+                    function_offset: Some(a - s.start),
+                    ..Frame::default()
+                },
+                None => {
+                    unnamed += 1;
+                    bare(a)
+                }
+            };
+            out.insert(a, f);
+        }
+        if unnamed == 0 || refused {
+            return;
+        }
+        let name = jit::perf_map_name(pid);
+        if map.is_none() {
+            self.warnings.insert(format!(
+                "addresses in generated code (a JIT's) have no names: the process writes no {name} \
+                 (Java: jcmd PID Compiler.perfmap; Node: --perf-basic-prof)"
+            ));
+        } else {
+            // Java writes its map when asked: code compiled since is not in it.
+            self.warnings.insert(format!(
+                "{name} names no code at some addresses in generated code: it may be older than that code \
+                 (Java: run jcmd PID Compiler.perfmap again)"
+            ));
+        }
     }
 
     /// Symbolizes `(address, file offset)` pairs of one file mapping of a
@@ -199,6 +258,10 @@ impl Symbolizer {
                 }
             }
         }
+        if let Some(path) = &file {
+            let key = (libc::makedev(m.dev.0, m.dev.1), m.inode);
+            self.split_lines(path, key, &name, pairs, out);
+        }
         // A snap's site, from the site table of the very file mapped.
         if !m.is_exec() {
             return;
@@ -217,6 +280,54 @@ impl Symbolizer {
             Ok(None) => {}
             Err(e) => {
                 self.warnings.insert(format!("{name}: {e}; it is ignored"));
+            }
+        }
+    }
+
+    /// Lines for the addresses of `pairs` that have none, from the
+    /// separate debug file of the mapped binary at `path`, when it ships
+    /// without DWARF and one is found by its build-id.
+    fn split_lines(
+        &mut self,
+        path: &Path,
+        dev_ino: (u64, u64),
+        name: &str,
+        pairs: &[(u64, u64)],
+        out: &mut HashMap<u64, Frame>,
+    ) {
+        let lineless: Vec<(u64, u64)> = pairs
+            .iter()
+            .filter(|(a, _)| out.get(a).is_some_and(|f| f.file.is_none()))
+            .copied()
+            .collect();
+        if lineless.is_empty() {
+            return;
+        }
+        let warnings = &mut self.warnings;
+        let Some(split) = self.split.find(path, dev_ino, &mut |w| {
+            warnings.insert(w);
+        }) else {
+            return;
+        };
+        let (known, virts): (Vec<(u64, u64)>, Vec<u64>) = lineless
+            .iter()
+            .filter_map(|&(a, off)| Some(((a, off), split.virt(off)?)))
+            .unzip();
+        let src = Source::Elf(Elf::new(&split.path));
+        let Ok(syms) = self.blaze.symbolize(&src, Input::VirtOffset(&virts)) else {
+            self.warnings.insert(format!(
+                "{name}: cannot read its debug file {}",
+                split.path.display()
+            ));
+            return;
+        };
+        for (&(a, off), s) in known.iter().zip(syms) {
+            if s.as_sym().is_some() {
+                let old = out.get(&a);
+                let mut f = to_frame(a, &s, Some((name, off)));
+                f.module = Some(name.to_string());
+                f.module_offset = old.and_then(|o| o.module_offset);
+                out.insert(a, f);
             }
         }
     }
@@ -290,6 +401,11 @@ impl Symbolizer {
             }
             // Snap sites from the binary's own table, if it matches the
             // build-id the ring recorded.
+            let Some(Ok(opened)) = self.opened.get(&module_key(m)) else {
+                continue;
+            };
+            let dev_ino = opened.dev_ino;
+            self.split_lines(&file, dev_ino, &name, &pairs, &mut out);
             let Some(Ok(opened)) = self.opened.get(&module_key(m)) else {
                 continue;
             };
@@ -466,6 +582,13 @@ fn open_module(m: &ModuleMap) -> Result<RegularFile, String> {
     }
 }
 
+/// Whether a mapping without a file is code a program generated: an
+/// executable anonymous mapping (named or not) or a deleted file's (a
+/// memfd), not the kernel's `[vdso]`, `[vsyscall]` or `[uprobes]`.
+fn is_generated_code(m: &MapsLine) -> bool {
+    m.is_exec() && (!m.name.starts_with('[') || m.name.starts_with("[anon:"))
+}
+
 /// The entry point (`e_entry`) of a 64-bit little-endian ELF file.
 fn elf_entry(path: &Path) -> Option<u64> {
     let mut head = [0u8; 32];
@@ -614,6 +737,27 @@ mod tests {
             build_id: None,
             root: None,
         }
+    }
+
+    #[test]
+    fn generated_code_is_anonymous_or_memfd_code_not_the_kernels() {
+        let line = |perms: &str, name: &str| MapsLine {
+            start: 0x1000,
+            end: 0x2000,
+            perms: perms.into(),
+            offset: 0,
+            dev: (0, 0),
+            inode: 0,
+            name: name.into(),
+            deleted: false,
+        };
+        assert!(is_generated_code(&line("rwxp", "")));
+        assert!(is_generated_code(&line("r-xp", "[anon:v8]")));
+        assert!(is_generated_code(&line("r-xs", "/memfd:jit")));
+        assert!(!is_generated_code(&line("rw-p", "")));
+        assert!(!is_generated_code(&line("r-xp", "[vdso]")));
+        assert!(!is_generated_code(&line("--xp", "[vsyscall]")));
+        assert!(!is_generated_code(&line("r-xp", "[uprobes]")));
     }
 
     #[test]
