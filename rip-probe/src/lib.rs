@@ -19,14 +19,15 @@
 //! | --- | --- | --- |
 //! | 0 | `util`, [`model`], `error` | phase timings, helper threads, time formats; the data model; errors |
 //! | 1 | `discover` | the target process, pinned by a pidfd |
-//! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring |
-//! | 3 | `correlate` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded |
-//! | 4 | `symbolize` | addresses to functions and lines (blazesym) |
-//! | 5 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
-//! | 6 | [`render`] | text or JSON |
-//! | 7 | [`session`] | a live process: discover → collect → correlate → symbolize |
-//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
-//! | 9 | [`cli`] | argument parsing and the one-line errors |
+//! | 2 | `window` | the observation window: length, ticks, progress, the target's exit, Ctrl-C |
+//! | 3 | [`collect`] | kernel state through eBPF and /proc; the process's ring |
+//! | 4 | `correlate` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded |
+//! | 5 | `symbolize` | addresses to functions and lines (blazesym) |
+//! | 6 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
+//! | 7 | [`render`] | text or JSON |
+//! | 8 | [`session`] | a live process: discover → collect → correlate → symbolize |
+//! | 9 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
+//! | 10 | [`cli`] | argument parsing and the one-line errors |
 #![deny(missing_docs)]
 
 pub mod analyze;
@@ -41,6 +42,7 @@ pub mod render;
 pub mod session;
 mod symbolize;
 mod util;
+mod window;
 
 pub use discover::{Lost, Target};
 pub use error::{Error, Result};

@@ -12,6 +12,7 @@ mod source;
 const LAYERS: &[&[&str]] = &[
     &["util", "model", "error"],
     &["discover"],
+    &["window"],
     &["collect"],
     &["correlate"],
     &["symbolize"],

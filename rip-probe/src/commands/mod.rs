@@ -16,37 +16,32 @@ pub(crate) mod pid;
 
 use std::{io::Write, time::Duration};
 
-use crate::{
-    analyze,
-    error::{Error, Result},
-    model::Report,
-    render,
-};
+use output::Sink;
+
+use crate::{analyze, error::Result, model::Report, render};
 
 /// The live commands: `--cgroup PATH`, else `--pid PID`.
-pub(crate) fn live(a: &pid::LiveArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn live(a: &pid::LiveArgs, out: &mut Sink) -> Result<()> {
     match &a.cgroup {
         Some(path) => cgroup::run(a, path, out),
         None => pid::run(a, out),
     }
 }
 
-fn write_err(e: std::io::Error) -> Error {
-    Error::io("stdout", e)
-}
-
+/// Writes `report` to `out`: as JSON, or as text with `text`.
 pub(crate) fn emit(
     report: &Report,
     json: bool,
-    out: &mut dyn Write,
+    out: &mut Sink,
     text: fn(&Report, &mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    if json {
-        render::json(report, &mut *out).map_err(write_err)?;
-    } else {
-        text(report, &mut *out).map_err(write_err)?;
-    }
-    out.flush().map_err(write_err)
+    out.emit(|w| {
+        if json {
+            render::json(report, w)
+        } else {
+            text(report, w)
+        }
+    })
 }
 
 /// `--min-idle`: keeps the tasks idle at least this long.
