@@ -211,6 +211,14 @@ fn arm() {
             // the process at once; SA_RESTART keeps other system calls
             // from failing with EINTR.
             unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(sig, std::ptr::null(), &mut old);
+                // Ignored by whoever started rip-probe (a shell's
+                // background job ignores SIGINT so that the terminal's
+                // Ctrl-C is not for it): left ignored.
+                if old.sa_sigaction == libc::SIG_IGN {
+                    continue;
+                }
                 let mut act: libc::sigaction = std::mem::zeroed();
                 act.sa_sigaction = on_signal as *const () as libc::sighandler_t;
                 act.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;

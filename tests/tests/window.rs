@@ -121,25 +121,112 @@ fn sigint_ends_the_window_with_the_report_and_leaves_no_probe() {
     }
 }
 
-/// Without --duration, `offcpu` observes until Ctrl-C, and its report says
-/// the signal ended the window.
+/// Without --duration `offcpu` observes until Ctrl-C, and so does `locks`
+/// with `--duration forever`; their reports say the signal ended the
+/// window.
 #[test]
-fn without_a_duration_offcpu_runs_until_sigint() {
-    if !bpf_tests_enabled("without_a_duration_offcpu_runs_until_sigint") {
+fn without_a_length_the_window_runs_until_sigint() {
+    if !bpf_tests_enabled("without_a_length_the_window_runs_until_sigint") {
         return;
     }
     let w = Workload::uninstrumented(1);
     let pid = w.pid().to_string();
-    let mut run = Background::spawn(Command::new(CLI).args(["offcpu", "--pid", &pid]));
+    for args in [
+        vec!["offcpu", "--pid", &pid],
+        vec!["locks", "--pid", &pid, "--duration", "forever"],
+    ] {
+        let mut run = Background::spawn(Command::new(CLI).args(&args));
+        run.wait_phase("window start");
+        signal(run.child.id(), libc::SIGINT);
+        let done = run.finish();
+        assert!(done.status.success(), "{args:?}: {}", done.stderr);
+        assert!(
+            done.stdout.contains("window ended by SIGINT after "),
+            "{args:?}: {}",
+            done.stdout
+        );
+    }
+}
+
+/// A SIGINT that whoever started rip-probe ignores (as a shell ignores it
+/// for its background jobs) stays ignored: the window runs its length.
+#[test]
+fn an_ignored_sigint_stays_ignored() {
+    if !bpf_tests_enabled("an_ignored_sigint_stays_ignored") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let w = Workload::uninstrumented(1);
+    let pid = w.pid().to_string();
+    let mut cmd = Command::new(CLI);
+    cmd.args(["locks", "--pid", &pid, "--duration", "1s", "--json"]);
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut run = Background::spawn(&mut cmd);
     run.wait_phase("window start");
     signal(run.child.id(), libc::SIGINT);
     let done = run.finish();
     assert!(done.status.success(), "{}", done.stderr);
+    let v: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     assert!(
-        done.stdout.contains("window ended by SIGINT after "),
-        "{}",
-        done.stdout
+        v["window_ns"].as_u64().unwrap() >= 1_000_000_000,
+        "the whole window: {v}"
     );
+    assert!(!done.stdout.contains("SIGINT"), "{v}");
+}
+
+/// `--watch -o FILE`: each report replaces the file whole, so it always
+/// holds one report, the latest; SIGTERM ends the watch with a last one
+/// that says the window was cut short.
+#[test]
+fn watch_replaces_the_output_file_with_each_report() {
+    if !bpf_tests_enabled("watch_replaces_the_output_file_with_each_report") {
+        return;
+    }
+    let dir = TempDir::new("/dev/shm", "window-o-watch");
+    let out = dir.join("latest.json");
+    let w = Workload::uninstrumented(1);
+    let pid = w.pid().to_string();
+    let mut run = Background::spawn(Command::new(CLI).args([
+        "--pid",
+        &pid,
+        "--watch",
+        "--duration",
+        "100ms",
+        "--json",
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    for _ in 0..3 {
+        run.wait_phase("render");
+    }
+    // The third report is written (or being written): the file holds
+    // one whole report, never several.
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["process"]["pid"], w.pid());
+    run.wait_phase("window start");
+    signal(run.child.id(), libc::SIGTERM);
+    let done = run.finish();
+    assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(done.stdout, "", "the reports went to the file");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let first = v["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        first.starts_with("window cut short by SIGTERM after "),
+        "{}",
+        v["warnings"]
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
 }
 
 /// A process with a ring (the dump workload's `sites` mode) in `dir`.

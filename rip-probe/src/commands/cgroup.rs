@@ -50,7 +50,7 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut Sink) -> Result<()> {
     }
     // One window for all: each session's kernel programs record from its
     // attach; observing them in turn keeps each one's exit noticed.
-    let observed = Window::new(Some(a.duration), STEP).run(&mut Members {
+    let observed = Window::new(a.duration.0, STEP).run(&mut Members {
         sessions: &mut sessions,
         all_gone: false,
     })?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{output::Sink, parse_duration};
+use super::{Length, output::Sink, parse_length};
 use crate::{
     analyze,
     collect::kernel::contention::LockProbe,
@@ -26,10 +26,11 @@ pub(crate) struct LocksArgs {
     /// The process whose lock contention to count.
     #[arg(long, short)]
     pid: Option<u32>,
-    /// How long to count (e.g. 500ms, 5s; default 5s). Ctrl-C ends it
-    /// early with the counts so far.
-    #[arg(long, short, default_value = "5s", value_parser = parse_duration)]
-    duration: Duration,
+    /// How long to count (e.g. 500ms, 5s; default 5s; `forever`: until
+    /// Ctrl-C or the process exits). Ctrl-C ends it early with the counts
+    /// so far.
+    #[arg(long, short, default_value = "5s", value_parser = parse_length)]
+    duration: Length,
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
@@ -39,7 +40,7 @@ pub(crate) fn run(a: &LocksArgs, out: &mut Sink) -> Result<()> {
     let pid = a
         .pid
         .ok_or_else(|| Error::Usage("say which process: rip-probe locks --pid PID".into()))?;
-    if a.duration.is_zero() {
+    if a.duration.0.is_some_and(|d| d.is_zero()) {
         return Err(Error::Usage(
             "--duration 0: locks counts contention over a window, so a window is needed: e.g. --duration 5s"
                 .into(),
@@ -48,8 +49,10 @@ pub(crate) fn run(a: &LocksArgs, out: &mut Sink) -> Result<()> {
     let target = Target::open(pid)?;
     let mut probe = timing::phase("load and attach", || LockProbe::attach(pid))?;
     let start = monotonic_ns();
-    let observed = Window::new(Some(a.duration), TICK).run(&mut Counting(&target))?;
+    let mut observed = Window::new(a.duration.0, TICK).run(&mut Counting(&target))?;
     let window_ns = monotonic_ns().saturating_sub(start);
+    // The report's window, to the detach: the note says the same length.
+    observed.elapsed = Duration::from_nanos(window_ns);
     timing::phase("detach", || probe.stop())?;
     let counted = timing::phase("read maps", || probe.read())?;
     drop(probe);

@@ -51,6 +51,21 @@ fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
     }
 }
 
+/// A window's length: `None` (`--duration forever`) is until Ctrl-C or
+/// the target's exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Length(pub(crate) Option<Duration>);
+
+/// Parses a window's length: a duration ([`parse_duration`]) or `forever`.
+pub(crate) fn parse_length(s: &str) -> std::result::Result<Length, String> {
+    if s.trim() == "forever" {
+        return Ok(Length(None));
+    }
+    parse_duration(s)
+        .map(|d| Length(Some(d)))
+        .map_err(|e| format!("{e}, or forever (until Ctrl-C)"))
+}
+
 /// Parses `750ms`, `2s`, `1.5s`, `3m`, `1h`, `250us`, `10ns`; a bare number
 /// is seconds.
 pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
@@ -94,5 +109,8 @@ mod tests {
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("1y").is_err());
+        assert_eq!(parse_length("forever"), Ok(Length(None)));
+        assert_eq!(parse_length("2s"), Ok(Length(Some(Duration::from_secs(2)))));
+        assert!(parse_length("always").unwrap_err().contains("or forever"));
     }
 }

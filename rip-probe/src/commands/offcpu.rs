@@ -110,7 +110,10 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
         collector.seed_sleepers(a.pid, opts.snaps)
     })?;
     let mut sym = StackSymbolizer::new(a.pid);
-    let (data, elapsed, observed) = watch(collector, &mut sym, &target, a, opts.snaps)?;
+    let (data, elapsed, mut observed) = watch(collector, &mut sym, &target, a, opts.snaps)?;
+    // The report's window is the program's (from the threads' seeding):
+    // the note says the same length.
+    observed.elapsed = elapsed;
     let lost = observed.lost().cloned();
 
     let mut warnings: Vec<String> = observed.interrupted_note().into_iter().collect();

@@ -6,7 +6,7 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::{filter_idle, output::Sink, parse_duration};
+use super::{Length, filter_idle, output::Sink, parse_duration, parse_length};
 use crate::{
     analyze,
     error::{Error, Result},
@@ -27,10 +27,11 @@ pub(crate) struct LiveArgs {
     /// a path under /sys/fs/cgroup, or relative to the cgroup v2 root.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["ring", "watch"])]
     pub(super) cgroup: Option<PathBuf>,
-    /// How long to watch context switches before reporting (default 1s).
-    /// Ctrl-C ends the window early and reports what was seen.
-    #[arg(long, short, default_value = "1s", value_parser = parse_duration)]
-    pub(super) duration: Duration,
+    /// How long to watch context switches before reporting (default 1s;
+    /// `forever`: until Ctrl-C or the process exits). Ctrl-C ends the
+    /// window early and reports what was seen.
+    #[arg(long, short, default_value = "1s", value_parser = parse_length)]
+    pub(super) duration: Length,
     /// Only threads blocked at least this long (e.g. 500ms, 2s).
     #[arg(long, value_parser = parse_duration)]
     min_blocked: Option<Duration>,
@@ -76,7 +77,7 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
     })?;
     let mut session = Session::attach(&options(a, pid))?;
     loop {
-        let observed = session.observe_for(Some(a.duration), &mut ())?;
+        let observed = session.observe_for(a.duration.0, &mut ())?;
         // Ctrl-C ends --watch too, after the report of what it cut short.
         let note = observed.interrupted_note();
         let last = !a.watch || note.is_some();
