@@ -277,6 +277,43 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A writer whose reader went away.
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The sink writes a report whole to stdout, flushed, or as the file;
+    /// a closed stdout is the error the CLI ends quietly on.
+    #[test]
+    fn a_sink_writes_stdout_or_the_file_and_tells_a_closed_pipe() {
+        let mut buf = Vec::new();
+        Sink::Stdout(&mut buf)
+            .emit(|w| w.write_all(b"report\n"))
+            .unwrap();
+        assert_eq!(buf, b"report\n");
+        let mut closed = ClosedPipe;
+        let e = Sink::Stdout(&mut closed)
+            .emit(|w| w.write_all(b"report\n"))
+            .unwrap_err();
+        assert!(e.is_broken_pipe(), "{e}");
+        let d = tmpdir("sink");
+        let p = d.join("out.txt");
+        let mut sink = Sink::File(OutputFile::check("--output", &p).unwrap());
+        assert!(sink.is_file());
+        sink.emit(|w| w.write_all(b"first, longer\n")).unwrap();
+        sink.emit(|w| w.write_all(b"second\n")).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"second\n");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn links_fifos_and_directories_are_refused() {
         let d = tmpdir("refused");
