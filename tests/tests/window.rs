@@ -49,6 +49,23 @@ fn still_loaded(progs: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// `rip-probe ARGS` with SIGINT's default action, whatever this test
+/// inherited (a test run as a shell's background job ignores SIGINT, and
+/// rip-probe leaves an ignored SIGINT ignored).
+fn cli(args: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(CLI);
+    cmd.args(args);
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// Sends `sig` to process `pid`.
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) with a pid this test started.
@@ -81,7 +98,7 @@ fn sigint_ends_the_window_with_the_report_and_leaves_no_probe() {
         ],
         vec!["--pid", &pid, "--duration", "60s", "--json"],
     ] {
-        let mut run = Background::spawn(Command::new(CLI).args(&args));
+        let mut run = Background::spawn(&mut cli(&args));
         run.wait_phase("window start");
         let progs = programs_held_by(run.child.id());
         assert!(!progs.is_empty(), "{args:?}: no program held in the window");
@@ -135,7 +152,7 @@ fn without_a_length_the_window_runs_until_sigint() {
         vec!["offcpu", "--pid", &pid],
         vec!["locks", "--pid", &pid, "--duration", "forever"],
     ] {
-        let mut run = Background::spawn(Command::new(CLI).args(&args));
+        let mut run = Background::spawn(&mut cli(&args));
         run.wait_phase("window start");
         signal(run.child.id(), libc::SIGINT);
         let done = run.finish();
@@ -192,7 +209,7 @@ fn watch_replaces_the_output_file_with_each_report() {
     let out = dir.join("latest.json");
     let w = Workload::uninstrumented(1);
     let pid = w.pid().to_string();
-    let mut run = Background::spawn(Command::new(CLI).args([
+    let mut run = Background::spawn(&mut cli(&[
         "--pid",
         &pid,
         "--watch",
