@@ -5,14 +5,20 @@
 
 mod messages;
 
-use std::io::Write;
+use std::{io::Write, path::PathBuf};
 
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::{
     commands::{
-        self, calls::CallsArgs, dump::DumpArgs, list::ListArgs, locks::LocksArgs,
-        offcpu::OffCpuArgs, pid::LiveArgs,
+        self,
+        calls::CallsArgs,
+        dump::DumpArgs,
+        list::ListArgs,
+        locks::LocksArgs,
+        offcpu::OffCpuArgs,
+        output::{OutputFile, Sink},
+        pid::LiveArgs,
     },
     error::{Error, Result},
 };
@@ -37,6 +43,11 @@ pub(crate) struct Cli {
     command: Option<Command>,
     #[command(flatten)]
     live: LiveArgs,
+    /// Write the output to FILE instead of stdout: whole or not at all
+    /// (into a temporary file beside it, renamed over it), never through a
+    /// link or into a device or FIFO; checked before observing.
+    #[arg(long, short = 'o', value_name = "FILE", global = true)]
+    output: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +96,12 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
             &args,
         )),
     })?;
+    // Checked before anything is observed: a bad path costs no window.
+    let mut out = match &cli.output {
+        Some(path) => Sink::File(OutputFile::check("--output", path)?),
+        None => Sink::Stdout(out),
+    };
+    let out = &mut out;
     match cli.command {
         Some(Command::Dump(d)) => commands::dump::run(&d, out),
         Some(Command::Locks(l)) => commands::locks::run(&l, out),
@@ -97,13 +114,12 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
                 Shell::Zsh => clap_complete::Shell::Zsh,
                 Shell::Fish => clap_complete::Shell::Fish,
             };
-            clap_complete::generate(shell, &mut Cli::command(), "rip-probe", &mut *out);
-            out.flush().map_err(|e| Error::io("stdout", e))
+            out.emit(|w| {
+                clap_complete::generate(shell, &mut Cli::command(), "rip-probe", w);
+                Ok(())
+            })
         }
-        Some(Command::Man) => clap_mangen::Man::new(Cli::command())
-            .render(&mut *out)
-            .and_then(|()| out.flush())
-            .map_err(|e| Error::io("stdout", e)),
+        Some(Command::Man) => out.emit(|w| clap_mangen::Man::new(Cli::command()).render(w)),
         None => commands::live(&cli.live, out),
     }
 }
@@ -162,6 +178,9 @@ fn subcommand<'a>(top: &'a clap::Command, args: &[String]) -> Option<&'a clap::C
 /// error, 2 usage). A reader that stops reading (`| head -1`) ends the
 /// output quietly, as it ends other Unix tools' (their default SIGPIPE).
 pub fn main() -> i32 {
+    // The first Ctrl-C (or SIGTERM) ends the window and the report is
+    // printed, as perf's and bpftrace's are; a second ends rip-probe.
+    crate::window::catch_interrupts();
     let stdout = std::io::stdout();
     // Reports of 100,000 threads are hundreds of megabytes of JSON: large
     // writes keep the syscalls few.
@@ -225,8 +244,11 @@ mod tests {
         let m = mistake("locks --pid");
         assert!(m.contains("a value is required for '--pid <PID>'"), "{m}");
         assert!(m.contains("try 'rip-probe locks --help'"), "{m}");
+        // --duration is optional (without it, until Ctrl-C): only the
+        // functions are missing.
         let m = mistake("calls --pid 1");
-        assert!(m.contains("\n  --duration <DURATION>\n"), "{m}");
+        assert!(m.contains("\n  --uprobe <PATTERN>\n"), "{m}");
+        assert!(!m.contains("--duration <DURATION>"), "{m}");
         assert!(m.contains("try 'rip-probe calls --help'"), "{m}");
         assert!(!m.contains("try '--help'"), "{m}");
     }

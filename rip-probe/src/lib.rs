@@ -21,12 +21,13 @@
 //! | 1 | [`discover`] | the target process, pinned by a pidfd; why one cannot be observed (its own error) |
 //! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring; each with its own error |
 //! | 3 | `correlate`, `error` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded. [`Error`]: the stages' errors in one |
-//! | 4 | `symbolize` | addresses to functions and lines (blazesym) |
-//! | 5 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
-//! | 6 | [`render`] | text or JSON |
-//! | 7 | [`session`] | a live process: discover → collect → correlate → symbolize |
-//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
-//! | 9 | [`cli`] | argument parsing; the one-line error messages, made from the typed errors in one place |
+//! | 4 | `window` | the observation window: length, ticks, progress, the target's exit, Ctrl-C |
+//! | 5 | `symbolize` | addresses to functions and lines (blazesym) |
+//! | 6 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
+//! | 7 | [`render`] | text or JSON |
+//! | 8 | [`session`] | a live process: discover → collect → correlate → symbolize |
+//! | 9 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
+//! | 10 | [`cli`] | argument parsing; the one-line error messages, made from the typed errors in one place |
 #![deny(missing_docs)]
 
 pub mod analyze;
@@ -41,6 +42,7 @@ pub mod render;
 pub mod session;
 mod symbolize;
 mod util;
+mod window;
 
 pub use discover::{Lost, Target};
 pub use error::{Error, Result};

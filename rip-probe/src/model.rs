@@ -10,12 +10,14 @@ pub mod calls;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+pub mod cgroup;
 pub mod contention;
 pub mod list;
 pub mod offcpu;
+pub mod original;
 
 /// Version of the JSON schema (`docs/JSON.md`).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
 #[derive(Clone, Debug, Serialize, JsonSchema)]

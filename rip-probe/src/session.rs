@@ -34,6 +34,7 @@ use crate::{
     model::{ProcessInfo, Report},
     symbolize::{self, Resolve, SymbolizerThread, UserSpace},
     util::timing,
+    window::{Observed, Watch, Window},
 };
 
 /// What to attach to and how.
@@ -179,49 +180,67 @@ impl Session {
     /// Watches for `window`, handing each context switch to `obs`. Returns
     /// early if the target exits.
     pub fn observe(&mut self, window: Duration, obs: &mut dyn Observer) -> Result<()> {
+        self.observe_in(Window::new(Some(window), STEP).quiet(), obs)
+            .map(drop)
+    }
+
+    /// [`Self::observe`] for the CLI: over `length` (`None`: until
+    /// interrupted), with progress, ended by Ctrl-C when the CLI catches
+    /// it; says how the window ended.
+    pub(crate) fn observe_for(
+        &mut self,
+        length: Option<Duration>,
+        obs: &mut dyn Observer,
+    ) -> Result<Observed> {
+        self.observe_in(Window::new(length, STEP), obs)
+    }
+
+    fn observe_in(&mut self, window: Window, obs: &mut dyn Observer) -> Result<Observed> {
+        self.begin(!window.is_zero());
+        let observed = window.run(&mut Watching { s: self, obs })?;
+        if let Some(lost) = observed.lost() {
+            obs.on_lost(lost);
+            self.lost = Some(lost.clone());
+        }
+        Ok(observed)
+    }
+
+    /// Starts what runs beside a window: the symbolizer's warm-up and the
+    /// sampling of running threads' stacks (not for an empty window).
+    fn begin(&mut self, nonempty: bool) {
         // The symbolizer loads kallsyms and the binaries' debug information
         // while the session waits. Without a window there is nothing to
         // hide that work in: the report then loads only what it needs.
-        if !window.is_zero() && !self.warming && self.opts.warm_up {
+        if nonempty && !self.warming && self.opts.warm_up {
             self.warming = true;
             let pid = self.target.view_pid();
             // Listing the binaries walks /proc/PID/maps: on that thread too.
             self.symbolizer.warm_up(move || procfs::code_files(pid));
         }
-        let deadline = std::time::Instant::now() + window;
-        if let Some(c) = self.stacks.as_mut().filter(|_| !window.is_zero()) {
+        if let Some(c) = self.stacks.as_mut().filter(|_| nonempty) {
             c.start_sampling();
         }
-        loop {
-            if let Some(c) = &mut self.stacks {
-                c.drain();
-            }
-            if let Some(lost) = self.target.lost() {
-                obs.on_lost(&lost);
-                self.lost = Some(lost);
-                return Ok(());
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(());
-            }
-            let step = left.min(Duration::from_millis(50));
-            if self.opts.events {
-                let mut events = self.events.poll(step)?;
-                if self.events.waiting_for_ids() {
-                    // Inside a pid namespace, a thread created since the
-                    // last pass: one more learns its id there.
-                    self.probe.tasks()?;
-                    events.extend(self.events.release_held());
-                }
-                for ev in events {
-                    obs.on_switch(&ev);
-                }
-            } else {
-                self.target.wait_exit(step);
-            }
-            self.probe.prepare()?;
+    }
+
+    /// One step of a window that observes many sessions in turn (a
+    /// cgroup's): this session's due work, then at most `max` of waiting.
+    /// Returns whether its target is gone.
+    pub(crate) fn step(&mut self, max: Duration) -> Result<bool> {
+        if self.lost.is_some() {
+            return Ok(true);
         }
+        self.begin(true);
+        let mut w = Watching {
+            s: self,
+            obs: &mut (),
+        };
+        w.tick(Duration::ZERO)?;
+        if let Some(lost) = w.gone() {
+            self.lost = Some(lost);
+            return Ok(true);
+        }
+        w.wait(max)?;
+        Ok(false)
     }
 
     /// Stops observing context switches once the next [`Self::snapshot`]
@@ -371,6 +390,58 @@ impl Session {
         Ok(report)
     }
 }
+
+/// How often a session's window drains its programs and looks at the
+/// target.
+const STEP: Duration = Duration::from_millis(50);
+
+/// The session's window, in a module of its own: the trait it implements
+/// is the crate's, not part of the public API.
+mod watching {
+    use std::time::Duration;
+
+    use super::{Lost, Observer, Result, Session, Watch};
+
+    /// A session's window: the user stacks sampled drained, the context
+    /// switches handed to the observer, the kernel programs kept fed.
+    pub(super) struct Watching<'a> {
+        pub(super) s: &'a mut Session,
+        pub(super) obs: &'a mut dyn Observer,
+    }
+
+    impl Watch for Watching<'_> {
+        fn tick(&mut self, _elapsed: Duration) -> Result<()> {
+            if let Some(c) = &mut self.s.stacks {
+                c.drain();
+            }
+            Ok(())
+        }
+
+        fn gone(&mut self) -> Option<Lost> {
+            self.s.target.lost()
+        }
+
+        fn wait(&mut self, max: Duration) -> Result<()> {
+            let s = &mut *self.s;
+            if s.opts.events {
+                let mut events = s.events.poll(max)?;
+                if s.events.waiting_for_ids() {
+                    // Inside a pid namespace, a thread created since the
+                    // last pass: one more learns its id there.
+                    s.probe.tasks()?;
+                    events.extend(s.events.release_held());
+                }
+                for ev in events {
+                    self.obs.on_switch(&ev);
+                }
+            } else {
+                s.target.wait_exit(max);
+            }
+            Ok(s.probe.prepare()?)
+        }
+    }
+}
+use watching::Watching;
 
 /// How long after the first look a cycle of waits is looked at again:
 /// long enough for a hot lock to change hands (its holders keep it

@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["collect"],
     // The stages below have errors of their own; `error` gathers them.
     &["correlate", "error"],
+    &["window"],
     &["symbolize"],
     &["analyze"],
     &["render"],

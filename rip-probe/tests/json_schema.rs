@@ -13,9 +13,11 @@ use common::{frame, full_locks_report, full_report};
 use rip_probe::model::{
     ProcessInfo, Report, SCHEMA_VERSION,
     calls::{Bounds, Bucket, CallsReport, FunctionCalls, OutlierRule, SlowCall},
+    cgroup::CgroupReport,
     contention::LocksReport,
     list::{ListReport, ListedProcess},
     offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
+    original::{OriginalEntry, OriginalReport, OriginalSlot},
 };
 
 fn schema() -> serde_json::Value {
@@ -30,6 +32,69 @@ fn calls_schema() -> serde_json::Value {
 /// The schema of `rip-probe offcpu --json`.
 fn offcpu_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(OffCpuReport)).unwrap()
+}
+
+/// The schema of `rip-probe --cgroup PATH --json`.
+fn cgroup_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(CgroupReport)).unwrap()
+}
+
+/// The schema of `rip-probe dump FILE --json` for an original librip ring.
+fn original_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(OriginalReport)).unwrap()
+}
+
+/// `--cgroup --json` is one object holding a report per process, with the
+/// schema's version.
+#[test]
+fn a_cgroup_report_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&cgroup_schema()).expect("a valid schema");
+    for processes in [reports(), Vec::new()] {
+        let report = CgroupReport {
+            schema: SCHEMA_VERSION,
+            cgroup: "/sys/fs/cgroup/system.slice/app.service".into(),
+            processes,
+        };
+        assert_valid(&validator, &report);
+        assert!(json(&report).is_object());
+    }
+    // The bare array of reports of schema 1 is not one.
+    let v = serde_json::to_value(reports()).unwrap();
+    assert!(!validator.is_valid(&v));
+}
+
+#[test]
+fn an_original_report_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&original_schema()).expect("a valid schema");
+    let entry = |frame| OriginalEntry {
+        counter: 3,
+        seq: 17,
+        addr: 0x401136,
+        frame,
+    };
+    let report = OriginalReport {
+        schema: SCHEMA_VERSION,
+        format: "original-librip".into(),
+        path: "/dev/shm/test.ring".into(),
+        file_size: 32_000,
+        slot_count: 100,
+        warnings: vec!["no --exe BINARY: addresses are shown raw".into()],
+        slots: vec![
+            OriginalSlot {
+                id: 0,
+                name: "main".into(),
+                exited: false,
+                entries: vec![entry(frame()), entry(Default::default())],
+            },
+            OriginalSlot {
+                id: 1,
+                name: "worker".into(),
+                exited: true,
+                entries: Vec::new(),
+            },
+        ],
+    };
+    assert_valid(&validator, &report);
 }
 
 /// The schema of `rip-probe list --json`.
@@ -299,6 +364,8 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
         .chain(objects_of(&calls_schema(), "CallsReport"))
         .chain(objects_of(&offcpu_schema(), "OffCpuReport"))
         .chain(objects_of(&list_schema(), "ListReport"))
+        .chain(objects_of(&cgroup_schema(), "CgroupReport"))
+        .chain(objects_of(&original_schema(), "OriginalReport"))
     {
         out.entry(name).or_default().extend(fields);
     }

@@ -619,7 +619,10 @@ fn a_cgroup_is_reported_process_by_process_and_listed() {
 
     // Relative to the cgroup v2 root, as /proc/PID/cgroup shows it.
     let v = rip_probe_json(CLI, &["--cgroup", name, "--duration", "300ms", "--json"]);
-    let reports = v.as_array().expect("one report per process");
+    // One object: the schema's version, the cgroup, a report per process.
+    assert_eq!(v["schema"], rip_probe::model::SCHEMA_VERSION, "{v}");
+    assert_eq!(v["cgroup"], cg.0.to_str().unwrap(), "{v}");
+    let reports = v["processes"].as_array().expect("one report per process");
     let pids: Vec<_> = reports
         .iter()
         .map(|r| r["process"]["pid"].clone())
@@ -784,7 +787,7 @@ fn forty_processes_in_a_cgroup_within_300_mb() {
     );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let mut pids: Vec<u64> = v
+    let mut pids: Vec<u64> = v["processes"]
         .as_array()
         .expect("one report per process")
         .iter()

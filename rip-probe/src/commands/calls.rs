@@ -5,15 +5,12 @@
 //! outliers, watching the process), then analyze, symbolize the callers
 //! and render.
 
-use std::{
-    io::Write,
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
 use clap::Args;
 use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS};
 
-use super::{parse_duration, write_err};
+use super::{output::Sink, parse_duration};
 use crate::{
     analyze::calls::{function_calls, trained_thresholds},
     collect::{
@@ -34,7 +31,8 @@ use crate::{
     },
     render,
     symbolize::stacks::StackSymbolizer,
-    util::{progress::Progress, timing},
+    util::timing,
+    window::{Observed, Watch, Window},
 };
 
 /// Outliers listed at most; the others are counted.
@@ -53,9 +51,10 @@ pub(crate) struct CallsArgs {
     /// LIB (e.g. `libc:malloc`). Repeat for more.
     #[arg(long, value_name = "PATTERN", required = true)]
     uprobe: Vec<String>,
-    /// How long to count (e.g. 500ms, 10s).
+    /// How long to count (e.g. 500ms, 10s); without it, until Ctrl-C
+    /// (or the process exits).
     #[arg(long, short, value_parser = parse_duration)]
-    duration: Duration,
+    duration: Option<Duration>,
     /// List the calls slower than this (e.g. 10ms).
     #[arg(long, value_parser = parse_duration, conflicts_with = "outlier")]
     slower_than: Option<Duration>,
@@ -64,7 +63,7 @@ pub(crate) struct CallsArgs {
     #[arg(long, value_parser = parse_percent)]
     outlier: Option<u32>,
     /// The training window of --outlier, at the start of --duration
-    /// (default: its first quarter).
+    /// (default: its first quarter; needed without --duration).
     #[arg(long, value_parser = parse_duration, requires = "outlier")]
     training: Option<Duration>,
     /// Print the report as JSON (schema: docs/JSON.md).
@@ -81,8 +80,8 @@ fn parse_percent(s: &str) -> std::result::Result<u32, String> {
     }
 }
 
-pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
-    if a.duration.is_zero() {
+pub(crate) fn run(a: &CallsArgs, out: &mut Sink) -> Result<()> {
+    if a.duration.is_some_and(|d| d.is_zero()) {
         return Err(Error::Usage(
             "calls needs a window: give --duration a length, e.g. --duration 5s".into(),
         ));
@@ -104,6 +103,7 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     let clock = MonotonicToUnix::now();
     let mut sym = StackSymbolizer::new(target.view_pid());
     let w = watch(&mut probe, &mut sym, &target, a, &rule, &mut thresholds)?;
+    let lost = w.observed.lost().cloned();
     let addrs = probe.addresses().to_vec();
     // Detached before the report is built: the target runs at full speed
     // again while rip-probe symbolizes.
@@ -132,12 +132,12 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
             .then_with(|| a.function.cmp(&b.function))
     });
     let outliers = slow_calls(&mut sym, &w.outliers, &names, &addrs, &clock);
-    let mut warnings = Vec::new();
-    let lost = w.lost.as_ref().map(|l| l.describe(a.pid));
+    let mut warnings: Vec<String> = w.observed.interrupted_note().into_iter().collect();
     if let Some(l) = &lost {
         warnings.push(format!(
-            "{l} after {}: the counts are up to then",
-            crate::util::timefmt::duration(w.elapsed.as_nanos() as u64)
+            "{} after {}: the counts are up to then",
+            l.describe(a.pid),
+            crate::util::timefmt::duration(w.observed.elapsed.as_nanos() as u64)
         ));
     }
     let untimed: u64 = w.stats.iter().map(|s| s.untimed).sum();
@@ -159,20 +159,21 @@ pub(crate) fn run(a: &CallsArgs, out: &mut dyn Write) -> Result<()> {
     }
     let report = CallsReport {
         schema: SCHEMA_VERSION,
-        process: crate::session::process_info(&target, w.lost.as_ref()),
-        window_ns: w.elapsed.as_nanos() as u64,
+        process: crate::session::process_info(&target, lost.as_ref()),
+        window_ns: w.observed.elapsed.as_nanos() as u64,
         outlier_rule: rule,
         functions,
         outliers,
         outliers_omitted: w.omitted,
         warnings,
     };
-    if a.json {
-        render::json(&report, &mut *out).map_err(write_err)?;
-    } else {
-        render::calls_text(&report, &mut *out).map_err(write_err)?;
-    }
-    out.flush().map_err(write_err)
+    out.emit(|w| {
+        if a.json {
+            render::json(&report, w)
+        } else {
+            render::calls_text(&report, w)
+        }
+    })
 }
 
 /// `--slower-than` or `--outlier` (with `--training`), checked.
@@ -185,11 +186,19 @@ fn outlier_rule(a: &CallsArgs) -> Result<Option<OutlierRule>> {
     let Some(percent) = a.outlier else {
         return Ok(None);
     };
-    let training = a.training.unwrap_or(a.duration / 4);
-    if training.is_zero() || training >= a.duration {
+    let training = match (a.training, a.duration) {
+        (Some(t), _) => t,
+        (None, Some(d)) => d / 4,
+        (None, None) => {
+            return Err(Error::Usage(
+                "--outlier without --duration: give the training window, e.g. --training 2s".into(),
+            ));
+        }
+    };
+    if training.is_zero() || a.duration.is_some_and(|d| training >= d) {
         return Err(Error::Usage(format!(
             "--training must be shorter than --duration ({}), and not 0",
-            crate::util::timefmt::duration(a.duration.as_nanos() as u64)
+            crate::util::timefmt::duration(a.duration.unwrap_or_default().as_nanos() as u64)
         )));
     }
     Ok(Some(OutlierRule::Trained {
@@ -362,15 +371,84 @@ struct Watched {
     outliers: Vec<Slow>,
     /// Outliers past that.
     omitted: u64,
-    /// How long the window lasted.
-    elapsed: Duration,
-    /// Set when the process went away during it.
-    lost: Option<crate::discover::Lost>,
+    /// How long the window lasted and how it ended.
+    observed: Observed,
+}
+
+/// The window of `calls`: the trained thresholds set when training ends,
+/// the outliers drained, unwound and named as they come, while the
+/// process runs (its binaries are read through /proc/PID).
+struct Counting<'a> {
+    probe: &'a mut CallsProbe,
+    sym: &'a mut StackSymbolizer,
+    target: &'a Target,
+    thresholds: &'a mut [u64],
+    /// The training window's end and the rule's percentage, until it ends.
+    training: Option<(Duration, u32)>,
+    stacks: Option<Stacks>,
+    outliers: Vec<Slow>,
+    omitted: u64,
+    /// Outliers whose callers were named.
+    named: usize,
+}
+
+impl Counting<'_> {
+    fn keep(&mut self, batch: Vec<CallOutlier>) {
+        for o in batch {
+            if self.outliers.len() < MAX_OUTLIERS_KEPT {
+                self.outliers.push(Slow::of(&o, self.stacks.as_mut()));
+            } else {
+                self.omitted += 1;
+            }
+        }
+        let fresh: Vec<&[u64]> = self.outliers[self.named..]
+            .iter()
+            .map(|s| &s.callers[..])
+            .collect();
+        if !fresh.is_empty() {
+            self.sym.frames_of_many(&fresh);
+        }
+        self.named = self.outliers.len();
+    }
+}
+
+impl Watch for Counting<'_> {
+    fn tick(&mut self, elapsed: Duration) -> Result<()> {
+        if let Some((until, percent)) = self.training
+            && elapsed >= until
+        {
+            let t = trained_thresholds(&self.probe.stats()?, percent);
+            self.thresholds.copy_from_slice(&t);
+            self.probe.set_thresholds(self.thresholds)?;
+            self.training = None;
+        }
+        let batch = self.probe.take_outliers()?;
+        self.keep(batch);
+        Ok(())
+    }
+
+    fn gone(&mut self) -> Option<crate::discover::Lost> {
+        self.target.lost()
+    }
+
+    fn wait(&mut self, max: Duration) -> Result<()> {
+        self.target.wait_exit(max);
+        Ok(())
+    }
+
+    fn due(&self) -> Option<Duration> {
+        self.training.map(|(until, _)| until)
+    }
+
+    fn seen(&mut self) -> Result<String> {
+        let calls: u64 = self.probe.stats()?.iter().map(|s| s.calls).sum();
+        Ok(format!("{calls} calls so far"))
+    }
 }
 
 /// Runs the window: sets the trained thresholds when training ends,
 /// drains outliers, shows progress, and stops early when the process
-/// exits.
+/// exits or on Ctrl-C.
 fn watch(
     probe: &mut CallsProbe,
     sym: &mut StackSymbolizer,
@@ -379,72 +457,35 @@ fn watch(
     rule: &Option<OutlierRule>,
     thresholds: &mut [u64],
 ) -> Result<Watched> {
-    let start = Instant::now();
-    let mut progress = Progress::start(a.duration);
-    let mut training = match rule {
+    let training = match rule {
         Some(OutlierRule::Trained {
             percent,
             training_ns,
         }) => Some((Duration::from_nanos(*training_ns), *percent)),
         _ => None,
     };
-    let (mut outliers, mut omitted) = (Vec::<Slow>::new(), 0u64);
-    // Outliers are unwound and named as they come, while the process runs
-    // (its binaries are read through /proc/PID).
-    let mut stacks = Stacks::new(a.pid).ok();
-    let mut named = 0;
-    let mut keep = |batch: Vec<CallOutlier>, sym: &mut StackSymbolizer| {
-        for o in batch {
-            if outliers.len() < MAX_OUTLIERS_KEPT {
-                outliers.push(Slow::of(&o, stacks.as_mut()));
-            } else {
-                omitted += 1;
-            }
-        }
-        let fresh: Vec<&[u64]> = outliers[named..].iter().map(|s| &s.callers[..]).collect();
-        if !fresh.is_empty() {
-            sym.frames_of_many(&fresh);
-        }
-        named = outliers.len();
+    let mut c = Counting {
+        probe,
+        sym,
+        target,
+        thresholds,
+        training,
+        stacks: Stacks::new(a.pid).ok(),
+        outliers: Vec::new(),
+        omitted: 0,
+        named: 0,
     };
-    let lost = loop {
-        let elapsed = start.elapsed();
-        if let Some((until, percent)) = training
-            && elapsed >= until
-        {
-            let t = trained_thresholds(&probe.stats()?, percent);
-            thresholds.copy_from_slice(&t);
-            probe.set_thresholds(thresholds)?;
-            training = None;
-        }
-        keep(probe.take_outliers()?, sym);
-        if let Some(lost) = target.lost() {
-            break Some(lost);
-        }
-        if elapsed >= a.duration {
-            break None;
-        }
-        if let Some(p) = progress.as_mut().filter(|p| p.due()) {
-            let calls: u64 = probe.stats()?.iter().map(|s| s.calls).sum();
-            p.show(&format!("{calls} calls so far"));
-        }
-        let next = training.map_or(a.duration, |(until, _)| until.min(a.duration));
-        target.wait_exit(next.saturating_sub(elapsed).min(TICK));
-    };
-    let elapsed = start.elapsed().min(a.duration);
-    let stats = probe.stats()?;
-    let table = probe.table_use()?;
-    keep(probe.take_outliers()?, sym);
-    if let Some(p) = progress {
-        p.finish();
-    }
+    let observed = Window::new(a.duration, TICK).run(&mut c)?;
+    let stats = c.probe.stats()?;
+    let table = c.probe.table_use()?;
+    let batch = c.probe.take_outliers()?;
+    c.keep(batch);
     Ok(Watched {
         stats,
         table,
-        outliers,
-        omitted,
-        elapsed,
-        lost,
+        outliers: c.outliers,
+        omitted: c.omitted,
+        observed,
     })
 }
 

@@ -3,26 +3,23 @@
 //! one window, and reported one after another: the cgroup's report,
 //! grouped by process.
 
-use std::{
-    io::Write,
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
 use super::{
-    emit,
+    output::Sink,
     pid::{LiveArgs, options, report},
 };
 use crate::{
     collect::cgroup,
-    discover,
+    discover::{self, Lost},
     error::{Error, Result},
-    model::Report,
-    render,
+    model::{Report, SCHEMA_VERSION, cgroup::CgroupReport},
+    render::{self, escape},
     session::{Session, SessionOptions},
+    window::{Watch, Window},
 };
 
-pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut Sink) -> Result<()> {
     let dir = cgroup::resolve(path)?;
     // Kernel threads (no executable) sit in the root cgroup: not programs.
     let pids: Vec<u32> = cgroup::processes(&dir)?
@@ -53,19 +50,17 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> 
     }
     // One window for all: each session's kernel programs record from its
     // attach; observing them in turn keeps each one's exit noticed.
-    let deadline = Instant::now() + a.duration;
-    let n = u32::try_from(sessions.len()).unwrap_or(u32::MAX);
-    let step = Duration::from_millis(50) / n;
-    while Instant::now() < deadline {
-        for s in &mut sessions {
-            let left = deadline.saturating_duration_since(Instant::now());
-            s.observe(left.min(step), &mut ())?;
-        }
-    }
+    let observed = Window::new(a.duration.0, STEP).run(&mut Members {
+        sessions: &mut sessions,
+        all_gone: false,
+    })?;
+    let note = observed.interrupted_note();
     let mut reports: Vec<Report> = Vec::with_capacity(sessions.len());
     for mut s in sessions {
         s.stop_observing()?;
-        reports.push(report(a, &mut s)?);
+        let mut r = report(a, &mut s)?;
+        r.warnings.splice(0..0, note.clone());
+        reports.push(r);
         drop(s);
         // The session's symbols were parsed on its own thread, into that
         // thread's malloc arena, which glibc keeps once freed: handed back
@@ -76,23 +71,52 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut dyn Write) -> Result<()> 
             libc::malloc_trim(0);
         }
     }
-    let err = |e| Error::io("stdout", e);
-    if a.json {
-        serde_json::to_writer(&mut *out, &reports).map_err(|e| err(e.into()))?;
-        writeln!(out).map_err(err)?;
-        return out.flush().map_err(err);
+    let report = CgroupReport {
+        schema: SCHEMA_VERSION,
+        cgroup: dir.display().to_string(),
+        processes: reports,
+    };
+    out.emit(|w| {
+        if a.json {
+            return render::json(&report, w);
+        }
+        let n = report.processes.len();
+        writeln!(
+            w,
+            "cgroup {}: {n} process{}",
+            escape(&report.cgroup),
+            if n == 1 { "" } else { "es" }
+        )?;
+        for r in &report.processes {
+            writeln!(w)?;
+            render::live(r, &mut *w)?;
+        }
+        Ok(())
+    })
+}
+
+/// How often the window looks at each process in turn.
+const STEP: Duration = Duration::from_millis(50);
+
+/// The window of a cgroup: its processes observed in turn; it ends early
+/// when every one of them has exited.
+struct Members<'a> {
+    sessions: &'a mut [Session],
+    all_gone: bool,
+}
+
+impl Watch for Members<'_> {
+    fn gone(&mut self) -> Option<Lost> {
+        self.all_gone.then_some(Lost::Exited)
     }
-    writeln!(
-        out,
-        "cgroup {}: {} process{}",
-        dir.display(),
-        reports.len(),
-        if reports.len() == 1 { "" } else { "es" }
-    )
-    .map_err(err)?;
-    for r in &reports {
-        writeln!(out).map_err(err)?;
-        emit(r, false, out, render::live)?;
+
+    fn wait(&mut self, max: Duration) -> Result<()> {
+        let n = u32::try_from(self.sessions.len()).unwrap_or(u32::MAX);
+        let mut all_gone = true;
+        for s in self.sessions.iter_mut() {
+            all_gone &= s.step(max / n)?;
+        }
+        self.all_gone = all_gone;
+        Ok(())
     }
-    Ok(())
 }

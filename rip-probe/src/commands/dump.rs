@@ -7,7 +7,7 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::{emit, filter_idle, parse_duration};
+use super::{emit, filter_idle, output::Sink, parse_duration};
 use crate::{
     analyze,
     collect::{
@@ -66,7 +66,7 @@ pub(crate) struct DumpArgs {
     root: Option<PathBuf>,
 }
 
-pub(crate) fn run(a: &DumpArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn run(a: &DumpArgs, out: &mut Sink) -> Result<()> {
     let mut ring = match (&a.file, a.pid) {
         (Some(path), _) => {
             match timing::phase("read ring", || RingView::open(path).map_err(Error::from)) {

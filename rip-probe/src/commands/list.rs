@@ -19,6 +19,8 @@ use crate::{
     render::escape,
 };
 
+use super::output::Sink;
+
 /// `rip-probe list`.
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
@@ -27,19 +29,24 @@ pub(crate) struct ListArgs {
     json: bool,
 }
 
-pub(crate) fn run(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn run(a: &ListArgs, out: &mut Sink) -> Result<()> {
     let report = list()?;
-    let err = |e| Error::io("stdout", e);
-    if a.json {
-        crate::render::json(&report, &mut *out).map_err(err)?;
-        return out.flush().map_err(err);
-    }
+    out.emit(|w| {
+        if a.json {
+            crate::render::json(&report, w)
+        } else {
+            text(&report, w)
+        }
+    })
+}
+
+/// The list as a table.
+fn text(report: &ListReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<8} {:<7} {:>7} {:>7}  {:<40} RING",
         "PID", "NS PID", "THREADS", "TASKS", "CGROUP"
-    )
-    .map_err(err)?;
+    )?;
     for r in &report.processes {
         let mut ring = escape(&r.ring);
         if r.other_mount_namespace {
@@ -53,15 +60,13 @@ pub(crate) fn run(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
             r.threads,
             r.tasks,
             escape(&r.cgroup),
-        )
-        .map_err(err)?;
+        )?;
     }
     if report.processes.is_empty() {
         writeln!(
             out,
             "(no process that could be examined maps a librip ring)"
-        )
-        .map_err(err)?;
+        )?;
     }
     if report.unseen > 0 {
         writeln!(
@@ -74,17 +79,15 @@ pub(crate) fn run(a: &ListArgs, out: &mut dyn Write) -> Result<()> {
             } else {
                 "; run as root to see other users' processes"
             }
-        )
-        .map_err(err)?;
+        )?;
     }
     if report.hidepid {
         writeln!(
             out,
             "(/proc is mounted with hidepid, so other users' processes are invisible: run as root)"
-        )
-        .map_err(err)?;
+        )?;
     }
-    out.flush().map_err(err)
+    Ok(())
 }
 
 /// The host's processes with a ring, and how many could not be examined.

@@ -4,14 +4,11 @@
 //! histogram, waiters, wakers; kinds and names from the target's memory)
 //! → render.
 
-use std::{
-    io::Write,
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
 use clap::Args;
 
-use super::parse_duration;
+use super::{Length, output::Sink, parse_length};
 use crate::{
     analyze,
     collect::kernel::contention::LockProbe,
@@ -20,6 +17,7 @@ use crate::{
     render,
     session::monotonic_ns,
     util::timing,
+    window::{Watch, Window},
 };
 
 /// `rip-probe locks`.
@@ -28,19 +26,21 @@ pub(crate) struct LocksArgs {
     /// The process whose lock contention to count.
     #[arg(long, short)]
     pid: Option<u32>,
-    /// How long to count (e.g. 500ms, 5s).
-    #[arg(long, short, default_value = "5s", value_parser = parse_duration)]
-    duration: Duration,
+    /// How long to count (e.g. 500ms, 5s; default 5s; `forever`: until
+    /// Ctrl-C or the process exits). Ctrl-C ends it early with the counts
+    /// so far.
+    #[arg(long, short, default_value = "5s", value_parser = parse_length)]
+    duration: Length,
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
 }
 
-pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn run(a: &LocksArgs, out: &mut Sink) -> Result<()> {
     let pid = a
         .pid
         .ok_or_else(|| Error::Usage("say which process: rip-probe locks --pid PID".into()))?;
-    if a.duration.is_zero() {
+    if a.duration.0.is_some_and(|d| d.is_zero()) {
         return Err(Error::Usage(
             "--duration 0: locks counts contention over a window, so a window is needed: e.g. --duration 5s"
                 .into(),
@@ -49,32 +49,42 @@ pub(crate) fn run(a: &LocksArgs, out: &mut dyn Write) -> Result<()> {
     let target = Target::open(pid)?;
     let mut probe = timing::phase("load and attach", || LockProbe::attach(pid))?;
     let start = monotonic_ns();
-    let deadline = Instant::now() + a.duration;
-    let mut lost = None;
-    while let Some(left) = deadline
-        .checked_duration_since(Instant::now())
-        .filter(|d| !d.is_zero())
-    {
-        if target.wait_exit(left) {
-            lost = Some(target.lost().unwrap_or(Lost::Exited));
-            break;
-        }
-    }
+    let mut observed = Window::new(a.duration.0, TICK).run(&mut Counting(&target))?;
     let window_ns = monotonic_ns().saturating_sub(start);
+    // The report's window, to the detach: the note says the same length.
+    observed.elapsed = Duration::from_nanos(window_ns);
     timing::phase("detach", || probe.stop())?;
     let counted = timing::phase("read maps", || probe.read())?;
     drop(probe);
-    let lost = lost.or_else(|| target.lost());
+    let lost = observed.lost().cloned().or_else(|| target.lost());
     let process = crate::session::process_info(&target, lost.as_ref());
-    let report = timing::phase("analyze", || {
+    let mut report = timing::phase("analyze", || {
         analyze::contention::report(&counted, process, window_ns)
     });
-    let written = if a.json {
-        render::json(&report, &mut *out)
-    } else {
-        render::locks(&report, &mut *out)
-    };
-    written
-        .and_then(|()| out.flush())
-        .map_err(|e| Error::io("stdout", e))
+    report.warnings.splice(0..0, observed.interrupted_note());
+    out.emit(|w| {
+        if a.json {
+            render::json(&report, w)
+        } else {
+            render::locks(&report, w)
+        }
+    })
+}
+
+/// How often the window looks for Ctrl-C (the programs count in the
+/// kernel: nothing to drain).
+const TICK: Duration = Duration::from_millis(100);
+
+/// The window of `locks`: the target's exit ends it early.
+struct Counting<'a>(&'a Target);
+
+impl Watch for Counting<'_> {
+    fn gone(&mut self) -> Option<Lost> {
+        self.0.lost()
+    }
+
+    fn wait(&mut self, max: Duration) -> Result<()> {
+        self.0.wait_exit(max);
+        Ok(())
+    }
 }

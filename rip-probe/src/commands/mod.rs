@@ -16,37 +16,32 @@ pub(crate) mod pid;
 
 use std::{io::Write, time::Duration};
 
-use crate::{
-    analyze,
-    error::{Error, Result},
-    model::Report,
-    render,
-};
+use output::Sink;
+
+use crate::{analyze, error::Result, model::Report, render};
 
 /// The live commands: `--cgroup PATH`, else `--pid PID`.
-pub(crate) fn live(a: &pid::LiveArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn live(a: &pid::LiveArgs, out: &mut Sink) -> Result<()> {
     match &a.cgroup {
         Some(path) => cgroup::run(a, path, out),
         None => pid::run(a, out),
     }
 }
 
-fn write_err(e: std::io::Error) -> Error {
-    Error::io("stdout", e)
-}
-
+/// Writes `report` to `out`: as JSON, or as text with `text`.
 pub(crate) fn emit(
     report: &Report,
     json: bool,
-    out: &mut dyn Write,
+    out: &mut Sink,
     text: fn(&Report, &mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    if json {
-        render::json(report, &mut *out).map_err(write_err)?;
-    } else {
-        text(report, &mut *out).map_err(write_err)?;
-    }
-    out.flush().map_err(write_err)
+    out.emit(|w| {
+        if json {
+            render::json(report, w)
+        } else {
+            text(report, w)
+        }
+    })
 }
 
 /// `--min-idle`: keeps the tasks idle at least this long.
@@ -54,6 +49,21 @@ fn filter_idle(r: &mut Report, min_idle: Option<Duration>) {
     if let Some(min) = min_idle {
         analyze::tasks::retain_idle(&mut r.tasks, min.as_nanos() as u64);
     }
+}
+
+/// A window's length: `None` (`--duration forever`) is until Ctrl-C or
+/// the target's exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Length(pub(crate) Option<Duration>);
+
+/// Parses a window's length: a duration ([`parse_duration`]) or `forever`.
+pub(crate) fn parse_length(s: &str) -> std::result::Result<Length, String> {
+    if s.trim() == "forever" {
+        return Ok(Length(None));
+    }
+    parse_duration(s)
+        .map(|d| Length(Some(d)))
+        .map_err(|e| format!("{e}, or forever (until Ctrl-C)"))
 }
 
 /// Parses `750ms`, `2s`, `1.5s`, `3m`, `1h`, `250us`, `10ns`; a bare number
@@ -99,5 +109,8 @@ mod tests {
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("1y").is_err());
+        assert_eq!(parse_length("forever"), Ok(Length(None)));
+        assert_eq!(parse_length("2s"), Ok(Length(Some(Duration::from_secs(2)))));
+        assert!(parse_length("always").unwrap_err().contains("or forever"));
     }
 }

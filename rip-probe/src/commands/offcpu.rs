@@ -6,14 +6,16 @@
 //! JSON.
 
 use std::{
-    io::Write,
     path::PathBuf,
     time::{Duration, Instant},
 };
 
 use clap::Args;
 
-use super::{output::OutputFile, parse_duration, write_err};
+use super::{
+    output::{OutputFile, Sink},
+    parse_duration,
+};
 use crate::{
     analyze::offcpu::fill,
     collect::{
@@ -33,7 +35,8 @@ use crate::{
     },
     render,
     symbolize::stacks::StackSymbolizer,
-    util::{progress::Progress, timefmt::duration, timing},
+    util::{timefmt::duration, timing},
+    window::{Observed, Watch, Window},
 };
 
 /// How often the window's loop answers the program and looks at the
@@ -52,9 +55,10 @@ pub(crate) struct OffCpuArgs {
     /// The process whose threads are observed.
     #[arg(long, short)]
     pid: u32,
-    /// How long to observe (e.g. 5s).
+    /// How long to observe (e.g. 5s); without it, until Ctrl-C (or the
+    /// process exits).
     #[arg(long, short, value_parser = parse_duration)]
-    duration: Duration,
+    duration: Option<Duration>,
     /// Off-CPU periods shorter than this are counted, not attributed
     /// (e.g. 1ms).
     #[arg(long, value_parser = parse_duration, default_value = "1us")]
@@ -74,8 +78,8 @@ pub(crate) struct OffCpuArgs {
     json: bool,
 }
 
-pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
-    if a.duration.is_zero() {
+pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
+    if a.duration.is_some_and(|d| d.is_zero()) {
         return Err(Error::Usage(
             "offcpu needs a window: give --duration a length, e.g. --duration 5s".into(),
         ));
@@ -106,9 +110,13 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
         collector.seed_sleepers(a.pid, opts.snaps)
     })?;
     let mut sym = StackSymbolizer::new(a.pid);
-    let (data, elapsed, lost) = watch(collector, &mut sym, &target, a, opts.snaps)?;
+    let (data, elapsed, mut observed) = watch(collector, &mut sym, &target, a, opts.snaps)?;
+    // The report's window is the program's (from the threads' seeding):
+    // the note says the same length.
+    observed.elapsed = elapsed;
+    let lost = observed.lost().cloned();
 
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = observed.interrupted_note().into_iter().collect();
     if let Some(l) = &lost {
         warnings.push(format!(
             "{} after {}: the times are up to then",
@@ -139,74 +147,101 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut dyn Write) -> Result<()> {
     });
     if let Some(svg) = svg {
         svg.write(|w| render::offcpu_svg(&report, w))?;
-        render::offcpu_text(&report, &mut *out).map_err(write_err)?;
-        writeln!(out, "\nflame graph: {}", svg.path().display()).map_err(write_err)?;
-    } else if a.folded {
-        render::offcpu_folded(&report, &mut *out).map_err(write_err)?;
-    } else if a.json {
-        render::json(&report, &mut *out).map_err(write_err)?;
-    } else {
-        render::offcpu_text(&report, &mut *out).map_err(write_err)?;
+        return out.emit(|w| {
+            render::offcpu_text(&report, &mut *w)?;
+            writeln!(w, "\nflame graph: {}", svg.path().display())
+        });
     }
-    out.flush().map_err(write_err)
+    out.emit(|w| {
+        if a.folded {
+            render::offcpu_folded(&report, w)
+        } else if a.json {
+            render::json(&report, w)
+        } else {
+            render::offcpu_text(&report, w)
+        }
+    })
 }
 
-/// Runs the window: answers the program's stack copies, refreshes the
-/// snap slots, shows progress, stops early when the process exits.
-fn watch(
-    mut c: OffCpuCollector,
-    sym: &mut StackSymbolizer,
-    target: &Target,
-    a: &OffCpuArgs,
+/// The window of `offcpu`: the program's stack copies answered, the
+/// stacks unwound named while the process runs, the snap slots refreshed.
+struct Summing<'a> {
+    c: OffCpuCollector,
+    sym: &'a mut StackSymbolizer,
+    target: &'a Target,
+    pid: u32,
     snaps: bool,
-) -> Result<(OffCpuData, Duration, Option<crate::discover::Lost>)> {
-    let start = Instant::now();
-    let mut progress = Progress::start(a.duration);
-    let mut snaps_read = Instant::now();
-    let mut threads = thread_count(a.pid);
-    let mut named = Instant::now();
-    let lost = loop {
-        c.serve()?;
-        if named.elapsed() >= NAME_EVERY {
+    snaps_read: Instant,
+    threads: Option<u64>,
+    named: Instant,
+}
+
+impl Watch for Summing<'_> {
+    fn tick(&mut self, _elapsed: Duration) -> Result<()> {
+        self.c.serve()?;
+        if self.named.elapsed() >= NAME_EVERY {
             // Named while the process runs: its binaries are read through
             // /proc/PID, gone once it exits.
-            let fresh = c.take_new_stacks();
+            let fresh = self.c.take_new_stacks();
             let refs: Vec<&[u64]> = fresh.iter().map(|s| &s[..]).collect();
-            sym.frames_of_many(&refs);
-            named = Instant::now();
+            self.sym.frames_of_many(&refs);
+            self.named = Instant::now();
         }
-        if let Some(lost) = target.lost() {
-            break Some(lost);
-        }
-        let elapsed = start.elapsed();
-        if elapsed >= a.duration {
-            break None;
-        }
-        if snaps && snaps_read.elapsed() >= SNAP_REFRESH {
+        if self.snaps && self.snaps_read.elapsed() >= SNAP_REFRESH {
             // Threads registered since the last look: the ring is read
             // again only when the process's thread count moved (a 100,000
             // thread ring is tens of megabytes; a thread that replaced one
             // which exited in the same second waits for the next move).
-            let now = thread_count(a.pid);
-            if now != threads {
-                c.set_snap_slots(&snap_slots(a.pid))?;
-                threads = now;
+            let now = thread_count(self.pid);
+            if now != self.threads {
+                self.c.set_snap_slots(&snap_slots(self.pid))?;
+                self.threads = now;
             }
-            snaps_read = Instant::now();
+            self.snaps_read = Instant::now();
         }
-        if let Some(p) = progress.as_mut().filter(|p| p.due()) {
-            p.show(&format!("{} off-CPU periods so far", c.summed()));
-        }
-        target.wait_exit(a.duration.saturating_sub(elapsed).min(TICK));
-    };
-    if let Some(p) = progress {
-        p.finish();
+        Ok(())
     }
+
+    fn gone(&mut self) -> Option<crate::discover::Lost> {
+        self.target.lost()
+    }
+
+    fn wait(&mut self, max: Duration) -> Result<()> {
+        self.target.wait_exit(max);
+        Ok(())
+    }
+
+    fn seen(&mut self) -> Result<String> {
+        Ok(format!("{} off-CPU periods so far", self.c.summed()))
+    }
+}
+
+/// Runs the window: answers the program's stack copies, refreshes the
+/// snap slots, shows progress, stops early when the process exits or on
+/// Ctrl-C.
+fn watch(
+    c: OffCpuCollector,
+    sym: &mut StackSymbolizer,
+    target: &Target,
+    a: &OffCpuArgs,
+    snaps: bool,
+) -> Result<(OffCpuData, Duration, Observed)> {
+    let mut s = Summing {
+        c,
+        sym,
+        target,
+        pid: a.pid,
+        snaps,
+        snaps_read: Instant::now(),
+        threads: thread_count(a.pid),
+        named: Instant::now(),
+    };
+    let observed = Window::new(a.duration, TICK).run(&mut s)?;
     let data = timing::phase("read totals", || {
-        c.finish(a.pid, a.min_block.as_nanos() as u64)
+        s.c.finish(a.pid, a.min_block.as_nanos() as u64)
     })?;
     let elapsed = Duration::from_nanos(data.window_ns);
-    Ok((data, elapsed, lost))
+    Ok((data, elapsed, observed))
 }
 
 /// The number of threads of process `pid` (`Threads:` of its status

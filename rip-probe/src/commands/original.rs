@@ -6,12 +6,15 @@
 use std::{collections::HashMap, io::Write, path::Path};
 
 use librip::reader::{Follow, OriginalRing, RegularFile};
-use serde::Serialize;
 
+use super::output::Sink;
 use crate::{
     error::{Error, Result},
-    model::Frame,
-    render::escape,
+    model::{
+        Frame, SCHEMA_VERSION,
+        original::{OriginalEntry, OriginalReport, OriginalSlot},
+    },
+    render::{self, escape},
     symbolize::Symbolizer,
 };
 
@@ -19,34 +22,6 @@ use crate::{
 const ET_EXEC: u16 = 2;
 /// ELF `e_type` of a shared object or PIE.
 const ET_DYN: u16 = 3;
-
-/// The JSON form of an original ring's dump.
-#[derive(Debug, Serialize)]
-struct OriginalReport {
-    format: &'static str,
-    path: String,
-    file_size: u64,
-    slot_count: u64,
-    warnings: Vec<String>,
-    slots: Vec<OriginalSlotOut>,
-}
-
-#[derive(Debug, Serialize)]
-struct OriginalSlotOut {
-    id: u64,
-    name: String,
-    exited: bool,
-    /// Newest first.
-    entries: Vec<OriginalEntryOut>,
-}
-
-#[derive(Debug, Serialize)]
-struct OriginalEntryOut {
-    counter: u8,
-    seq: u64,
-    addr: u64,
-    frame: Frame,
-}
 
 /// What the ELF header of `exe` says: position-dependent or not.
 fn elf_type(exe: &Path) -> Result<u16> {
@@ -64,7 +39,7 @@ fn elf_type(exe: &Path) -> Result<u16> {
 }
 
 /// Dumps the original ring at `path` to `out`.
-pub(crate) fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut Sink) -> Result<()> {
     let ring = OriginalRing::open(path).map_err(Error::Ring)?;
     let mut warnings = Vec::new();
     let addrs: Vec<u64> = ring
@@ -109,7 +84,8 @@ pub(crate) fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut dyn Wr
         })
     };
     let report = OriginalReport {
-        format: "original-librip",
+        schema: SCHEMA_VERSION,
+        format: "original-librip".into(),
         path: path.display().to_string(),
         file_size: ring.file_size,
         slot_count: ring.slot_count,
@@ -117,14 +93,14 @@ pub(crate) fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut dyn Wr
         slots: ring
             .slots
             .iter()
-            .map(|s| OriginalSlotOut {
+            .map(|s| OriginalSlot {
                 id: s.id,
                 name: s.name.clone(),
                 exited: s.exited,
                 entries: s
                     .entries
                     .iter()
-                    .map(|e| OriginalEntryOut {
+                    .map(|e| OriginalEntry {
                         counter: e.counter,
                         seq: e.seq,
                         addr: e.addr,
@@ -134,15 +110,13 @@ pub(crate) fn dump(path: &Path, exe: Option<&Path>, json: bool, out: &mut dyn Wr
             })
             .collect(),
     };
-    let w = |e| Error::io("stdout", e);
-    if json {
-        serde_json::to_writer_pretty(&mut *out, &report)
-            .map_err(|e| Error::io("stdout", e.into()))?;
-        writeln!(out).map_err(w)?;
-    } else {
-        text(&report, out).map_err(w)?;
-    }
-    out.flush().map_err(w)
+    out.emit(|w| {
+        if json {
+            render::json(&report, w)
+        } else {
+            text(&report, w)
+        }
+    })
 }
 
 fn text(r: &OriginalReport, out: &mut dyn Write) -> std::io::Result<()> {

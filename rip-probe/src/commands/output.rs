@@ -1,7 +1,9 @@
-//! Files the CLI writes (`offcpu --svg`): checked before the window, so a
-//! bad path does not cost the observation, and written so that rip-probe,
-//! often run as root, never replaces or writes through anything but a
-//! regular file or a new name.
+//! Where the commands' output goes: stdout, or the file `-o/--output`
+//! names ([`Sink`], the one place a report is written, flushed and its
+//! closed pipe told apart), and the files the CLI writes (`-o`, `offcpu
+//! --svg`): checked before the window, so a bad path does not cost the
+//! observation, and written so that rip-probe, often run as root, never
+//! replaces or writes through anything but a regular file or a new name.
 //!
 //! The directory is opened once, at the check; the final name is looked
 //! at without following a symbolic link (`AT_SYMLINK_NOFOLLOW`); the
@@ -32,6 +34,38 @@ use rustix::{
 };
 
 use crate::error::{Error, Result};
+
+/// Where a command's report goes: stdout, or the file `-o` named.
+pub(crate) enum Sink<'a> {
+    /// The CLI's stdout (or a test's buffer).
+    Stdout(&'a mut dyn Write),
+    /// `-o FILE`: each report replaces the file whole.
+    File(OutputFile),
+}
+
+impl Sink<'_> {
+    /// Writes one report with `render`: to stdout, then flushed (a
+    /// reader that stopped reading is an error `Error::is_broken_pipe`
+    /// recognizes), or as the whole file, replaced atomically (nothing
+    /// is left behind when `render` fails).
+    pub(crate) fn emit(
+        &mut self,
+        render: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
+        match self {
+            Sink::Stdout(out) => render(&mut **out)
+                .and_then(|()| out.flush())
+                .map_err(|e| Error::io("stdout", e)),
+            Sink::File(f) => f.write(render),
+        }
+    }
+
+    /// Whether reports go to a file (each replacing the last) rather than
+    /// one after another on stdout.
+    pub(crate) fn is_file(&self) -> bool {
+        matches!(self, Sink::File(_))
+    }
+}
 
 /// An output file checked before observing: its directory opened, its
 /// name known to be new or a regular file.
@@ -239,6 +273,43 @@ mod tests {
         let o = OutputFile::check("--svg", &p).unwrap();
         assert!(o.write(|_| Err(std::io::Error::other("no"))).is_err());
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A writer whose reader went away.
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The sink writes a report whole to stdout, flushed, or as the file;
+    /// a closed stdout is the error the CLI ends quietly on.
+    #[test]
+    fn a_sink_writes_stdout_or_the_file_and_tells_a_closed_pipe() {
+        let mut buf = Vec::new();
+        Sink::Stdout(&mut buf)
+            .emit(|w| w.write_all(b"report\n"))
+            .unwrap();
+        assert_eq!(buf, b"report\n");
+        let mut closed = ClosedPipe;
+        let e = Sink::Stdout(&mut closed)
+            .emit(|w| w.write_all(b"report\n"))
+            .unwrap_err();
+        assert!(e.is_broken_pipe(), "{e}");
+        let d = tmpdir("sink");
+        let p = d.join("out.txt");
+        let mut sink = Sink::File(OutputFile::check("--output", &p).unwrap());
+        assert!(sink.is_file());
+        sink.emit(|w| w.write_all(b"first, longer\n")).unwrap();
+        sink.emit(|w| w.write_all(b"second\n")).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"second\n");
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
         std::fs::remove_dir_all(&d).unwrap();
     }

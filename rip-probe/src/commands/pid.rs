@@ -6,7 +6,7 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::{emit, filter_idle, parse_duration};
+use super::{Length, filter_idle, output::Sink, parse_duration, parse_length};
 use crate::{
     analyze,
     error::{Error, Result},
@@ -27,9 +27,11 @@ pub(crate) struct LiveArgs {
     /// a path under /sys/fs/cgroup, or relative to the cgroup v2 root.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["ring", "watch"])]
     pub(super) cgroup: Option<PathBuf>,
-    /// How long to watch context switches before reporting.
-    #[arg(long, short, default_value = "1s", value_parser = parse_duration)]
-    pub(super) duration: Duration,
+    /// How long to watch context switches before reporting (default 1s;
+    /// `forever`: until Ctrl-C or the process exits). Ctrl-C ends the
+    /// window early and reports what was seen.
+    #[arg(long, short, default_value = "1s", value_parser = parse_length)]
+    pub(super) duration: Length,
     /// Only threads blocked at least this long (e.g. 500ms, 2s).
     #[arg(long, value_parser = parse_duration)]
     min_blocked: Option<Duration>,
@@ -37,7 +39,9 @@ pub(crate) struct LiveArgs {
     /// their creation if never polled); polling tasks are not idle.
     #[arg(long, value_parser = parse_duration)]
     min_idle: Option<Duration>,
-    /// Report again every --duration until interrupted or the process exits.
+    /// Report again every --duration until interrupted or the process
+    /// exits. With -o FILE, each report replaces the file whole (the file
+    /// always holds the latest report, as `top -b -n 1` would write it).
     #[arg(long)]
     watch: bool,
     /// Print the report as JSON (schema: docs/JSON.md).
@@ -65,7 +69,7 @@ pub(crate) struct LiveArgs {
     folded: bool,
 }
 
-pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
+pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
     let pid = a.pid.ok_or_else(|| {
         Error::Usage(
             "say which process: rip-probe --pid PID, --cgroup PATH (or rip-probe dump FILE)".into(),
@@ -73,31 +77,42 @@ pub(crate) fn run(a: &LiveArgs, out: &mut dyn Write) -> Result<()> {
     })?;
     let mut session = Session::attach(&options(a, pid))?;
     loop {
-        let start = std::time::Instant::now();
-        session.observe(a.duration, &mut ())?;
-        let window = start.elapsed();
-        if !a.watch {
+        let observed = session.observe_for(a.duration.0, &mut ())?;
+        // Ctrl-C ends --watch too, after the report of what it cut short.
+        let note = observed.interrupted_note();
+        let last = !a.watch || note.is_some();
+        if last {
             session.stop_observing()?;
         }
-        let report = report(a, &mut session)?;
+        let mut report = report(a, &mut session)?;
+        report.warnings.splice(0..0, note);
         let text = if a.folded {
             render::folded
         } else {
             render::live
         };
-        // Each text report of --watch says when it was taken and over
-        // what window; JSON reports are JSON lines, one per report.
-        if a.watch && !a.json {
-            stamp(out, window).map_err(|e| Error::io("stdout", e))?;
-        }
-        timing::phase("render", || emit(&report, a.json, out, text))?;
+        timing::phase("render", || {
+            out.emit(|w| {
+                // Each text report of --watch says when it was taken and
+                // over what window; JSON reports are JSON lines, one per
+                // report.
+                if a.watch && !a.json {
+                    stamp(w, observed.elapsed)?;
+                }
+                if a.json {
+                    render::json(&report, w)
+                } else {
+                    text(&report, w)
+                }
+            })
+        })?;
         // The report says whether the target was gone when it was taken;
         // one that exits after that gets one more report, which says so.
-        if !a.watch || !report.process.alive {
+        if last || !report.process.alive {
             return Ok(());
         }
-        if !a.json {
-            writeln!(out).map_err(|e| Error::io("stdout", e))?;
+        if !a.json && !out.is_file() {
+            out.emit(|w| writeln!(w))?;
         }
     }
 }

@@ -16,19 +16,22 @@ const EVERY: Duration = Duration::from_millis(500);
 
 /// The progress of one window.
 pub(crate) struct Progress {
-    window: Duration,
+    /// The window's length; `None`: until interrupted.
+    window: Option<Duration>,
     start: Instant,
     last: Option<Instant>,
 }
 
 impl Progress {
-    /// Progress for a window of `window` starting now, when it is long
-    /// and stderr is a terminal.
-    pub(crate) fn start(window: Duration) -> Option<Progress> {
-        (window >= MIN_WINDOW && std::io::stderr().is_terminal()).then(|| Progress {
-            window,
-            start: Instant::now(),
-            last: None,
+    /// Progress for a window of `window` (`None`: until interrupted)
+    /// starting now, when it is long and stderr is a terminal.
+    pub(crate) fn start(window: Option<Duration>) -> Option<Progress> {
+        (window.is_none_or(|w| w >= MIN_WINDOW) && std::io::stderr().is_terminal()).then(|| {
+            Progress {
+                window,
+                start: Instant::now(),
+                last: None,
+            }
         })
     }
 
@@ -37,18 +40,24 @@ impl Progress {
         self.last.is_none_or(|t| t.elapsed() >= EVERY)
     }
 
-    /// Rewrites the line: the time left, then `seen` (e.g. `1234 calls so
-    /// far`).
+    /// Rewrites the line: the time left (or, without a length, the time
+    /// so far and how to end it), then `seen` (e.g. `1234 calls so far`).
     pub(crate) fn show(&mut self, seen: &str) {
         self.last = Some(Instant::now());
-        let left = self.window.saturating_sub(self.start.elapsed());
+        let time = match self.window {
+            Some(w) => format!(
+                "{} left",
+                duration(w.saturating_sub(self.start.elapsed()).as_nanos() as u64)
+            ),
+            None => format!(
+                "{} (Ctrl-C ends)",
+                duration(self.start.elapsed().as_nanos() as u64)
+            ),
+        };
+        let sep = if seen.is_empty() { "" } else { ", " };
         let mut err = std::io::stderr().lock();
         // \x1b[K clears what a longer previous line left.
-        let _ = write!(
-            err,
-            "\r{} left, {seen}\x1b[K",
-            duration(left.as_nanos() as u64)
-        );
+        let _ = write!(err, "\r{time}{sep}{seen}\x1b[K");
         let _ = err.flush();
     }
 

@@ -22,3 +22,12 @@ pub(crate) fn phase<T>(phase: &str, f: impl FnOnce() -> T) -> T {
     );
     v
 }
+
+/// Says on stderr, when enabled, that `event` happened (`what` says
+/// more): a mark, not a duration, for those who wait on it (a test that
+/// acts once the window has started).
+pub(crate) fn mark(event: &str, what: &str) {
+    if enabled() {
+        eprintln!("rip-probe timing: {event}: {what}");
+    }
+}
