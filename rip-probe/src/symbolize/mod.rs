@@ -20,6 +20,7 @@ use blazesym::symbolize::{
 };
 
 pub(crate) mod data;
+pub(crate) mod locks;
 mod sites;
 pub(crate) mod stacks;
 mod thread;
