@@ -2,7 +2,7 @@
 //! (eBPF and /proc) and from the process's own ring file.
 
 pub(crate) mod cgroup;
-pub mod contention;
+pub(crate) mod contention;
 #[cfg(test)]
 mod exec_mapping;
 pub mod kernel;

@@ -50,7 +50,7 @@ impl OffCpuData {
     /// The user stack `key`'s time is charged to, and whether it was
     /// unwound: the unwound stack, else where the thread entered the
     /// kernel (its copy was lost), else none.
-    pub fn user_stack(&self, key: &OffKey) -> (Arc<[u64]>, bool) {
+    pub(crate) fn user_stack(&self, key: &OffKey) -> (Arc<[u64]>, bool) {
         match self.user_stacks.get(&key.hash) {
             Some(s) => (s.clone(), true),
             None if key.ip != 0 => (Arc::from(vec![key.ip]), false),
@@ -60,7 +60,7 @@ impl OffCpuData {
 
     /// The names of the threads in the sums, read from process `pid`'s
     /// /proc (`None`: the thread exited).
-    pub fn thread_names(&self, pid: u32) -> HashMap<u32, Option<String>> {
+    pub(crate) fn thread_names(&self, pid: u32) -> HashMap<u32, Option<String>> {
         let mut names = HashMap::new();
         for (key, _) in &self.totals {
             names.entry(key.tid).or_insert_with(|| {
