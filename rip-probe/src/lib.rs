@@ -13,19 +13,25 @@
 //! # How it is built
 //!
 //! The modules are the pipeline's stages, and each imports only the ones
-//! below it (a test, `tests/architecture.rs`, checks it):
+//! below it (a test, `tests/architecture.rs`, checks it). This table is
+//! where the order is stated: symbolize comes before analyze, because
+//! analyze judges by names (a lock's data symbol, the runtime functions on
+//! a waiter's stack, the stacks it groups and merges), and every address
+//! is named once, in the one symbolize pass. analyze computes from what
+//! the stages below hand it: it reads no process, no /proc, no symbol
+//! table.
 //!
 //! | layer | module | what it does |
 //! | --- | --- | --- |
 //! | 0 | `util`, [`model`], `error` | phase timings, helper threads, time formats; the data model; errors |
 //! | 1 | `discover` | the target process, pinned by a pidfd |
-//! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring |
+//! | 2 | [`collect`] | kernel state through eBPF and /proc; the process's ring; user stacks; lock evidence (lock words, owners, the waiters' waits) |
 //! | 3 | `correlate` | joined per thread id: the one place a [`model::Thread`] is built; syscalls decoded |
-//! | 4 | `symbolize` | addresses to functions and lines (blazesym) |
-//! | 5 | [`analyze`] | groups over typed keys, filters, who waits for whom, lock contention |
-//! | 6 | [`render`] | text or JSON |
-//! | 7 | [`session`] | a live process: discover → collect → correlate → symbolize |
-//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window): thin compositions of the stages |
+//! | 4 | `symbolize` | addresses to functions and lines (blazesym), data addresses to lock names |
+//! | 5 | [`analyze`] | from the model and collect's evidence: groups over typed keys, filters, each thread's stack, who waits for whom, lock contention, off-CPU sums |
+//! | 6 | [`render`] | text or JSON: the sentences |
+//! | 7 | [`session`] | a live process, each stage once: discover → collect → correlate → symbolize → analyze |
+//! | 8 | `commands` | `--pid`, `dump` (and the original librip's rings), `locks` (contention over a window), `offcpu`, `calls`: thin compositions of the stages |
 //! | 9 | [`cli`] | argument parsing and the one-line errors |
 #![deny(missing_docs)]
 

@@ -160,6 +160,7 @@ const EVIDENCE: &[&str] = &[
     "collect::locks::LockReads",
     "collect::locks::SYS_FUTEX",
     "collect::locks::SYS_FUTEX_WAITV",
+    "collect::locks::WAIT_KEY_ARGS",
     "collect::locks::WaitKey",
     "collect::offcpu::OffCpuData",
     "collect::stacks::threads::ThreadStacks",

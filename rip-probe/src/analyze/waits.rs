@@ -16,30 +16,19 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
-    collect::locks::{LockEvidence, LockReads, WaitKey},
+    collect::locks::{LockEvidence, LockReads, SYS_FUTEX, SYS_FUTEX_WAITV, WAIT_KEY_ARGS, WaitKey},
     model::{Frame, LockChange, LockKind, Owner, Report, RuntimeWait, Thread, WaitsFor},
 };
 
-/// Each futex waiter of the report with its wait, as the kernel snapshot
-/// gave it: what `collect::locks::evidence` is to read.
-pub fn futex_waits(report: &Report) -> Vec<(u32, WaitKey)> {
-    report
-        .threads
-        .iter()
-        .filter_map(|t| Some((u32::try_from(t.tid).ok()?, wait_key(t)?)))
-        .filter(|(_, (nr, _))| {
-            matches!(
-                *nr,
-                crate::collect::locks::SYS_FUTEX | crate::collect::locks::SYS_FUTEX_WAITV
-            )
-        })
-        .collect()
-}
-
+/// A thread's futex wait, keyed as `collect::locks` keys the waits it
+/// read (the syscall and its first [`WAIT_KEY_ARGS`] arguments).
 fn wait_key(t: &Thread) -> Option<WaitKey> {
     let s = t.syscall.as_ref()?;
+    if !matches!(s.nr, SYS_FUTEX | SYS_FUTEX_WAITV) {
+        return None;
+    }
     let mut args = [0u64; 6];
-    for (a, v) in args.iter_mut().zip(&s.args) {
+    for (a, v) in args.iter_mut().zip(&s.args).take(WAIT_KEY_ARGS) {
         *a = v.raw;
     }
     Some((s.nr, args))
