@@ -15,7 +15,7 @@ pub mod list;
 pub mod offcpu;
 
 /// Version of the JSON schema (`docs/JSON.md`).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -262,10 +262,9 @@ pub struct WaitsFor {
     pub runtime: Option<RuntimeWait>,
     /// Who holds it, or why that is not known.
     pub owner: Owner,
-    /// The owning thread, when it is a live thread of the process.
+    /// The owning thread, when it is a live thread of the process (what
+    /// it is doing is its own entry in the report's threads).
     pub owner_tid: Option<u32>,
-    /// What the owner is doing, e.g. `blocked in read(…) for ≥41s`.
-    pub owner_state: Option<String>,
 }
 
 /// A decoded system call.

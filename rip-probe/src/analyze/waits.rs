@@ -35,8 +35,7 @@ fn wait_key(t: &Thread) -> Option<WaitKey> {
 }
 
 /// Fills each futex waiter's [`WaitsFor`] from the evidence `ev`, with
-/// the locks' names from `names` (by lock address), and says what each
-/// owner is doing. Returns the cycles of waits seen: deadlocks once
+/// the locks' names from `names` (by lock address). Returns the cycles of waits seen: deadlocks once
 /// [`confirm`] has found them again on a second look (`report.deadlocks`
 /// is left to it).
 pub fn fill(
@@ -57,25 +56,6 @@ pub fn fill(
             owner_tid,
             ..wait
         });
-    }
-    // What each owner does, described once per owner.
-    let owners: std::collections::HashSet<u64> = report
-        .threads
-        .iter()
-        .filter_map(|t| t.waits_for.as_ref()?.owner_tid.map(u64::from))
-        .collect();
-    let doing: HashMap<u64, String> = report
-        .threads
-        .iter()
-        .filter(|t| owners.contains(&t.tid))
-        .map(|t| (t.tid, doing(t)))
-        .collect();
-    for t in &mut report.threads {
-        if let Some(w) = &mut t.waits_for
-            && let Some(o) = w.owner_tid
-        {
-            w.owner_state = doing.get(&u64::from(o)).cloned();
-        }
     }
     wait_graph(&edges(report)).deadlocks
 }
@@ -122,7 +102,6 @@ pub fn confirm(report: &mut Report, candidates: &[Vec<u32>], second: &LockEviden
                 cause: LockChange::CycleGone,
             };
             w.owner_tid = None;
-            w.owner_state = None;
         }
     }
 }
@@ -165,7 +144,6 @@ fn judge(
         runtime: None,
         owner: l.owner.clone(),
         owner_tid: None,
-        owner_state: None,
     };
     let names = function_names(frames);
     // A runtime's own futex is never read as a glibc lock, whatever its
@@ -364,22 +342,6 @@ fn rust_lock_type(names: &[String]) -> Option<&'static str> {
             .find(|(parts, _)| parts.iter().all(|p| f.contains(p)))
             .map(|(_, ty)| *ty)
     })
-}
-
-/// What a thread is doing, in a few words: `blocked in read(…) for ≥41s`,
-/// `running`, `sleeping`.
-pub fn doing(t: &Thread) -> String {
-    let state = t.state.as_str();
-    match (&t.syscall, &t.blocked) {
-        (Some(s), Some(b)) => format!(
-            "{state} in {} for {}{}",
-            s.text,
-            if b.exact { "" } else { "≥" },
-            crate::util::timefmt::duration(b.ns)
-        ),
-        (Some(s), None) => format!("{state} in {}", s.text),
-        _ => state.to_string(),
-    }
 }
 
 /// One thread's wait: the lock it awaits and the lock's owner, if known.
