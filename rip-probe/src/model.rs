@@ -264,10 +264,9 @@ pub struct WaitsFor {
     pub runtime: Option<RuntimeWait>,
     /// Who holds it, or why that is not known.
     pub owner: Owner,
-    /// The owning thread, when it is a live thread of the process.
+    /// The owning thread, when it is a live thread of the process (what
+    /// it is doing is its own entry in the report's threads).
     pub owner_tid: Option<u32>,
-    /// What the owner is doing, e.g. `blocked in read(…) for ≥41s`.
-    pub owner_state: Option<String>,
 }
 
 /// A decoded system call.

@@ -22,6 +22,7 @@ use rip_ebpf::SwitchEvent;
 use crate::{
     analyze,
     collect::{
+        self,
         kernel::{EventStream, KernelProbe, uprobe},
         namespaces,
         procfs::{self, ProcLookup},
@@ -338,6 +339,7 @@ impl Session {
         }
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
         let user_stacks = self.collect_stacks(&tasks);
+        let locks = self.collect_locks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
         let lost_now = self.lost().is_some();
@@ -380,11 +382,16 @@ impl Session {
         timing::phase("symbolize", || {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
-        if let Some(pending) = user_stacks {
-            self.attach_stacks(&mut report, pending, &space);
+        let stacks = user_stacks.and_then(|p| self.symbolize_stacks(&mut report, p, &space));
+        let lock_names = match &locks {
+            Some(l) if !lost_now => lock_names(&l.first, view, maps.as_ref()),
+            _ => HashMap::new(),
+        };
+        if let Some((user, frames)) = &stacks {
+            analyze::stacks::attach(&mut report, user, frames);
         }
-        if !lost_now {
-            timing::phase("locks", || lock_waits(&mut report, view, maps.as_ref()));
+        if let (Some(l), false) = (&locks, lost_now) {
+            timing::phase("locks", || lock_waits(&mut report, l, &lock_names));
         }
         self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
@@ -448,38 +455,73 @@ use watching::Watching;
 /// microseconds to a few milliseconds), short beside a real deadlock.
 const SECOND_LOOK: std::time::Duration = std::time::Duration::from_millis(5);
 
-/// The lock stage: collect the evidence for the futex waiters (each lock
-/// read, the threads' waits, each lock read again), name the locks, let
-/// analyze judge it; a cycle it finds is collected and judged again
-/// [`SECOND_LOOK`] later, and is a deadlock only if it is still there.
-fn lock_waits(report: &mut Report, pid: u32, maps: Option<&librip::reader::ProcessMaps>) {
-    let waits = analyze::waits::futex_waits(report);
-    if waits.is_empty() {
-        return;
+/// The lock evidence of one snapshot: the futex waits read (each lock,
+/// the threads' waits, each lock again), then, for the waits a cycle can
+/// be made of, the same read [`SECOND_LOOK`] later.
+struct LockSnapshot {
+    first: collect::locks::LockEvidence,
+    second: Option<collect::locks::LockEvidence>,
+}
+
+impl Session {
+    /// Reads the lock evidence for the futex waiters of the kernel
+    /// snapshot `tasks`, right after it.
+    fn collect_locks(&self, tasks: &[rip_ebpf::TaskRecord]) -> Option<LockSnapshot> {
+        if self.target.lost().is_some() || self.target.kind() == Kind::KernelThread {
+            return None;
+        }
+        let pid = self.target.view_pid();
+        let waits: Vec<(u32, collect::locks::WaitKey)> = tasks
+            .iter()
+            .filter(|t| correlate::thread_state(t.state, t.on_cpu).is_blocked())
+            .filter_map(|t| {
+                Some((
+                    t.tid,
+                    collect::locks::wait_key(t.regs.syscall_nr, &t.regs.args)?,
+                ))
+            })
+            .collect();
+        if waits.is_empty() {
+            return None;
+        }
+        timing::phase("read locks", || {
+            let first = collect::locks::evidence(pid, &waits);
+            let again = collect::locks::chained(&first, &waits);
+            let second = (!again.is_empty()).then(|| {
+                std::thread::sleep(SECOND_LOOK);
+                collect::locks::evidence(pid, &again)
+            });
+            Some(LockSnapshot { first, second })
+        })
     }
-    let ev = crate::collect::locks::evidence(pid, &waits);
-    let mut data = crate::symbolize::data::DataNames::new(pid, maps);
-    let names: HashMap<u64, Option<String>> = ev
-        .locks
+}
+
+/// Names for the locks the evidence `ev` read in process `pid` (whose map
+/// is `maps`), by address.
+fn lock_names(
+    ev: &collect::locks::LockEvidence,
+    pid: u32,
+    maps: Option<&ProcessMaps>,
+) -> HashMap<u64, Option<String>> {
+    let mut data = symbolize::data::DataNames::new(pid, maps);
+    ev.locks
         .values()
         .flatten()
         .flat_map(|r| [r.first.addr, r.first.futex])
         .collect::<std::collections::BTreeSet<u64>>()
         .into_iter()
         .map(|a| (a, data.name(a)))
-        .collect();
-    let cycles = analyze::waits::fill(report, &ev, &names);
-    if cycles.is_empty() {
-        return;
+        .collect()
+}
+
+/// The lock stage of analyze: who waits for whom from the evidence; a
+/// cycle is a deadlock only if the second look found it again.
+fn lock_waits(report: &mut Report, locks: &LockSnapshot, names: &HashMap<u64, Option<String>>) {
+    let cycles = analyze::waits::fill(report, &locks.first, names);
+    if !cycles.is_empty() {
+        let none = collect::locks::LockEvidence::default();
+        analyze::waits::confirm(report, &cycles, locks.second.as_ref().unwrap_or(&none));
     }
-    std::thread::sleep(SECOND_LOOK);
-    let members: std::collections::HashSet<u32> = cycles.iter().flatten().copied().collect();
-    let again: Vec<_> = waits
-        .into_iter()
-        .filter(|(t, _)| members.contains(t))
-        .collect();
-    let second = crate::collect::locks::evidence(pid, &again);
-    analyze::waits::confirm(report, &cycles, &second);
 }
 
 /// What a report cannot show, said in it rather than left out.
@@ -567,20 +609,23 @@ impl Session {
         }))
     }
 
-    fn attach_stacks(
+    /// The stacks read, and their frames.
+    fn symbolize_stacks(
         &mut self,
         report: &mut Report,
         pending: PendingStacks,
         space: &UserSpace<'_>,
-    ) {
+    ) -> Option<(
+        stacks::UserStacks,
+        Vec<std::sync::Arc<[crate::model::Frame]>>,
+    )> {
         let Ok((collector, user)) = pending.join() else {
             report
                 .warnings
                 .push("no user stacks: reading them failed".into());
-            return;
+            return None;
         };
         self.stacks = Some(collector);
-        let user = &user;
         let frames = timing::phase("symbolize stacks", || {
             symbolize::stacks::frames_of(&user.stacks, space, &mut self.symbolizer)
         });
@@ -591,6 +636,6 @@ impl Session {
                 report.warnings.push(w);
             }
         }
-        analyze::stacks::attach(report, user, &frames);
+        Some((user, frames))
     }
 }

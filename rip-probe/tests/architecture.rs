@@ -1,8 +1,15 @@
-//! The drawing of rip-probe's modules has no circles, and its floors are
-//! the pipeline: each top-level module imports only modules on lower
-//! floors, and no two files of one directory import each other in a ring.
+//! The drawing of the workspace's modules has no circles, and rip-probe's
+//! floors are the pipeline: each top-level module imports only modules on
+//! lower floors; analyze computes from what it is handed (no process
+//! read, no symbolizer); and in no crate (rip-probe, librip, xtask) do two
+//! files of one directory import each other in a ring.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+};
+
+use syn::visit::Visit;
 
 #[path = "common/source.rs"]
 mod source;
@@ -49,8 +56,8 @@ fn graph(files: &[(Vec<String>, syn::File)]) -> Graph {
     g
 }
 
-/// What is wrong with the drawing: upward or unplaced top-level imports,
-/// and rings among the files of one directory.
+/// What is wrong with rip-probe's drawing: upward or unplaced top-level
+/// imports, and rings among the files of one directory.
 fn violations(files: &[(Vec<String>, syn::File)]) -> Vec<String> {
     let g = graph(files);
     let mut bad = Vec::new();
@@ -76,9 +83,16 @@ fn violations(files: &[(Vec<String>, syn::File)]) -> Vec<String> {
             }
         }
     }
-    // Rings among siblings: files with the same parent module.
+    bad.extend(rings(&g));
+    bad
+}
+
+/// Rings among siblings: files with the same parent module that import
+/// each other, directly or through others of them.
+fn rings(g: &Graph) -> Vec<String> {
+    let mut bad = Vec::new();
     let mut siblings: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    for (m, uses) in &g {
+    for (m, uses) in g {
         let Some((name, parent)) = m.split_last() else {
             continue;
         };
@@ -137,6 +151,210 @@ fn find_ring(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> 
         .find_map(|n| dfs(n, edges, &mut Vec::new(), &mut done))
 }
 
+/// What collect hands analyze: evidence, as data. analyze may name these
+/// items of collect and no other (no reader, no module of it); a new kind
+/// of evidence is added here on purpose.
+const EVIDENCE: &[&str] = &[
+    "collect::contention::ContentionEvidence",
+    "collect::kernel::contention::Counted",
+    "collect::kernel::contention::MAX_LOCKS",
+    "collect::locks::LockEvidence",
+    "collect::locks::LockReads",
+    "collect::locks::SYS_FUTEX",
+    "collect::locks::SYS_FUTEX_WAITV",
+    "collect::locks::WAIT_KEY_ARGS",
+    "collect::locks::WaitKey",
+    "collect::offcpu::OffCpuData",
+    "collect::stacks::threads::ThreadStacks",
+    "collect::stacks::threads::UserStacks",
+];
+
+/// The modules of rip-probe analyze computes with.
+const ANALYZE_USES: &[&str] = &["analyze", "model", "util", "error"];
+
+/// The parts of the standard library that reach outside the program:
+/// files (/proc), processes, the OS, the network, threads (sleeps), the
+/// environment.
+const STD_OUTSIDE: &[&str] = &["fs", "process", "os", "net", "thread", "env", "io"];
+
+/// The crates analyze may name besides the standard library: the kernel
+/// programs' record types and serde.
+const ANALYZE_CRATES: &[&str] = &["rip_ebpf", "serde"];
+
+/// Every path a file names outside its tests (`#[cfg(test)]` modules
+/// build fixtures as they like), `use` trees flattened, `crate`, `self`
+/// and `super` resolved to `crate::…` from `module`.
+fn named_paths(module: &[String], file: &syn::File) -> Vec<Vec<String>> {
+    struct V {
+        module: Vec<String>,
+        out: Vec<Vec<String>>,
+    }
+    impl V {
+        fn push(&mut self, segs: Vec<String>) {
+            let Some(first) = segs.first() else { return };
+            if segs.len() == 1 && ["crate", "self", "super"].contains(&first.as_str()) {
+                // `pub(crate)`, `pub(super)`: a visibility, not a use.
+                return;
+            }
+            let resolved = match first.as_str() {
+                "crate" => segs,
+                "self" | "super" => {
+                    let mut base = self.module.clone();
+                    let mut rest = &segs[..];
+                    if first == "self" {
+                        rest = &rest[1..];
+                    }
+                    while rest.first().is_some_and(|s| s == "super") {
+                        base.pop();
+                        rest = &rest[1..];
+                    }
+                    let mut p = vec!["crate".to_string()];
+                    p.extend(base);
+                    p.extend(rest.iter().cloned());
+                    p
+                }
+                _ => segs,
+            };
+            self.out.push(resolved);
+        }
+        fn tree(&mut self, prefix: &mut Vec<String>, t: &syn::UseTree) {
+            match t {
+                syn::UseTree::Path(p) => {
+                    prefix.push(p.ident.to_string());
+                    self.tree(prefix, &p.tree);
+                    prefix.pop();
+                }
+                syn::UseTree::Name(n) => {
+                    let mut v = prefix.clone();
+                    if n.ident != "self" {
+                        v.push(n.ident.to_string());
+                    }
+                    self.push(v);
+                }
+                syn::UseTree::Rename(r) => {
+                    let mut v = prefix.clone();
+                    v.push(r.ident.to_string());
+                    self.push(v);
+                }
+                syn::UseTree::Glob(_) => self.push(prefix.clone()),
+                syn::UseTree::Group(g) => g.items.iter().for_each(|i| self.tree(prefix, i)),
+            }
+        }
+    }
+    fn is_test(attrs: &[syn::Attribute]) -> bool {
+        attrs.iter().any(|a| {
+            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+        })
+    }
+    impl<'ast> Visit<'ast> for V {
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            if is_test(&m.attrs) {
+                return;
+            }
+            self.module.push(m.ident.to_string());
+            syn::visit::visit_item_mod(self, m);
+            self.module.pop();
+        }
+        fn visit_path(&mut self, p: &'ast syn::Path) {
+            self.push(p.segments.iter().map(|s| s.ident.to_string()).collect());
+            syn::visit::visit_path(self, p);
+        }
+        fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+            self.tree(&mut Vec::new(), &u.tree);
+        }
+    }
+    let mut v = V {
+        module: module.to_vec(),
+        out: Vec::new(),
+    };
+    v.visit_file(file);
+    v.out
+}
+
+/// rip-probe's dependencies, as Rust names them (`btf-rs` → `btf_rs`).
+fn dependencies() -> BTreeSet<String> {
+    let toml = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .expect("rip-probe/Cargo.toml");
+    let mut out = BTreeSet::new();
+    let mut in_deps = false;
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+        } else if in_deps
+            && !line.starts_with('#')
+            && let Some((name, _)) = line.split_once('=')
+        {
+            out.insert(name.trim().replace('-', "_"));
+        }
+    }
+    out
+}
+
+/// What analyze names that it may not: a stage other than those it
+/// computes with, an item of collect that is not evidence, the parts of
+/// std that reach outside, another crate than `ANALYZE_CRATES`.
+fn analyze_reads(files: &[(Vec<String>, syn::File)], crates: &BTreeSet<String>) -> Vec<String> {
+    let mut bad = BTreeSet::new();
+    for (m, f) in files.iter().filter(|(m, _)| m[0] == "analyze") {
+        for p in named_paths(m, f) {
+            let text = p.join("::");
+            let ok = match p[0].as_str() {
+                "crate" => {
+                    let rest = p[1..].join("::");
+                    p.len() > 1
+                        && (ANALYZE_USES.contains(&p[1].as_str())
+                            || EVIDENCE
+                                .iter()
+                                .any(|e| rest == *e || rest.starts_with(&format!("{e}::"))))
+                }
+                "std" | "core" | "alloc" => {
+                    p.get(1).is_none_or(|s| !STD_OUTSIDE.contains(&s.as_str()))
+                }
+                c if crates.contains(c) => ANALYZE_CRATES.contains(&c),
+                // A local name (a type, a variant, a function in scope).
+                _ => true,
+            };
+            if !ok {
+                bad.insert(format!("{} names {text}", m.join("::")));
+            }
+        }
+    }
+    bad.into_iter().collect()
+}
+
+#[test]
+fn analyze_computes_from_what_it_is_handed() {
+    let files: Vec<_> = source::library()
+        .into_iter()
+        .filter(|f| !f.module.is_empty())
+        .map(|f| (f.module, f.file))
+        .collect();
+    let crates = dependencies();
+    assert!(
+        crates.contains("blazesym") && crates.contains("rip_ebpf"),
+        "{crates:?}"
+    );
+    assert!(files.iter().filter(|(m, _)| m[0] == "analyze").count() > 5);
+    let bad = analyze_reads(&files, &crates);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// librip's and xtask's files, like rip-probe's, import each other in no
+/// ring.
+#[test]
+fn no_crate_of_the_workspace_has_circles() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (krate, root) in [("librip", "lib.rs"), ("xtask", "main.rs")] {
+        let files: Vec<_> = source::crate_sources(&workspace.join(krate).join("src"), root)
+            .into_iter()
+            .map(|f| (f.module, f.file))
+            .collect();
+        assert!(files.len() > 5, "read {krate}'s sources: {}", files.len());
+        let bad = rings(&graph(&files));
+        assert!(bad.is_empty(), "{krate}: {}", bad.join("\n"));
+    }
+}
+
 #[test]
 fn imports_point_down_the_pipeline_without_circles() {
     let files: Vec<_> = source::library()
@@ -191,4 +409,54 @@ fn the_check_catches_what_it_forbids() {
         ("model", ""),
     ]);
     assert!(violations(&fine).is_empty(), "{:?}", violations(&fine));
+}
+
+/// The analyze rule fails where it should: a reader of collect, a module
+/// of it, the symbolizer, /proc through std, a crate that reads; and
+/// passes evidence, the model, std's collections, a test's fixtures.
+#[test]
+fn the_analyze_rule_catches_what_it_forbids() {
+    let crates: BTreeSet<String> = ["blazesym", "rip_ebpf", "libc"].map(String::from).into();
+    let files = fake(&[
+        (
+            "analyze::waits",
+            "use crate::collect::locks::{LockEvidence, tid_status};
+             use super::super::collect::memory;
+             use crate::symbolize::data::DataNames;
+             use std::collections::HashMap;
+             fn f() { let _ = std::fs::read_to_string(\"/proc/1/comm\"); libc::getpid(); }
+             fn g(e: &crate::collect::locks::LockEvidence, r: rip_ebpf::TaskRecord) {}
+             #[cfg(test)]
+             mod tests { use crate::collect::locks::evidence; }",
+        ),
+        (
+            "analyze::group",
+            "use crate::model::Report; use super::waits;",
+        ),
+    ]);
+    assert_eq!(
+        analyze_reads(&files, &crates),
+        [
+            "analyze::waits names crate::collect::locks::tid_status",
+            "analyze::waits names crate::collect::memory",
+            "analyze::waits names crate::symbolize::data::DataNames",
+            "analyze::waits names libc::getpid",
+            "analyze::waits names std::fs::read_to_string",
+        ]
+    );
+}
+
+/// A ring among one directory's files is found in any crate, at its top
+/// level too (librip's files sit beside its lib.rs).
+#[test]
+fn rings_are_found_at_a_crate_s_top_level() {
+    let files = fake(&[
+        ("reader", ""),
+        ("reader::parse", "use super::original::Slot;"),
+        ("reader::original", "use super::parse::words;"),
+        ("format", "use crate::snap::X;"),
+        ("snap", "use crate::format::Y;"),
+    ]);
+    let bad = rings(&graph(&files));
+    assert_eq!(bad.len(), 2, "{bad:?}");
 }

@@ -465,7 +465,6 @@ fn waiting(
             },
         },
         owner_tid: owner,
-        owner_state: None,
     });
     t
 }

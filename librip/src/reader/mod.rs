@@ -15,6 +15,7 @@ pub mod original;
 mod parse;
 pub mod perf_map;
 mod ranges;
+mod source;
 
 use std::{path::Path, path::PathBuf};
 
@@ -184,7 +185,7 @@ impl RingFile {
 
     /// Parses a ring from bytes (a copy of a file; for tests and fuzzing).
     pub fn from_bytes(bytes: &[u8]) -> Result<RingFile, ReadError> {
-        parse::parse(&parse::Bytes(bytes))
+        parse::parse(&source::Bytes(bytes))
     }
 
     /// The uid owning the file it was read from: who wrote it, as far as
@@ -228,7 +229,7 @@ impl OriginalRing {
 
     /// Parses one from bytes (for tests and fuzzing).
     pub fn from_bytes(bytes: &[u8]) -> Result<OriginalRing, ReadError> {
-        original::parse(&parse::Bytes(bytes))
+        original::parse(&source::Bytes(bytes))
     }
 }
 
@@ -240,14 +241,14 @@ fn open_error(path: &Path, e: OpenError) -> ReadError {
 }
 
 /// The file at `path` as a pread source, and its owner.
-fn source(path: &Path, follow: Follow) -> Result<(parse::FileSource, u32), ReadError> {
+fn source(path: &Path, follow: Follow) -> Result<(source::FileSource, u32), ReadError> {
     let f = RegularFile::open(path, follow).map_err(|e| open_error(path, e))?;
     let owner = f.uid;
     Ok((file_source(f), owner))
 }
 
-fn file_source(f: RegularFile) -> parse::FileSource {
-    parse::FileSource {
+fn file_source(f: RegularFile) -> source::FileSource {
+    source::FileSource {
         len: f.size,
         allocated: f.allocated,
         fd: f.into_fd(),

@@ -7,7 +7,7 @@
 //! 1.3 GB) but sparse: only the extents that hold data are read
 //! (`SEEK_DATA`), so the work is bounded by what the file really stores.
 
-use super::{ReadError, parse::Source};
+use super::{ReadError, source::Source};
 
 /// Bytes of one slot: `char name[64]` and `uintptr_t rip[32]`.
 pub const SLOT_SIZE: u64 = 64 + 8 * ENTRIES as u64;
@@ -154,7 +154,7 @@ fn decode(id: u64, s: &[u64]) -> Option<OriginalSlot> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reader::parse::Bytes;
+    use crate::reader::source::Bytes;
 
     fn slot(name: &str, entries: &[u64]) -> Vec<u8> {
         let mut v = vec![0u8; SLOT_SIZE as usize];

@@ -1,26 +1,24 @@
 //! `rip-probe locks`: what the futex programs counted, turned into one
 //! [`LocksReport`]: per lock its totals, percentile and histogram, the
-//! threads that waited longest, and where the wakers were; each lock
-//! recognised and named from the target's memory.
+//! threads that waited longest, and where the wakers were. Each lock's
+//! kind, the waiters' names and the wakers' stacks come from the evidence
+//! collect read (`collect::contention`), the names of locks and frames
+//! from symbolize: nothing here reads the process.
 
 use std::collections::HashMap;
 
-use librip::reader::{MapsLine, ProcessMaps};
-use rip_ebpf::contention::{LockStat, WAKER_STACK_WORDS, WakerStat};
+use rip_ebpf::contention::{LockStat, WakerStat};
 
 use crate::{
     analyze::hist::Log2Hist,
     collect::{
+        contention::ContentionEvidence,
         kernel::contention::{Counted, MAX_LOCKS},
-        locks,
-        memory::{Memory, ProcessMemory},
     },
-    discover,
     model::{
         Frame, LockKind, ProcessInfo,
         contention::{HistBucket, LockContention, LockWaiter, LockWaker, LocksReport},
     },
-    symbolize::{data::DataNames, stacks::StackSymbolizer},
 };
 
 /// Waiters listed per lock.
@@ -28,37 +26,40 @@ const TOP_WAITERS: usize = 5;
 /// Waking stacks listed per lock.
 const TOP_WAKERS: usize = 5;
 
-/// Builds the report of process `process.pid` from what was `counted`
-/// over `window_ns`. Reads the target's memory and /proc for names and
-/// kinds while it still runs (after it exited, locks keep their counts and
-/// lose their names).
-pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksReport {
-    let pid = process.pid;
-    let mem = ProcessMemory::new(pid);
-    let status = |tid| locks::tid_status(pid, tid);
-    // Code is file-backed: those mappings are all the stacks need (the
-    // whole map has two lines per thread).
-    let process_maps = ProcessMaps::open(pid).ok();
-    let mut names = DataNames::new(pid, process_maps.as_ref());
-    let maps: Vec<MapsLine> = process_maps
-        .as_ref()
-        .and_then(|m| m.file_backed().ok())
-        .map(<[_]>::to_vec)
-        .unwrap_or_default();
-    let mut symbolizer = StackSymbolizer::new(pid);
-    let mut comms: HashMap<u32, Option<String>> = HashMap::new();
+/// Names for what the evidence holds, from the one symbolize pass.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    /// Each lock's name by its address (`g_table_lock`, `heap 0x…`).
+    pub locks: HashMap<u64, Option<String>>,
+    /// Each waker's frames by (futex word, stack id), one per address of
+    /// its [`crate::collect::contention::WakerStack`].
+    pub wakers: HashMap<(u64, i64), Vec<Frame>>,
+}
 
+/// Builds the report of `process` from what was `counted` over
+/// `window_ns`, with what collect read beside the counts (`ev`) and the
+/// names symbolize gave it (`names`).
+pub fn report(
+    counted: &Counted,
+    ev: &ContentionEvidence,
+    names: &Names,
+    process: ProcessInfo,
+    window_ns: u64,
+) -> LocksReport {
     let mut out: Vec<LockContention> = counted
         .locks
         .iter()
         .map(|(uaddr, stat)| {
-            let (lock, kind, mutex) = locks::lock_at(&mem, &status, *uaddr, stat.op, stat.val)
-                .unwrap_or((*uaddr, LockKind::Futex, None));
+            let (lock, kind, mutex) =
+                ev.locks
+                    .get(uaddr)
+                    .cloned()
+                    .unwrap_or((*uaddr, LockKind::Futex, None));
             let histogram = histogram(stat);
             LockContention {
                 futex: *uaddr,
                 lock,
-                symbol: names.name(lock),
+                symbol: names.locks.get(&lock).cloned().flatten(),
                 kind,
                 idle: kind == LockKind::Condvar || (stat.wakes == 0 && stat.waits > 0),
                 mutex,
@@ -90,7 +91,7 @@ pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksR
         };
         out[i].top_waiters.push(LockWaiter {
             tid: k.tid,
-            name: None,
+            name: ev.names.get(&k.tid).cloned().flatten(),
             waits: w.waits,
             total_wait_ns: w.total_ns,
             max_wait_ns: w.max_ns,
@@ -106,30 +107,20 @@ pub fn report(counted: &Counted, process: ProcessInfo, window_ns: u64) -> LocksR
         l.top_waiters
             .sort_by(|a, b| (b.total_wait_ns, a.tid).cmp(&(a.total_wait_ns, b.tid)));
         l.top_waiters.truncate(TOP_WAITERS);
-        for w in &mut l.top_waiters {
-            w.name = comms
-                .entry(w.tid)
-                .or_insert_with(|| {
-                    discover::read_proc(pid, w.tid, "comm")
-                        .ok()
-                        .map(|c| c.trim_end_matches('\n').to_string())
-                })
-                .clone();
-        }
         let mut ws = wakers.remove(&i).unwrap_or_default();
         ws.sort_by(|a, b| (b.1.wakes, a.0).cmp(&(a.1.wakes, b.0)));
         ws.truncate(TOP_WAKERS);
+        let futex = l.futex;
         l.wakers = ws
             .into_iter()
             .map(|(id, w)| {
-                let fp = counted.stacks.get(&id).map_or(&[][..], Vec::as_slice);
-                let addrs = waker_stack(fp, w, &maps, &mem);
-                let stack = symbolizer.frames(&addrs);
+                let stack = names.wakers.get(&(futex, id)).cloned().unwrap_or_default();
+                let released = ev.wakers.get(&(futex, id)).and_then(|s| s.released_at);
                 LockWaker {
                     wakes: w.wakes,
                     calls: w.calls,
                     tid: w.tid,
-                    location: releaser(&stack, &maps),
+                    location: released.and_then(|at| stack.get(at).cloned()),
                     stack,
                 }
             })
@@ -186,88 +177,6 @@ fn percentile(hist: &[HistBucket], total: u64, pct: u64) -> u64 {
     hist.last().map_or(0, |b| b.high_ns)
 }
 
-/// Whether `path` is the C library or the dynamic loader, whose futex
-/// wrappers are not where a lock is released.
-fn is_libc(path: &str) -> bool {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    [
-        "libc.so",
-        "libc-",
-        "libpthread",
-        "ld-linux",
-        "ld-musl",
-        "libc.musl",
-    ]
-    .iter()
-    .any(|p| file.starts_with(p))
-}
-
-/// The executable mapping holding `addr`.
-fn code_at(maps: &[MapsLine], addr: u64) -> Option<&MapsLine> {
-    maps.iter()
-        .find(|m| (m.start..m.end).contains(&addr) && m.is_exec())
-}
-
-/// Whether the instruction before `ra` is a call: `call rel32` (e8),
-/// `call *disp32(%rip)` (ff 15), or `call *%reg` (ff d0+r, 41 ff d0+r).
-fn after_call(mem: &dyn Memory, ra: u64) -> bool {
-    let mut b = [0u8; 6];
-    let Some(at) = ra.checked_sub(6) else {
-        return false;
-    };
-    if mem.read(at, &mut b).is_err() {
-        return false;
-    }
-    b[1] == 0xe8 || (b[0] == 0xff && b[1] == 0x15) || (b[4] == 0xff && b[5] & 0xf8 == 0xd0)
-}
-
-/// The waker's stack: the frame-pointer walk the kernel took, with the
-/// gap it leaves filled in. libc's futex wrappers keep no frame pointer,
-/// so the walk goes from the wrapper straight to the caller of the
-/// function that released the lock. The words kept from the top of the
-/// stack hold the return addresses in between: those that point just
-/// after a call, up to the first outside libc (the releasing function).
-fn waker_stack(fp: &[u64], w: &WakerStat, maps: &[MapsLine], mem: &dyn Memory) -> Vec<u64> {
-    let Some((&ip, rest)) = fp.split_first() else {
-        return Vec::new();
-    };
-    let mut out = vec![ip];
-    if code_at(maps, ip).is_some_and(|m| is_libc(&m.name)) {
-        for &word in w.top.iter().take(WAKER_STACK_WORDS) {
-            let Some(m) = code_at(maps, word) else {
-                continue;
-            };
-            if !after_call(mem, word) {
-                continue;
-            }
-            if rest.first() == Some(&word) {
-                break;
-            }
-            out.push(word);
-            if !is_libc(&m.name) {
-                break;
-            }
-        }
-    }
-    out.extend_from_slice(rest);
-    out
-}
-
-/// The first frame outside libc and the loader: where the lock was
-/// released.
-fn releaser(stack: &[Frame], maps: &[MapsLine]) -> Option<Frame> {
-    stack
-        .iter()
-        .find(|f| {
-            let module = f
-                .module
-                .clone()
-                .or_else(|| code_at(maps, f.addr).map(|m| m.name.clone()));
-            module.is_some_and(|m| !is_libc(&m))
-        })
-        .cloned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,17 +220,158 @@ mod tests {
         assert_eq!(top[0].high_ns, 1 << 63);
     }
 
+    fn process() -> ProcessInfo {
+        ProcessInfo {
+            pid: 1,
+            exe: None,
+            comm: None,
+            alive: true,
+            lost: None,
+            ns_pid: None,
+        }
+    }
+
+    fn frame(addr: u64, function: &str) -> Frame {
+        Frame {
+            addr,
+            function: Some(function.into()),
+            ..Frame::default()
+        }
+    }
+
+    /// A report made from constructed counts and evidence, as `rip-probe
+    /// locks` makes it from a live process's: the contended lock first,
+    /// known by the layout the evidence read and the name symbolize gave
+    /// it; the longest waiters, named; the wakers by wakes, each released
+    /// where the evidence says its stack left libc. A word with no
+    /// evidence is a plain futex; waits nobody woke are idle, last.
     #[test]
-    fn libc_is_recognised_by_file_name() {
-        for p in [
-            "/usr/lib/x86_64-linux-gnu/libc.so.6",
-            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-            "/lib/libpthread.so.0",
-        ] {
-            assert!(is_libc(p), "{p}");
-        }
-        for p in ["/srv/server", "/usr/lib/libcurl.so.4", "/opt/libcore.so"] {
-            assert!(!is_libc(p), "{p}");
-        }
+    fn a_report_is_made_from_evidence_alone() {
+        use rip_ebpf::contention::{WaiterKey, WaiterStat, WakerKey};
+
+        use crate::{
+            collect::contention::WakerStack,
+            model::{LockKind, MutexFlavor},
+        };
+        const MUTEX: u64 = 0x5000;
+        const POLL: u64 = 0x6000;
+        let mut contended = stat(&[(20, 10)]);
+        contended.wakes = 10;
+        contended.total_ns = 10_000_000;
+        contended.max_ns = 2_000_000;
+        let mut idle = stat(&[(30, 3)]);
+        idle.total_ns = 3_000_000_000;
+        let waiter = |tid, total_ns| {
+            (
+                WaiterKey {
+                    uaddr: MUTEX,
+                    tid,
+                    _pad: 0,
+                },
+                WaiterStat {
+                    waits: 1,
+                    total_ns,
+                    max_ns: total_ns,
+                },
+            )
+        };
+        let waker = |stack_id, wakes| {
+            (
+                WakerKey {
+                    uaddr: MUTEX,
+                    stack_id,
+                },
+                WakerStat {
+                    wakes,
+                    calls: wakes,
+                    tid: 7,
+                    ..WakerStat::default()
+                },
+            )
+        };
+        let counted = Counted {
+            locks: vec![(POLL, idle), (MUTEX, contended)],
+            waiters: (1..=7).map(|t| waiter(t, u64::from(t) * 1000)).collect(),
+            wakers: vec![waker(1, 3), waker(2, 7)],
+            stacks: HashMap::new(),
+            locks_full: false,
+        };
+        let flavor = MutexFlavor::default();
+        let ev = ContentionEvidence {
+            locks: HashMap::from([(MUTEX, (MUTEX, LockKind::Mutex, Some(flavor)))]),
+            names: (1..=7).map(|t| (t, Some(format!("worker-{t}")))).collect(),
+            wakers: HashMap::from([
+                (
+                    (MUTEX, 2),
+                    WakerStack {
+                        addrs: vec![0x7000, 0x400, 0x500],
+                        released_at: Some(1),
+                    },
+                ),
+                (
+                    (MUTEX, 1),
+                    WakerStack {
+                        addrs: vec![0x7000],
+                        released_at: None,
+                    },
+                ),
+            ]),
+        };
+        let names = Names {
+            locks: HashMap::from([(MUTEX, Some("g_table_lock".into())), (POLL, None)]),
+            wakers: HashMap::from([(
+                (MUTEX, 2),
+                vec![
+                    frame(0x7000, "__lll_unlock_wake"),
+                    frame(0x400, "table_put"),
+                    frame(0x500, "main"),
+                ],
+            )]),
+        };
+        let r = report(&counted, &ev, &names, process(), 1_000_000_000);
+        let [first, last] = &r.locks[..] else {
+            panic!("two locks: {:?}", r.locks);
+        };
+        assert_eq!(
+            (first.futex, first.kind, first.idle),
+            (MUTEX, LockKind::Mutex, false)
+        );
+        assert_eq!(first.symbol.as_deref(), Some("g_table_lock"));
+        assert!(first.mutex.is_some());
+        assert_eq!(
+            (last.futex, last.lock, last.kind, last.idle),
+            (POLL, POLL, LockKind::Futex, true),
+            "no evidence: the word itself, a plain futex; nobody woke it: idle"
+        );
+        assert_eq!(last.symbol, None);
+        let top: Vec<(u32, Option<&str>)> = first
+            .top_waiters
+            .iter()
+            .map(|w| (w.tid, w.name.as_deref()))
+            .collect();
+        assert_eq!(
+            top,
+            [
+                (7, Some("worker-7")),
+                (6, Some("worker-6")),
+                (5, Some("worker-5")),
+                (4, Some("worker-4")),
+                (3, Some("worker-3")),
+            ]
+        );
+        let wakers: Vec<(u64, Option<&str>, usize)> = first
+            .wakers
+            .iter()
+            .map(|w| {
+                let at = w.location.as_ref().and_then(|f| f.function.as_deref());
+                (w.wakes, at, w.stack.len())
+            })
+            .collect();
+        assert_eq!(
+            wakers,
+            [(7, Some("table_put"), 3), (3, None, 0)],
+            "most wakes first; released where the stack left libc; an unnamed stack has no place"
+        );
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     }
 }

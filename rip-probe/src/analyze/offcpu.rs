@@ -1,7 +1,7 @@
 //! `rip-probe offcpu`: the kernel's sums, by (thread, stack hash, kernel
 //! stack, snap), turned into the report — stacks with their threads,
-//! totals by thread and by last snap — with every distinct stack and snap
-//! symbolized once.
+//! totals by thread and by last snap — with the names symbolize gave
+//! every distinct stack and snap. Nothing here reads the process.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -14,7 +14,6 @@ use crate::{
         Frame,
         offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
     },
-    symbolize::stacks::StackSymbolizer,
     util::timefmt::duration,
 };
 
@@ -35,16 +34,23 @@ struct Sum {
     tids: BTreeSet<u32>,
 }
 
+/// Names for what the window gathered: frames from the one symbolize
+/// pass, thread names from collect.
+#[derive(Default)]
+pub(crate) struct Names {
+    /// Frames by user stack (as `OffCpuData::user_stack` gives it).
+    pub user: HashMap<Arc<[u64]>, Arc<[Frame]>>,
+    /// Kernel frames by address.
+    pub kernel: HashMap<u64, Frame>,
+    /// Snap frames by address.
+    pub snaps: HashMap<u64, Frame>,
+    /// Thread names by tid (`None`: the thread has exited).
+    pub threads: HashMap<u32, Option<String>>,
+}
+
 /// Fills `fig`'s figures (totals, stacks, threads, snaps, and the
-/// warnings the counters call for) from `data`, naming frames with `sym`
-/// (the process's, which may have named most stacks while it ran). `name`
-/// gives a thread's name (None once it has exited).
-pub(crate) fn fill(
-    fig: &mut OffCpuReport,
-    sym: &mut StackSymbolizer,
-    data: &OffCpuData,
-    name: impl Fn(u32) -> Option<String>,
-) {
+/// warnings the counters call for) from `data`, named by `names`.
+pub(crate) fn fill(fig: &mut OffCpuReport, data: &OffCpuData, names: &Names) {
     let mut by_stack: HashMap<StackKey, Sum> = HashMap::new();
     let mut by_thread: HashMap<u32, ThreadOffCpu> = HashMap::new();
     let mut by_snap: HashMap<u64, Periods> = HashMap::new();
@@ -54,11 +60,7 @@ pub(crate) fn fill(
         ns: data.stats.short_ns,
     };
     for (key, total) in &data.totals {
-        let (user, unwound) = match data.user_stacks.get(&key.hash) {
-            Some(s) => (s.clone(), true),
-            None if key.ip != 0 => (Arc::from(vec![key.ip]), false),
-            None => (Arc::from(Vec::new()), false),
-        };
+        let (user, unwound) = data.user_stack(key);
         if !unwound {
             not_unwound_ns += total.ns;
         }
@@ -109,41 +111,6 @@ pub(crate) fn fill(
     let mut snaps: Vec<(u64, Periods)> = by_snap.into_iter().collect();
     snaps.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then(a.0.cmp(&b.0)));
 
-    // Symbolize each distinct user stack, kernel stack and snap once.
-    let mut user_ids: HashMap<Arc<[u64]>, usize> = HashMap::new();
-    let mut users: Vec<Arc<[u64]>> = Vec::new();
-    for (k, _) in &stacks {
-        user_ids.entry(k.user.clone()).or_insert_with(|| {
-            users.push(k.user.clone());
-            users.len() - 1
-        });
-    }
-    let refs: Vec<&[u64]> = users.iter().map(|u| &u[..]).collect();
-    let user_frames: Vec<Arc<[Frame]>> = sym
-        .frames_of_many(&refs)
-        .into_iter()
-        .map(Arc::from)
-        .collect();
-    let kernel_addrs: Vec<u64> = stacks.iter().flat_map(|(k, _)| k.kernel.clone()).collect();
-    let kernel_names = sym.kernel(&kernel_addrs);
-    let mut snap_addrs: Vec<u64> = stacks
-        .iter()
-        .map(|(k, _)| k.snap)
-        .filter(|&a| a != 0)
-        .collect();
-    snap_addrs.sort_unstable();
-    snap_addrs.dedup();
-    let snap_refs: Vec<[u64; 1]> = snap_addrs.iter().map(|&a| [a]).collect();
-    let snap_refs: Vec<&[u64]> = snap_refs.iter().map(|a| &a[..]).collect();
-    let snap_names: HashMap<u64, Frame> = snap_addrs
-        .iter()
-        .copied()
-        .zip(
-            sym.frames_of_many(&snap_refs)
-                .into_iter()
-                .map(|mut f| f.pop().unwrap_or_default()),
-        )
-        .collect();
     let mut kernel_stacks: HashMap<Vec<u64>, Arc<[Frame]>> = HashMap::new();
 
     fig.stacks = stacks
@@ -155,7 +122,7 @@ pub(crate) fn fill(
                     k.kernel
                         .iter()
                         .map(|a| {
-                            let mut f = kernel_names.get(a).cloned().unwrap_or_default();
+                            let mut f = names.kernel.get(a).cloned().unwrap_or_default();
                             f.addr = *a;
                             f
                         })
@@ -167,10 +134,18 @@ pub(crate) fn fill(
                 count: s.count,
                 preempted: k.preempted,
                 tids: s.tids.into_iter().collect(),
-                frames: user_frames[user_ids[&k.user]].clone(),
+                frames: names.user.get(&k.user).cloned().unwrap_or_else(|| {
+                    k.user
+                        .iter()
+                        .map(|&addr| Frame {
+                            addr,
+                            ..Frame::default()
+                        })
+                        .collect()
+                }),
                 unwound: k.unwound,
                 kernel_stack,
-                snap: (k.snap != 0).then(|| snap_frame(&snap_names, k.snap)),
+                snap: (k.snap != 0).then(|| snap_frame(&names.snaps, k.snap)),
             }
         })
         .collect();
@@ -178,14 +153,14 @@ pub(crate) fn fill(
     fig.snaps = snaps
         .into_iter()
         .map(|(a, p)| SnapOffCpu {
-            snap: snap_frame(&snap_names, a),
+            snap: snap_frame(&names.snaps, a),
             off_cpu_ns: p.ns,
             count: p.count,
         })
         .collect();
     let mut threads: Vec<ThreadOffCpu> = by_thread.into_values().collect();
     for t in &mut threads {
-        t.name = name(t.tid);
+        t.name = names.threads.get(&t.tid).cloned().flatten();
     }
     threads.sort_by(|a, b| {
         (b.blocked_ns + b.preempted_ns)
@@ -291,5 +266,145 @@ pub(crate) fn percent(part: u64, whole: u64) -> f64 {
         0.0
     } else {
         part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rip_ebpf::offcpu::{OffKey, OffTotal};
+
+    use super::*;
+    use crate::model::ProcessInfo;
+
+    fn empty() -> OffCpuReport {
+        OffCpuReport {
+            schema: crate::model::SCHEMA_VERSION,
+            process: ProcessInfo {
+                pid: 1,
+                exe: None,
+                comm: None,
+                alive: true,
+                lost: None,
+                ns_pid: None,
+            },
+            window_ns: 1_000_000_000,
+            min_block_ns: 0,
+            kernel_stacks: true,
+            total_ns: 0,
+            preempted_ns: 0,
+            short: Periods::default(),
+            stacks: Vec::new(),
+            threads: Vec::new(),
+            snaps: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn named(addr: u64, function: &str) -> Frame {
+        Frame {
+            addr,
+            function: Some(function.into()),
+            ..Frame::default()
+        }
+    }
+
+    fn key(tid: u32, hash: u64, ip: u64, snap: u64, preempted: u32) -> OffKey {
+        OffKey {
+            tid,
+            kstack_id: 1,
+            hash,
+            ip,
+            snap,
+            preempted,
+            _pad: 0,
+        }
+    }
+
+    fn total(ms: u64) -> OffTotal {
+        OffTotal {
+            ns: ms * 1_000_000,
+            count: 1,
+        }
+    }
+
+    /// The report made from constructed sums and names, as `rip-probe
+    /// offcpu` makes it from a window: two stacks that read the same
+    /// (one function, two instructions) are one, with both threads and
+    /// the time of both; a stack never unwound is shown by where the
+    /// thread entered the kernel, and said so; the totals add up by
+    /// thread, by preemption and by snap; every name is the one given.
+    #[test]
+    fn a_report_is_made_from_sums_and_names_alone() {
+        let read_a: Arc<[u64]> = Arc::from(vec![0x100, 0x900]);
+        let read_b: Arc<[u64]> = Arc::from(vec![0x104, 0x900]);
+        let data = OffCpuData {
+            totals: vec![
+                (key(1, 0xa, 0, 0x50, 0), total(30)),
+                (key(2, 0xb, 0, 0x50, 0), total(20)),
+                (key(2, 0xc, 0x700, 0, 1), total(5)),
+            ],
+            user_stacks: HashMap::from([(0xa, read_a.clone()), (0xb, read_b.clone())]),
+            kernel_stacks: HashMap::from([(1, vec![0xffff_0001])]),
+            whole_window: vec![1],
+            ..OffCpuData::default()
+        };
+        let read =
+            |ip| -> Arc<[Frame]> { Arc::from(vec![named(ip, "read_all"), named(0x900, "main")]) };
+        let names = Names {
+            user: HashMap::from([(read_a, read(0x100)), (read_b, read(0x104))]),
+            kernel: HashMap::from([(0xffff_0001, named(0, "pipe_read"))]),
+            snaps: HashMap::from([(0x50, named(0, "serve"))]),
+            threads: HashMap::from([(1, Some("reader".into())), (2, None)]),
+        };
+        let mut r = empty();
+        fill(&mut r, &data, &names);
+        assert_eq!((r.total_ns, r.preempted_ns), (55_000_000, 5_000_000));
+        let [read_all, entered] = &r.stacks[..] else {
+            panic!("two stacks: {:?}", r.stacks);
+        };
+        assert_eq!(read_all.off_cpu_ns, 50_000_000);
+        assert_eq!(read_all.tids, [1, 2]);
+        assert!(read_all.unwound && !read_all.preempted);
+        assert_eq!(read_all.frames[0].function.as_deref(), Some("read_all"));
+        assert_eq!(
+            read_all.kernel_stack[0].function.as_deref(),
+            Some("pipe_read")
+        );
+        assert_eq!(read_all.kernel_stack[0].addr, 0xffff_0001);
+        let snap = read_all.snap.as_ref().expect("a snap");
+        assert_eq!((snap.addr, snap.function.as_deref()), (0x50, Some("serve")));
+        assert!(!entered.unwound && entered.preempted);
+        assert_eq!(
+            entered.frames.iter().map(|f| f.addr).collect::<Vec<_>>(),
+            [0x700],
+            "not unwound: where the thread entered the kernel, unnamed"
+        );
+        assert!(
+            r.warnings.iter().any(|w| w.contains("never unwound")),
+            "{:?}",
+            r.warnings
+        );
+        let threads: Vec<_> = r
+            .threads
+            .iter()
+            .map(|t| {
+                (
+                    t.tid,
+                    t.name.as_deref(),
+                    t.blocked_ns,
+                    t.preempted_ns,
+                    t.whole_window,
+                )
+            })
+            .collect();
+        assert_eq!(
+            threads,
+            [
+                (1, Some("reader"), 30_000_000, 0, true),
+                (2, None, 20_000_000, 5_000_000, false),
+            ]
+        );
+        assert_eq!(r.snaps.len(), 1);
+        assert_eq!(r.snaps[0].off_cpu_ns, 50_000_000);
     }
 }

@@ -16,38 +16,26 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::{
-    collect::locks::{LockEvidence, LockReads, WaitKey},
+    collect::locks::{LockEvidence, LockReads, SYS_FUTEX, SYS_FUTEX_WAITV, WAIT_KEY_ARGS, WaitKey},
     model::{Frame, LockChange, LockKind, Owner, Report, RuntimeWait, Thread, WaitsFor},
 };
 
-/// Each futex waiter of the report with its wait, as the kernel snapshot
-/// gave it: what `collect::locks::evidence` is to read.
-pub fn futex_waits(report: &Report) -> Vec<(u32, WaitKey)> {
-    report
-        .threads
-        .iter()
-        .filter_map(|t| Some((u32::try_from(t.tid).ok()?, wait_key(t)?)))
-        .filter(|(_, (nr, _))| {
-            matches!(
-                *nr,
-                crate::collect::locks::SYS_FUTEX | crate::collect::locks::SYS_FUTEX_WAITV
-            )
-        })
-        .collect()
-}
-
+/// A thread's futex wait, keyed as `collect::locks` keys the waits it
+/// read (the syscall and its first [`WAIT_KEY_ARGS`] arguments).
 fn wait_key(t: &Thread) -> Option<WaitKey> {
     let s = t.syscall.as_ref()?;
+    if !matches!(s.nr, SYS_FUTEX | SYS_FUTEX_WAITV) {
+        return None;
+    }
     let mut args = [0u64; 6];
-    for (a, v) in args.iter_mut().zip(&s.args) {
+    for (a, v) in args.iter_mut().zip(&s.args).take(WAIT_KEY_ARGS) {
         *a = v.raw;
     }
     Some((s.nr, args))
 }
 
 /// Fills each futex waiter's [`WaitsFor`] from the evidence `ev`, with
-/// the locks' names from `names` (by lock address), and says what each
-/// owner is doing. Returns the cycles of waits seen: deadlocks once
+/// the locks' names from `names` (by lock address). Returns the cycles of waits seen: deadlocks once
 /// [`confirm`] has found them again on a second look (`report.deadlocks`
 /// is left to it).
 pub fn fill(
@@ -68,25 +56,6 @@ pub fn fill(
             owner_tid,
             ..wait
         });
-    }
-    // What each owner does, described once per owner.
-    let owners: std::collections::HashSet<u64> = report
-        .threads
-        .iter()
-        .filter_map(|t| t.waits_for.as_ref()?.owner_tid.map(u64::from))
-        .collect();
-    let doing: HashMap<u64, String> = report
-        .threads
-        .iter()
-        .filter(|t| owners.contains(&t.tid))
-        .map(|t| (t.tid, doing(t)))
-        .collect();
-    for t in &mut report.threads {
-        if let Some(w) = &mut t.waits_for
-            && let Some(o) = w.owner_tid
-        {
-            w.owner_state = doing.get(&u64::from(o)).cloned();
-        }
     }
     wait_graph(&edges(report)).deadlocks
 }
@@ -133,7 +102,6 @@ pub fn confirm(report: &mut Report, candidates: &[Vec<u32>], second: &LockEviden
                 cause: LockChange::CycleGone,
             };
             w.owner_tid = None;
-            w.owner_state = None;
         }
     }
 }
@@ -176,7 +144,6 @@ fn judge(
         runtime: None,
         owner: l.owner.clone(),
         owner_tid: None,
-        owner_state: None,
     };
     let names = function_names(frames);
     // A runtime's own futex is never read as a glibc lock, whatever its
@@ -375,22 +342,6 @@ fn rust_lock_type(names: &[String]) -> Option<&'static str> {
             .find(|(parts, _)| parts.iter().all(|p| f.contains(p)))
             .map(|(_, ty)| *ty)
     })
-}
-
-/// What a thread is doing, in a few words: `blocked in read(…) for ≥41s`,
-/// `running`, `sleeping`.
-pub fn doing(t: &Thread) -> String {
-    let state = t.state.as_str();
-    match (&t.syscall, &t.blocked) {
-        (Some(s), Some(b)) => format!(
-            "{state} in {} for {}{}",
-            s.text,
-            if b.exact { "" } else { "≥" },
-            crate::util::timefmt::duration(b.ns)
-        ),
-        (Some(s), None) => format!("{state} in {}", s.text),
-        _ => state.to_string(),
-    }
 }
 
 /// One thread's wait: the lock it awaits and the lock's owner, if known.

@@ -475,9 +475,46 @@ fn parse_futex_wait(text: &str) -> Option<(i64, u64)> {
     matches!(nr, SYS_FUTEX | SYS_FUTEX_WAITV).then_some((nr, uaddr))
 }
 
-/// One futex wait as the kernel snapshot gave it: the syscall and its
-/// arguments. Threads waiting on one lock share it.
+/// One futex wait as the kernel snapshot gave it: the syscall and the
+/// arguments that say what it waits for (the rest are 0). Threads waiting
+/// on one lock share it.
 pub type WaitKey = (i64, [u64; 6]);
+
+/// The arguments a [`WaitKey`] keeps: futex(2)'s word, operation and
+/// expected value; futex_waitv(2)'s vector and count. The lock is read
+/// from these alone, so waits that differ only in their timeouts share
+/// their reads.
+pub const WAIT_KEY_ARGS: usize = 3;
+
+/// The key of syscall `nr` with arguments `args`, when it is a futex wait.
+pub fn wait_key(nr: i64, args: &[u64]) -> Option<WaitKey> {
+    if !matches!(nr, SYS_FUTEX | SYS_FUTEX_WAITV) {
+        return None;
+    }
+    let mut key = [0u64; 6];
+    for (k, a) in key.iter_mut().zip(args).take(WAIT_KEY_ARGS) {
+        *k = *a;
+    }
+    Some((nr, key))
+}
+
+/// The waits of `ev`'s first reads a cycle of waits can be made of: those
+/// whose lock names an owner that was itself in a futex wait. A cycle is
+/// a deadlock only if a second look finds it again, so these are read
+/// again.
+pub fn chained(ev: &LockEvidence, waits: &[(u32, WaitKey)]) -> Vec<(u32, WaitKey)> {
+    waits
+        .iter()
+        .filter(|(_, key)| {
+            ev.locks
+                .get(key)
+                .and_then(Option::as_ref)
+                .and_then(|r| r.owner)
+                .is_some_and(|o| matches!(ev.now.get(&o), Some(Some(_))))
+        })
+        .copied()
+        .collect()
+}
 
 /// A lock read twice around the waiters' states.
 #[derive(Clone, Debug, PartialEq, Eq)]

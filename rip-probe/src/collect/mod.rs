@@ -2,6 +2,7 @@
 //! (eBPF and /proc) and from the process's own ring file.
 
 pub mod cgroup;
+pub(crate) mod contention;
 mod error;
 #[cfg(test)]
 mod exec_mapping;

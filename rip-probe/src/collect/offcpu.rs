@@ -46,6 +46,33 @@ pub struct OffCpuData {
     pub window_ns: u64,
 }
 
+impl OffCpuData {
+    /// The user stack `key`'s time is charged to, and whether it was
+    /// unwound: the unwound stack, else where the thread entered the
+    /// kernel (its copy was lost), else none.
+    pub(crate) fn user_stack(&self, key: &OffKey) -> (Arc<[u64]>, bool) {
+        match self.user_stacks.get(&key.hash) {
+            Some(s) => (s.clone(), true),
+            None if key.ip != 0 => (Arc::from(vec![key.ip]), false),
+            None => (Arc::from(Vec::new()), false),
+        }
+    }
+
+    /// The names of the threads in the sums, read from process `pid`'s
+    /// /proc (`None`: the thread exited).
+    pub(crate) fn thread_names(&self, pid: u32) -> HashMap<u32, Option<String>> {
+        let mut names = HashMap::new();
+        for (key, _) in &self.totals {
+            names.entry(key.tid).or_insert_with(|| {
+                crate::discover::read_proc(pid, key.tid, "comm")
+                    .ok()
+                    .map(|s| s.trim_end().to_string())
+            });
+        }
+        names
+    }
+}
+
 /// Answers the off-CPU program during a window.
 pub struct OffCpuCollector {
     probe: OffCpuProbe,

@@ -1,8 +1,9 @@
 //! `rip-probe locks --pid N --duration D`: futex contention over a window.
 //! discover (the target, by pidfd) → collect (the futex programs count in
-//! the kernel; their maps are read once) → analyze (per lock: totals,
-//! histogram, waiters, wakers; kinds and names from the target's memory)
-//! → render.
+//! the kernel; their maps are read once; each lock's layout, the waiters'
+//! names and the wakers' stacks read from the target) → symbolize (lock
+//! and frame names) → analyze (per lock: totals, histogram, waiters,
+//! wakers) → render.
 
 use std::time::Duration;
 
@@ -11,11 +12,12 @@ use clap::Args;
 use super::{Length, output::Sink, parse_length};
 use crate::{
     analyze,
-    collect::kernel::contention::LockProbe,
+    collect::{self, kernel::contention::LockProbe},
     discover::{Lost, Target},
     error::{Error, Result},
     render,
     session::monotonic_ns,
+    symbolize,
     util::timing,
     window::{Watch, Window},
 };
@@ -58,8 +60,15 @@ pub(crate) fn run(a: &LocksArgs, out: &mut Sink) -> Result<()> {
     drop(probe);
     let lost = observed.lost().cloned().or_else(|| target.lost());
     let process = crate::session::process_info(&target, lost.as_ref());
+    let ev = timing::phase("read locks", || {
+        collect::contention::evidence(pid, &counted)
+    });
+    let (locks, wakers) = timing::phase("symbolize", || {
+        symbolize::locks::contention(pid, &counted, &ev)
+    });
+    let names = analyze::contention::Names { locks, wakers };
     let mut report = timing::phase("analyze", || {
-        analyze::contention::report(&counted, process, window_ns)
+        analyze::contention::report(&counted, &ev, &names, process, window_ns)
     });
     report.warnings.splice(0..0, observed.interrupted_note());
     out.emit(|w| {

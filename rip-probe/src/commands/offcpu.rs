@@ -17,7 +17,7 @@ use super::{
     parse_duration,
 };
 use crate::{
-    analyze::offcpu::fill,
+    analyze::{self, offcpu::fill},
     collect::{
         kernel::{
             offcpu::{OffCpuOptions, OffCpuProbe},
@@ -34,7 +34,7 @@ use crate::{
         offcpu::{OffCpuReport, Periods},
     },
     render,
-    symbolize::stacks::StackSymbolizer,
+    symbolize::{self, stacks::StackSymbolizer},
     util::{timefmt::duration, timing},
     window::{Observed, Watch, Window},
 };
@@ -138,13 +138,15 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
         snaps: Vec::new(),
         warnings,
     };
-    timing::phase("analyze and symbolize", || {
-        fill(&mut report, &mut sym, &data, |tid| {
-            read_proc(a.pid, tid, "comm")
-                .ok()
-                .map(|s| s.trim_end().to_string())
-        })
-    });
+    let threads = data.thread_names(a.pid);
+    let named = timing::phase("symbolize", || symbolize::stacks::offcpu(&mut sym, &data));
+    let names = analyze::offcpu::Names {
+        user: named.user,
+        kernel: named.kernel,
+        snaps: named.snaps,
+        threads,
+    };
+    timing::phase("analyze", || fill(&mut report, &data, &names));
     if let Some(svg) = svg {
         svg.write(|w| render::offcpu_svg(&report, w))?;
         return out.emit(|w| {

@@ -9,7 +9,7 @@ use std::{
 
 use super::{
     stack, tasks,
-    words::{ids, location_text, plural, source_word, truncate},
+    words::{doing, ids, location_text, plural, source_word, truncate},
 };
 use crate::{
     model::{
@@ -114,7 +114,7 @@ fn terminal_safe(r: &Report) -> Report {
         }
         escape_locations(&mut t.location, &mut t.history);
         if let Some(w) = &mut t.waits_for {
-            for s in [&mut w.symbol, &mut w.owner_state].into_iter().flatten() {
+            if let Some(s) = &mut w.symbol {
                 escape_in_place(s);
             }
             if let crate::model::Owner::Unknown { reason }
@@ -483,7 +483,7 @@ pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<
             return Some(out);
         }
         if owner.waits_for.is_none() {
-            out.push_str(&format!(", {}", crate::analyze::waits::doing(owner)));
+            out.push_str(&format!(", {}", doing(owner)));
             return Some(out);
         }
         at = owner;

@@ -2,7 +2,7 @@
 //! lists, where a location came from, truncation.
 
 use crate::{
-    model::{Location, LocationSource},
+    model::{Location, LocationSource, Thread},
     util::timefmt::duration,
 };
 
@@ -52,5 +52,21 @@ pub(super) fn truncate(s: &str, n: usize) -> String {
         let mut t: String = s.chars().take(n - 1).collect();
         t.push('…');
         t
+    }
+}
+
+/// What a thread is doing, in a few words: `blocked in read(…) for ≥41s`,
+/// `running`, `sleeping`.
+pub(super) fn doing(t: &Thread) -> String {
+    let state = t.state.as_str();
+    match (&t.syscall, &t.blocked) {
+        (Some(s), Some(b)) => format!(
+            "{state} in {} for {}{}",
+            s.text,
+            if b.exact { "" } else { "≥" },
+            duration(b.ns)
+        ),
+        (Some(s), None) => format!("{state} in {}", s.text),
+        _ => state.to_string(),
     }
 }

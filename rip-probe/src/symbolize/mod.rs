@@ -22,6 +22,7 @@ use blazesym::symbolize::{
 pub(crate) mod data;
 mod debuginfo;
 mod jit;
+pub(crate) mod locks;
 mod sites;
 pub(crate) mod stacks;
 mod thread;

@@ -3,10 +3,10 @@
 //! single locations: blazesym via `/proc/PID/map_files`, module and file
 //! offset where no symbol names an address.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use super::{Resolve, Symbolizer, UserSpace};
-use crate::model::Frame;
+use crate::{collect::offcpu::OffCpuData, model::Frame};
 
 /// Symbolizes the stacks of one live process, caching parsed binaries
 /// across calls.
@@ -132,6 +132,64 @@ pub(crate) fn frames_of<S: AsRef<[u64]>>(
                 .collect()
         })
         .collect()
+}
+
+/// Names for what an off-CPU window gathered: each distinct user stack's
+/// frames, each kernel address's, each snap's.
+pub(crate) struct OffCpuNames {
+    /// Frames by user stack (as [`OffCpuData::user_stack`] gives it).
+    pub user: HashMap<Arc<[u64]>, Arc<[Frame]>>,
+    /// Kernel frames by address.
+    pub kernel: HashMap<u64, Frame>,
+    /// Snap frames by address.
+    pub snaps: HashMap<u64, Frame>,
+}
+
+/// Names every distinct stack, kernel address and snap of `data` once,
+/// with `sym` (the process's, which may have named most stacks while it
+/// ran).
+pub(crate) fn offcpu(sym: &mut StackSymbolizer, data: &OffCpuData) -> OffCpuNames {
+    let mut users: Vec<Arc<[u64]>> = data
+        .totals
+        .iter()
+        .map(|(k, _)| data.user_stack(k).0)
+        .collect();
+    users.sort_unstable();
+    users.dedup();
+    let refs: Vec<&[u64]> = users.iter().map(|u| &u[..]).collect();
+    let user = users
+        .iter()
+        .cloned()
+        .zip(sym.frames_of_many(&refs).into_iter().map(Arc::from))
+        .collect();
+    let mut kernel_addrs: Vec<u64> = data.kernel_stacks.values().flatten().copied().collect();
+    kernel_addrs.sort_unstable();
+    kernel_addrs.dedup();
+    let kernel = sym.kernel(&kernel_addrs);
+    let mut snap_addrs: Vec<u64> = data
+        .totals
+        .iter()
+        .map(|(k, _)| k.snap)
+        .filter(|&a| a != 0)
+        .collect();
+    snap_addrs.sort_unstable();
+    snap_addrs.dedup();
+    let one: Vec<[u64; 1]> = snap_addrs.iter().map(|&a| [a]).collect();
+    let one: Vec<&[u64]> = one.iter().map(|a| &a[..]).collect();
+    let snaps = snap_addrs
+        .iter()
+        .copied()
+        .zip(
+            sym.frames_of_many(&one)
+                .into_iter()
+                .map(|mut f| f.pop().unwrap_or_default()),
+        )
+        .collect();
+    OffCpuNames {
+        user,
+        kernel,
+        snaps,
+    }
 }
 
 #[cfg(test)]

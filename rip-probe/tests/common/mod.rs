@@ -115,7 +115,6 @@ pub fn full_report() -> Report {
                 runtime: None,
                 owner: Owner::OtherProcess { tid: 7, pid: 6 },
                 owner_tid: None,
-                owner_state: None,
             }),
             exited: false,
             frames: stack(),

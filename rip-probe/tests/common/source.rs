@@ -16,25 +16,35 @@ pub struct SourceFile {
 
 /// Every `.rs` file of rip-probe's library (not main.rs).
 pub fn library() -> Vec<SourceFile> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    crate_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), "lib.rs")
+}
+
+/// Every `.rs` file of the crate whose sources are in `src`, `root`
+/// (`lib.rs` or `main.rs`) being its root module; the other crate roots
+/// there (a library's main.rs, src/bin) are other crates, left out.
+pub fn crate_sources(src: &Path, root: &str) -> Vec<SourceFile> {
     let mut out = Vec::new();
-    walk(&src, &src, &mut out);
+    walk(src, src, root, &mut out);
     out.sort_by(|a, b| a.module.cmp(&b.module));
     out
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<SourceFile>) {
+fn walk(root: &Path, dir: &Path, root_file: &str, out: &mut Vec<SourceFile>) {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     entries.sort();
     for p in entries {
-        if p.is_dir() {
-            walk(root, &p, out);
+        if p == root.join("bin") {
             continue;
         }
-        if p.extension().is_none_or(|e| e != "rs") || p == root.join("main.rs") {
+        if p.is_dir() {
+            walk(root, &p, root_file, out);
+            continue;
+        }
+        let top_root = ["lib.rs", "main.rs"].iter().any(|r| p == root.join(r));
+        if p.extension().is_none_or(|e| e != "rs") || (top_root && p != root.join(root_file)) {
             continue;
         }
         let rel = p.strip_prefix(root).unwrap().with_extension("");
@@ -42,7 +52,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<SourceFile>) {
             .components()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect();
-        if module.last().is_some_and(|m| m == "mod" || m == "lib") {
+        if top_root || module.last().is_some_and(|m| m == "mod") {
             module.pop();
         }
         let text = std::fs::read_to_string(&p).unwrap();

@@ -58,7 +58,7 @@ pub fn draw(path: &Path, bars: &[(&str, &str, f64)]) -> Result<()> {
         .x_desc("ns per call (median)")
         .x_label_formatter(&|v| {
             if *v >= 1.0 {
-                super::report::thousands(v.round() as u64)
+                super::stats::thousands(v.round() as u64)
             } else {
                 format!("{v}")
             }

@@ -6,6 +6,7 @@ use std::{fmt::Write, time::Duration};
 use super::{
     rows::{Measured, Tracer},
     scale::{self, ScaleResult},
+    stats::thousands,
     suites::REFERENCE,
 };
 
@@ -45,19 +46,6 @@ pub struct Report {
     pub reading: Result<super::reading::ReadingResult, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
-}
-
-/// `1234567` → `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Nanoseconds with the precision they deserve.

@@ -187,7 +187,7 @@ impl Measured {
                 run,
                 format!(
                     "RIP_PROBE_TIMING=1 {}",
-                    shell_words(&super::calls::rip_probe_calls_args(
+                    shell_words(&tracers::rip_probe_calls_args(
                         &super::workloads::rel(&ctx.rip_probe),
                         "PID",
                         f
@@ -268,7 +268,7 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             Ok((s, None, oc.finish().err()))
         }
         Tracer::RipProbeCalls(f) => {
-            let rp = super::calls::RipProbeCalls::attach(&ctx.rip_probe, w.pid(), f)?;
+            let rp = tracers::RipProbeCalls::attach(&ctx.rip_probe, w.pid(), f)?;
             let s = w.go(timeout)?;
             Ok((s, Some(rp.finish()?), None))
         }

@@ -412,7 +412,7 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
         "The target had {} threads; its ticker's longest gap with no tool \
          running: {:.1} ms. Load average (1, 5, 15 min) before the run: {}; \
          after: {}.\n",
-        super::report::thousands(r.threads as u64),
+        super::stats::thousands(r.threads as u64),
         r.idle_gap.as_secs_f64() * 1e3,
         r.load.0,
         r.load.1
@@ -444,9 +444,9 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
             t.runs.len(),
             ms(wall),
             rss / 1024,
-            super::report::thousands(t.stacks as u64),
+            super::stats::thousands(t.stacks as u64),
             ms(pause),
-            super::report::thousands(t.threads_after as u64)
+            super::stats::thousands(t.threads_after as u64)
         );
     }
     if let [with, without, ..] = &r.tools[..]
@@ -470,12 +470,12 @@ pub fn render(r: &Result<StacksResult, String>, s: &mut String) {
             "\nRequirement: every stack of {} blocked threads in at most {} ms and \
              {} MB peak RSS, without pausing the target. Measured: {}, {} MiB, {} \
              full stacks — {}.\n",
-            super::report::thousands(THREADS as u64),
+            super::stats::thousands(THREADS as u64),
             WALL.as_millis(),
             RSS_MB,
             ms(wall),
             rss / 1024,
-            super::report::thousands(rip.stacks as u64),
+            super::stats::thousands(rip.stacks as u64),
             if met { "met" } else { "**NOT met**" }
         );
     }

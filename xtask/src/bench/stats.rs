@@ -1,4 +1,5 @@
-//! Medians, run lengths and the order of interleaved runs.
+//! Medians, run lengths and the order of interleaved runs; counts as the
+//! tables print them.
 
 /// The median of `xs` (the mean of the middle two for an even count);
 /// `None` when empty.
@@ -39,6 +40,19 @@ pub fn round_order(n: usize, rng: &mut fastrand::Rng) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     rng.shuffle(&mut order);
     order
+}
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -435,6 +435,64 @@ pub fn gdb_run(script: &Path, exe: &Path, n: u64, timeout: Duration) -> Result<(
     ))
 }
 
+/// The `rip-probe calls` command line counting `function` in `pid` (until
+/// the process exits).
+pub fn rip_probe_calls_args(exe: &str, pid: &str, function: &str) -> Vec<String> {
+    [
+        exe,
+        "calls",
+        "--pid",
+        pid,
+        "--uprobe",
+        function,
+        "--duration",
+        "600s",
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// `rip-probe calls` attached to a process.
+pub struct RipProbeCalls(Proc);
+
+impl RipProbeCalls {
+    /// Starts `rip-probe calls` with its phase timings on and waits until
+    /// its probes are attached and it has settled.
+    pub fn attach(exe: &Path, pid: u32, function: &str) -> Result<RipProbeCalls> {
+        let args = rip_probe_calls_args(&exe.to_string_lossy(), &pid.to_string(), function);
+        let mut p = Proc::start(&args, &[("RIP_PROBE_TIMING", "1")])?;
+        p.stderr
+            .as_mut()
+            .expect("piped")
+            .wait_for(Duration::from_secs(60), |l| {
+                l.starts_with("rip-probe timing: attach uprobes:")
+            })
+            .context("rip-probe calls did not attach")?;
+        wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
+        Ok(RipProbeCalls(p))
+    }
+
+    /// Waits for the report rip-probe writes when the workload exits; the
+    /// calls it counted.
+    pub fn finish(mut self) -> Result<u64> {
+        let ok = self.0.wait_or_kill(Duration::from_secs(20));
+        let out = self
+            .0
+            .stdout
+            .as_mut()
+            .expect("piped")
+            .drain(Duration::from_secs(1))
+            .join("\n");
+        anyhow::ensure!(ok, "rip-probe calls did not exit cleanly: {out}");
+        let v: serde_json::Value =
+            serde_json::from_str(&out).context("rip-probe calls printed no JSON report")?;
+        v["functions"][0]["calls"]
+            .as_u64()
+            .context("the report counts no calls")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
