@@ -8,8 +8,8 @@
  *                          of it. Prints `sleeper TID`.
  *   offcpu_life short FILE main starts a thread every 200 ms that sleeps
  *                          50 ms and exits, and joins it.
- *   offcpu_life storm FILE two threads start threads that exit at once,
- *                          and join them, without a pause.
+ *   offcpu_life storm FILE two threads start threads that sleep 50 us and
+ *                          exit, and join them, without a pause.
  *
  * In `short` and `storm` each thread's creator adds its lifetime (ns, from
  * before its creation to its join) to FILE, mapped shared: [0] threads
@@ -63,8 +63,14 @@ static void *short_lived(void *arg)
 	return NULL;
 }
 
+/* Blocks once, 50 us, and ends: every thread of the storm has one period
+ * off the CPU to be charged for (a thread that never left the CPU would
+ * not be in the report at all, whatever the load), and still lives far
+ * less than a scheduler tick. */
 static void *flash(void *arg)
 {
+	struct timespec t = { 0, 50000 };
+	nanosleep(&t, NULL);
 	return arg;
 }
 

@@ -573,9 +573,10 @@ fn exited_threads_are_not_charged_after_their_exit() {
     exits_are_charged_within_their_lives("short", 5);
 }
 
-/// Two threads start threads that end at once, without a pause: the
-/// storm's exited threads are charged no more than they lived, and the
-/// totals add up.
+/// Two threads start threads that end at once (after one 50 µs sleep,
+/// so each has a period to charge whatever the load), without a pause:
+/// the storm's exited threads are charged no more than they lived, and
+/// the totals add up.
 #[test]
 fn a_thread_storm_adds_up() {
     if !bpf_tests_enabled("a_thread_storm_adds_up") {
