@@ -7,6 +7,7 @@
 //! whose file name contains `LIB` (e.g. `libc:pthread_mutex_*`).
 
 use std::{
+    io::IsTerminal,
     num::NonZeroU32,
     ops::ControlFlow,
     path::{Path, PathBuf},
@@ -270,9 +271,18 @@ pub(crate) fn attach_program(
     prog.load()
         .map_err(|e| Error::program(format!("loading {name}"), e))?;
     let scope = UProbeScope::OneProcess(scoped_nz);
-    for s in single {
+    // One by one, many take seconds: say how far it got, on a terminal.
+    let progress = single.len() >= 100 && std::io::stderr().is_terminal();
+    let n = single.len();
+    for (i, s) in single.into_iter().enumerate() {
+        if progress && i % 50 == 0 {
+            eprint!("\rrip-probe: attaching {what}s one by one: {i}/{n}\x1b[K");
+        }
         prog.attach(s.file_offset, &s.binary, scope)
             .map_err(|e| Error::program(format!("attaching a {what} to {}", s.name), e))?;
+    }
+    if progress {
+        eprint!("\r\x1b[K");
     }
     Ok(links)
 }
