@@ -52,6 +52,11 @@ enum Cmd {
         /// target/bench/stacks.md; docs/BENCHMARKS.md is left as it is.
         #[arg(long, conflicts_with = "quick")]
         stacks_only: bool,
+        /// Only the rows of many at once (1,000 uprobes attached and
+        /// detached, with and without uprobe_multi; --cgroup over 100
+        /// processes): printed and written to target/bench/bulk.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only"])]
+        bulk_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -90,6 +95,9 @@ fn main() {
         Cmd::Bench {
             stacks_only: true, ..
         } => bench::run_stacks_only(),
+        Cmd::Bench {
+            bulk_only: true, ..
+        } => bench::run_bulk_only(),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

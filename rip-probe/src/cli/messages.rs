@@ -44,6 +44,7 @@ fn from_uprobe(e: &kernel::Error) -> bool {
             | K::Symbols { .. }
             | K::NoMatch { .. }
             | K::TooManyMatches { .. }
+            | K::TooManyOneByOne { .. }
             | K::TooManyToTime { .. }
             | K::NotMappedExecutable { .. }
     )
@@ -148,6 +149,7 @@ fn kernel(e: &kernel::Error) -> String {
         K::Symbols { .. } => format!("--uprobe: {what}"),
         K::TooManyMatches { .. } => format!("--uprobe {what}; use a narrower pattern"),
         K::TooManyToTime { .. } => format!("{what}: narrow the pattern"),
+        K::TooManyOneByOne { .. } => format!("--uprobe {what}: narrow the pattern"),
         K::Capabilities(_)
         | K::KernelTooOld { .. }
         | K::Read { .. }

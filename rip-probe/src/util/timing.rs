@@ -4,7 +4,7 @@
 
 use std::{sync::OnceLock, time::Instant};
 
-fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("RIP_PROBE_TIMING").is_ok_and(|v| v == "1"))
 }

@@ -6,6 +6,7 @@
 //! Writes `docs/BENCHMARKS.md`, the chart `docs/bench-per-call.svg`, and
 //! the README's headline sentence.
 
+mod bulk;
 mod callgrind;
 mod calls;
 mod chart;
@@ -39,6 +40,11 @@ pub fn out_dir() -> PathBuf {
 /// The README's lines between these markers are the bench's headline.
 const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
 const HEADLINE_END: &str = "<!-- /bench-headline -->";
+
+/// Runs the rows of many at once alone (see [`bulk`]).
+pub fn run_bulk_only() -> Result<()> {
+    bulk::run_bulk_only()
+}
 
 /// Runs the user stacks comparison alone and prints its section (also
 /// written to target/bench/stacks.md).
@@ -166,6 +172,11 @@ pub fn run_bench(quick: bool) -> Result<()> {
         eprintln!("    failed: {e}");
     }
 
+    let bulk = bulk::section(&w.rip_probe.path, &w.maxrss.path).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &bulk {
+        eprintln!("    failed: {e}");
+    }
+
     step("bench: reading 100,000 live slots (rip-probe dump --json)");
     let reading = reading::run(&w, if quick { 3 } else { 7 }).map_err(|e| format!("{e:#}"));
     if let Err(e) = &reading {
@@ -220,6 +231,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
         scale: scale_results,
         stacks,
         reading,
+        bulk,
         notes,
     };
     let docs = root().join("docs");

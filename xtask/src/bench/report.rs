@@ -44,6 +44,8 @@ pub struct Report {
     pub stacks: Result<super::stacks::StacksResult, String>,
     /// Reading 100,000 live slots (or why it failed).
     pub reading: Result<super::reading::ReadingResult, String>,
+    /// The section of many at once (or why it failed).
+    pub bulk: Result<String, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
 }
@@ -145,6 +147,11 @@ impl Report {
         self.scale_table(&mut s);
         super::stacks::render(&self.stacks, &mut s);
         super::reading::render(&self.reading, &mut s);
+        match &self.bulk {
+            Ok(section) => s.push_str(section),
+            Err(e) => s.push_str(&format!("## Many at once\n\nNot measured: {e}\n")),
+        }
+        s.push('\n');
         self.commands(&mut s);
         self.method(&mut s);
         s
@@ -819,6 +826,7 @@ mod tests {
             })],
             stacks: Err("not measured in this sample".into()),
             reading: Err("not measured in this sample".into()),
+            bulk: Err("not measured in this sample".into()),
             notes: vec!["a note".into()],
         }
     }

@@ -87,6 +87,10 @@ pub fn run_vmtest(opts: &Options) -> Result<()> {
             ("rip-vmcheck", &vmcheck),
             ("vm_stuck", &stuck),
             ("uninstrumented", &uninstrumented),
+            (
+                "many_functions",
+                &uninstrumented.with_file_name("many_functions"),
+            ),
         ],
     )?;
     eprintln!(
@@ -227,7 +231,17 @@ fn workloads(stage: &Path, dir: &Path) -> Result<(PathBuf, PathBuf)> {
             .arg(c.join("uninstrumented.c")),
         "cc -static uninstrumented.c",
     )?;
-    for exe in [&stuck, &uninstrumented] {
+    // 1,000 functions for uprobes in bulk; rip-vmcheck finds it beside
+    // `uninstrumented`.
+    let many = dir.join("many_functions");
+    exec(
+        Command::new("cc")
+            .args(["-static", "-O2", "-g", "-o"])
+            .arg(&many)
+            .arg(c.join("many_functions.c")),
+        "cc -static many_functions.c",
+    )?;
+    for exe in [&stuck, &uninstrumented, &many] {
         crate::dist::check_static(exe)?;
     }
     Ok((stuck, uninstrumented))

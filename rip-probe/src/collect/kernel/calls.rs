@@ -2,18 +2,20 @@
 //! attached to each chosen function of one process, and their per-CPU
 //! counts read back (see `rip_ebpf::calls`).
 
-use std::num::NonZeroU32;
-
 use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{TracePoint, UProbe, uprobe::UProbeScope},
+    programs::TracePoint,
 };
 use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS, names};
 use zerocopy::FromBytes;
 
 use super::{Error, MapOp, ProgramOp};
-use super::{missing, pidns, privileges, program, tracefs, uprobe::ProbeSite};
+use super::{
+    missing, pidns, privileges, program, tracefs,
+    uprobe::{self, ProbeSite},
+    uprobe_multi::MultiLink,
+};
 use crate::{collect::Result, discover::Lacks};
 
 /// Every function of one process counted and timed.
@@ -31,6 +33,8 @@ pub struct CallsProbe {
     /// The size of the tables of calls in flight (threads, and nested
     /// calls).
     in_flight: u32,
+    /// The uprobe_multi links, two per binary (closing them detaches).
+    _links: Vec<MultiLink>,
 }
 
 impl CallsProbe {
@@ -45,12 +49,6 @@ impl CallsProbe {
             }
             .into());
         }
-        // The kernel refuses an event on an exited thread: once the leader
-        // exited, a live thread names the process (uprobes filter by its memory).
-        let scoped = crate::discover::view_pid(pid);
-        let scope = UProbeScope::OneProcess(
-            NonZeroU32::new(scoped).ok_or(crate::discover::Error::NoSuchProcess(pid))?,
-        );
         privileges::check()?;
         tracefs::ensure_mounted()?;
         let addrs = runtime_addresses(pid, sites)?;
@@ -86,18 +84,14 @@ impl CallsProbe {
             .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_process_exit", e))?;
         // Returns first: a call entered once the entry probe is on then
         // always has its return probe, so no entry waits forever.
-        for (name, what) in [
-            (names::CALLS_RETURN, "uretprobe"),
-            (names::CALLS_ENTRY, "uprobe"),
-        ] {
-            let prog: &mut UProbe = program(&mut ebpf, name)?;
-            prog.load()
-                .map_err(|e| Error::program(ProgramOp::Load, name, e))?;
-            for s in sites {
-                prog.attach(s.file_offset, &s.binary, scope)
-                    .map_err(|e| privileges::uprobe_error(format!("a {what} to {}", s.name), e))?;
-            }
-        }
+        let mut links = uprobe::attach_program(&mut ebpf, names::CALLS_RETURN, true, pid, sites)?;
+        links.extend(uprobe::attach_program(
+            &mut ebpf,
+            names::CALLS_ENTRY,
+            false,
+            pid,
+            sites,
+        )?);
         let map = ebpf
             .take_map(names::CALL_OUTLIERS)
             .ok_or_else(|| missing(names::CALL_OUTLIERS))?;
@@ -110,6 +104,7 @@ impl CallsProbe {
             outliers,
             ids: ns_ids,
             in_flight,
+            _links: links,
         })
     }
 

@@ -237,6 +237,21 @@ pub enum Error {
         /// The most that are probed.
         max: usize,
     },
+    /// More functions than a kernel without `uprobe_multi` links takes
+    /// one uprobe at a time (each costs a grace period to detach).
+    #[error(
+        "{count} {what}s one by one would take long to detach on this kernel (at most {max}; {why})"
+    )]
+    TooManyOneByOne {
+        /// How many functions.
+        count: usize,
+        /// `uprobe` or `uretprobe`.
+        what: &'static str,
+        /// The most attached one by one.
+        max: usize,
+        /// Why the kernel took no `uprobe_multi` link.
+        why: String,
+    },
     /// More functions match than can be timed at once.
     #[error("{count} functions match, at most {max} can be timed at once")]
     TooManyToTime {

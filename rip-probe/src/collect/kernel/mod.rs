@@ -17,6 +17,7 @@ pub(crate) mod pidns;
 pub(crate) mod privileges;
 pub(crate) mod tracefs;
 pub mod uprobe;
+mod uprobe_multi;
 
 pub use error::{Error, MapOp, ProgramOp};
 
@@ -58,6 +59,9 @@ pub struct KernelProbe {
     /// When rip-probe runs in a pid namespace other than the host's: the
     /// target's threads' ids there, by global id.
     ids: Option<pidns::SharedIds>,
+    /// `--uprobe`'s links, one per binary on a kernel with `uprobe_multi`
+    /// (closing each detaches all its functions).
+    uprobe_links: Vec<uprobe_multi::MultiLink>,
 }
 
 /// aya's parse of the kernel BTF, which loading the task iterator needs.
@@ -258,6 +262,7 @@ impl KernelProbe {
             switch_link: Some(switch_link),
             features,
             ids,
+            uprobe_links: Vec::new(),
         })
     }
 
@@ -413,7 +418,9 @@ impl KernelProbe {
 
     /// Attaches the `fn_entry` uprobe to each site (see [`uprobe`]).
     pub fn attach_uprobes(&mut self, sites: &[uprobe::ProbeSite]) -> Result<()> {
-        uprobe::attach(&mut self.ebpf, self.tgid, sites)
+        let links = uprobe::attach(&mut self.ebpf, self.tgid, sites)?;
+        self.uprobe_links.extend(links);
+        Ok(())
     }
 
     /// Takes the switch-event stream. Only one stream exists per probe.

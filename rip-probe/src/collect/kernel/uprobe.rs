@@ -7,6 +7,7 @@
 //! whose file name contains `LIB` (e.g. `libc:pthread_mutex_*`).
 
 use std::{
+    io::IsTerminal,
     num::NonZeroU32,
     ops::ControlFlow,
     path::{Path, PathBuf},
@@ -14,7 +15,8 @@ use std::{
 
 use aya::{
     Ebpf,
-    programs::{UProbe, uprobe::UProbeScope},
+    programs::{ProgramError, UProbe, uprobe::UProbeScope},
+    sys::SyscallError,
 };
 use blazesym::{
     SymType,
@@ -22,12 +24,20 @@ use blazesym::{
 };
 use rip_ebpf::names;
 
-use super::{Error, ProgramOp};
+use super::{
+    Error, ProgramOp,
+    uprobe_multi::{self, Bulk, MultiLink},
+};
 use crate::{collect::Result, discover::Lacks};
 
 /// More probes than this would make attaching slow and the target slower
 /// (each hit costs tens of microseconds): ask for a narrower pattern.
 pub const MAX_PROBES: usize = 2000;
+
+/// At most this many uprobes are attached one by one, on a kernel without
+/// `uprobe_multi` links: each costs the kernel a grace period when it is
+/// detached, which the kernel does not overlap.
+pub const MAX_SINGLE_PROBES: usize = 2000;
 
 /// A function chosen for probing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,20 +213,94 @@ pub(crate) fn cut(text: &str) -> String {
     format!("{head}… ({n} characters)")
 }
 
-/// Loads `fn_entry` and attaches it to every site, firing only for `pid`.
-pub fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<()> {
-    let prog: &mut UProbe = super::program(ebpf, names::FN_ENTRY)?;
-    prog.load()
-        .map_err(|e| Error::program(ProgramOp::Load, "fn_entry", e))?;
+/// Attaches `fn_entry` to every site, firing only for `pid`; dropping
+/// what it returns (with `ebpf`) detaches them.
+pub(crate) fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<Vec<MultiLink>> {
+    attach_program(ebpf, names::FN_ENTRY, false, pid, sites)
+}
+
+/// Attaches program `name` of `ebpf` (a uretprobe if `ret`) to every site,
+/// firing only for process `pid`: one `uprobe_multi` link per binary where
+/// the kernel has them (one attach and one detach for any number of
+/// functions), else one uprobe per site, at most [`MAX_SINGLE_PROBES`].
+pub(crate) fn attach_program(
+    ebpf: &mut Ebpf,
+    name: &str,
+    ret: bool,
+    pid: u32,
+    sites: &[ProbeSite],
+) -> Result<Vec<MultiLink>> {
+    let what = if ret { "uretprobe" } else { "uprobe" };
     // The kernel refuses an event on an exited thread: once the leader
     // exited, a live thread names the process (uprobes filter by its memory).
     let scoped = crate::discover::view_pid(pid);
-    let scope = UProbeScope::OneProcess(
-        NonZeroU32::new(scoped).ok_or(crate::discover::Error::NoSuchProcess(pid))?,
-    );
-    for s in sites {
-        prog.attach(s.file_offset, &s.binary, scope)
-            .map_err(|e| super::privileges::uprobe_error(format!("a uprobe to {}", s.name), e))?;
+    let scoped_nz = NonZeroU32::new(scoped).ok_or(crate::discover::Error::NoSuchProcess(pid))?;
+    let mut links = Vec::new();
+    let mut single: Vec<&ProbeSite> = Vec::new();
+    for (binary, group) in by_binary(sites) {
+        let offsets: Vec<u64> = group.iter().map(|s| s.file_offset).collect();
+        match uprobe_multi::attach(ebpf, name, ret, scoped, binary, &offsets) {
+            Ok(Bulk::Linked(link)) => links.push(link),
+            Ok(Bulk::Unsupported) => single.extend(group),
+            Err(e) => {
+                let op = format!(
+                    "{name} as {what}s to {} functions of {}",
+                    group.len(),
+                    group[0].mapped.display()
+                );
+                return Err(Error::program(
+                    ProgramOp::Attach,
+                    op,
+                    ProgramError::SyscallError(SyscallError {
+                        call: "bpf_link_create",
+                        io_error: e,
+                    }),
+                )
+                .into());
+            }
+        }
     }
-    Ok(())
+    if single.is_empty() {
+        return Ok(links);
+    }
+    if single.len() > MAX_SINGLE_PROBES {
+        let why = uprobe_multi::refused().unwrap_or_default();
+        return Err(Error::TooManyOneByOne {
+            count: single.len(),
+            what,
+            max: MAX_SINGLE_PROBES,
+            why,
+        }
+        .into());
+    }
+    let prog: &mut UProbe = super::program(ebpf, name)?;
+    prog.load()
+        .map_err(|e| Error::program(ProgramOp::Load, name, e))?;
+    let scope = UProbeScope::OneProcess(scoped_nz);
+    // One by one, many take seconds: say how far it got, on a terminal.
+    let progress = single.len() >= 100 && std::io::stderr().is_terminal();
+    let n = single.len();
+    for (i, s) in single.into_iter().enumerate() {
+        if progress && i % 50 == 0 {
+            eprint!("\rrip-probe: attaching {what}s one by one: {i}/{n}\x1b[K");
+        }
+        prog.attach(s.file_offset, &s.binary, scope)
+            .map_err(|e| super::privileges::uprobe_error(format!("a {what} to {}", s.name), e))?;
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    Ok(links)
+}
+
+/// `sites` grouped by the binary holding them, in their order.
+fn by_binary(sites: &[ProbeSite]) -> Vec<(&Path, Vec<&ProbeSite>)> {
+    let mut groups: Vec<(&Path, Vec<&ProbeSite>)> = Vec::new();
+    for s in sites {
+        match groups.iter_mut().find(|(b, _)| *b == s.binary.as_path()) {
+            Some((_, g)) => g.push(s),
+            None => groups.push((&s.binary, vec![s])),
+        }
+    }
+    groups
 }

@@ -1,0 +1,240 @@
+//! `cargo xtask bench --bulk-only`: rip-probe on many things at once.
+//! Attaching and detaching uprobes on 1,000 functions (one `uprobe_multi`
+//! link, then one uprobe per function as a kernel before 6.6 gets), and
+//! `--cgroup` over 100 `sleep` processes: wall time and peak RSS of each
+//! run. Printed and written to target/bench/bulk.md; docs/BENCHMARKS.md
+//! is left as it is.
+
+use std::{
+    fmt::Write as _,
+    fs::File,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use anyhow::{Context, Result, bail};
+
+use super::{out_dir, proc};
+use crate::util::{cargo, exec, root, step};
+
+/// Functions of `tests/c/many_functions.c`.
+const FUNCTIONS: usize = 1000;
+/// `sleep` processes in the `--cgroup` row.
+const PROCESSES: usize = 100;
+
+/// Runs the rows and prints their section.
+pub fn run_bulk_only() -> Result<()> {
+    step("bench: cargo build --release -p rip-probe");
+    exec(
+        cargo().args(["build", "--release", "-p", "rip-probe"]),
+        "cargo build --release -p rip-probe",
+    )?;
+    let probe = root().join("target/release/rip-probe");
+    let out = out_dir();
+    std::fs::create_dir_all(&out)?;
+    let maxrss = cc("tests/bench/maxrss.c", &out.join("maxrss"))?;
+    let s = section(&probe, &maxrss)?;
+    let md = out.join("bulk.md");
+    std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;
+    println!("{s}");
+    Ok(())
+}
+
+/// Measures the rows with rip-probe `probe` and the `maxrss` helper; their
+/// section of docs/BENCHMARKS.md.
+pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
+    let out = out_dir();
+    let many = cc("tests/c/many_functions.c", &out.join("many_functions"))?;
+    let maxrss = maxrss.to_path_buf();
+    let mut s = String::new();
+    writeln!(s, "## Many at once\n")?;
+    writeln!(
+        s,
+        "`cargo xtask bench --bulk-only` (release build; wall time and peak RSS of each \
+         rip-probe run, `ru_maxrss` through `tests/bench/maxrss.c`). Kernel {}.\n",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim()
+    )?;
+    writeln!(
+        s,
+        "| run | how | attach | wall (attach, report, detach) | peak RSS |\n| --- | --- | ---: | ---: | ---: |"
+    )?;
+    for (how, env) in [
+        ("one uprobe_multi link", vec![]),
+        (
+            "one uprobe per function (`RIP_PROBE_UPROBE_MULTI=0`)",
+            vec![("RIP_PROBE_UPROBE_MULTI", "0")],
+        ),
+    ] {
+        step(&format!("bench: {FUNCTIONS} uprobes, {how}"));
+        let w = Workload::start(&many)?;
+        let args = words(&[
+            &probe.to_string_lossy(),
+            "--pid",
+            &w.pid().to_string(),
+            "--uprobe",
+            "fn_*",
+            "--duration",
+            "0",
+        ]);
+        let mut env = env;
+        env.push(("RIP_PROBE_TIMING", "1"));
+        let err_path = out.join("bulk.stderr");
+        let u = proc::measure(
+            &maxrss,
+            &args,
+            &env,
+            File::create(out.join("bulk.stdout"))?,
+            File::create(&err_path)?,
+        )?;
+        let err = std::fs::read_to_string(&err_path)?;
+        if !u.success {
+            bail!("{} failed: {}", args.join(" "), err.trim());
+        }
+        let attach = err
+            .lines()
+            .find_map(|l| l.strip_prefix("rip-probe timing: attach uprobes: "))
+            .unwrap_or("?");
+        writeln!(
+            s,
+            "| `--pid P --uprobe 'fn_*' --duration 0` ({FUNCTIONS} functions) | {how} | {attach} | {:.2} s | {:.0} MiB |",
+            u.wall.as_secs_f64(),
+            u.max_rss_kib as f64 / 1024.0
+        )?;
+    }
+
+    step(&format!("bench: --cgroup over {PROCESSES} sleep processes"));
+    let cg = Cgroup::new()?;
+    let mut sleeps = Children(Vec::new());
+    for _ in 0..PROCESSES {
+        let c = Command::new("sleep").arg("3600").spawn()?;
+        cg.add(c.id())?;
+        sleeps.0.push(c);
+    }
+    let args = words(&[
+        &probe.to_string_lossy(),
+        "--cgroup",
+        &cg.0.to_string_lossy(),
+        "--duration",
+        "1s",
+        "--json",
+    ]);
+    let json = out.join("bulk-cgroup.json");
+    let u = proc::measure(
+        &maxrss,
+        &args,
+        &[],
+        File::create(&json)?,
+        File::create(out.join("bulk.stderr"))?,
+    )?;
+    let reports: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)
+        .context("--cgroup --json: not JSON")?;
+    let n = reports.as_array().map_or(0, Vec::len);
+    if !u.success || n != PROCESSES {
+        bail!("--cgroup reported {n} of {PROCESSES} processes");
+    }
+    writeln!(
+        s,
+        "| `--cgroup DIR --duration 1s --json` ({PROCESSES} `sleep` processes, {n} reports) | one session after another | | {:.2} s | {:.0} MiB |",
+        u.wall.as_secs_f64(),
+        u.max_rss_kib as f64 / 1024.0
+    )?;
+    drop(sleeps);
+    drop(cg);
+    Ok(s)
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+/// Compiles `src` (from the repository's root) into `exe`.
+fn cc(src: &str, exe: &Path) -> Result<PathBuf> {
+    exec(
+        Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(exe)
+            .arg(root().join(src)),
+        &format!("cc {src}"),
+    )?;
+    Ok(exe.to_path_buf())
+}
+
+/// `many_functions`, started and ready; its stdin stays open (it waits
+/// for commands) until it is dropped, which kills it.
+struct Workload(Child);
+
+impl Workload {
+    fn start(exe: &Path) -> Result<Workload> {
+        let mut c = Command::new(exe)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().expect("piped")).read_line(&mut line)?;
+        if line.trim() != "ready" {
+            bail!("{} said {line:?}, not ready", exe.display());
+        }
+        Ok(Workload(c))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Processes killed and reaped on drop.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A cgroup (v2) of the bench's own, removed on drop (once empty).
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new() -> Result<Cgroup> {
+        let mounts = std::fs::read_to_string("/proc/self/mounts")?;
+        let root = mounts
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .find(|f| f.get(2) == Some(&"cgroup2"))
+            .map(|f| f[1].to_string())
+            .context("no cgroup2 mount")?;
+        let dir = Path::new(&root).join(format!("rip-bench-{}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(Cgroup(dir))
+    }
+
+    fn add(&self, pid: u32) -> Result<()> {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("moving {pid} into {}", self.0.display()))
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Its processes were killed; the kernel empties it soon after.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        eprintln!("could not remove {}", self.0.display());
+    }
+}
