@@ -11,11 +11,14 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 pub mod contention;
+mod hist;
 pub mod list;
 pub mod offcpu;
 
+pub use hist::Bucket;
+
 /// Version of the JSON schema (`docs/JSON.md`).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
 #[derive(Clone, Debug, Serialize, JsonSchema)]

@@ -73,7 +73,7 @@ fn watch_json_is_json_lines_and_text_is_stamped() {
     assert_eq!(lines.len(), 3, "{out}");
     for l in lines {
         let v: serde_json::Value = serde_json::from_str(l).expect("each line is a report");
-        assert_eq!(v["schema"], 1);
+        assert_eq!(v["schema"], rip_probe::model::SCHEMA_VERSION);
         assert_eq!(v["process"]["pid"], w.pid());
     }
     let (code, out, err) = pipeline(&format!(
@@ -110,7 +110,7 @@ fn list_json_lists_a_rings_process_and_counts_what_it_cannot_see() {
     let (code, out, err) = rip_probe(CLI, &["list", "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["schema"], 1);
+    assert_eq!(v["schema"], rip_probe::model::SCHEMA_VERSION);
     let me = v["processes"]
         .as_array()
         .unwrap()

@@ -102,10 +102,10 @@ fn contention_on_a_global_mutex_within_known_bounds() {
     let mut sum = 0;
     let mut long = 0;
     for (i, b) in hist.iter().enumerate() {
-        let (low, high, n) = (u(&b["low_ns"]), u(&b["high_ns"]), u(&b["count"]));
+        let (low, high, n) = (u(&b["lo_ns"]), u(&b["hi_ns"]), u(&b["count"]));
         assert!(low == 0 && high == 1 || high == 2 * low, "{b}");
         if i > 0 {
-            assert_eq!(low, u(&hist[i - 1]["high_ns"]), "contiguous");
+            assert_eq!(low, u(&hist[i - 1]["hi_ns"]), "contiguous");
         }
         sum += n;
         if low >= MS {
@@ -114,7 +114,7 @@ fn contention_on_a_global_mutex_within_known_bounds() {
     }
     assert_eq!(sum, waits);
     assert!(long * 2 >= waits, "{long} of {waits} waits ≥ 1 ms");
-    assert!(u(&hist.last().unwrap()["high_ns"]) > max);
+    assert!(u(&hist.last().unwrap()["hi_ns"]) > max);
 
     // Every waiter is one of the contending threads, and all four waited.
     let waiters = l["top_waiters"].as_array().unwrap();

@@ -173,14 +173,14 @@ pub fn full_locks_report() -> contention::LocksReport {
             max_wait_ns: 6_000_000,
             p99_wait_ns: 6_000_000,
             histogram: vec![
-                HistBucket {
-                    low_ns: 1 << 21,
-                    high_ns: 1 << 22,
+                Bucket {
+                    lo_ns: 1 << 21,
+                    hi_ns: 1 << 22,
                     count: 1,
                 },
-                HistBucket {
-                    low_ns: 1 << 22,
-                    high_ns: 1 << 23,
+                Bucket {
+                    lo_ns: 1 << 22,
+                    hi_ns: 1 << 23,
                     count: 2,
                 },
             ],
