@@ -233,6 +233,32 @@ pub struct Thread {
     pub stack_samples: Option<StackSamples>,
 }
 
+impl Thread {
+    /// A thread known by its id, name and state and nothing else yet: no
+    /// syscall, blocked time, stacks, location or lock. Each stage fills
+    /// in what it learns (`Thread { syscall, ..Thread::new(…) }`).
+    pub fn new(tid: u64, name: String, name_source: &'static str, state: ThreadState) -> Thread {
+        Thread {
+            tid,
+            ns_tid: None,
+            name,
+            name_source,
+            state,
+            syscall: None,
+            blocked: None,
+            kernel_stack: Default::default(),
+            location: None,
+            history: Vec::new(),
+            snaps: None,
+            exited: false,
+            polling_task: None,
+            waits_for: None,
+            frames: Default::default(),
+            stack_samples: None,
+        }
+    }
+}
+
 /// How often a running thread's stack was seen in the window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct StackSamples {

@@ -246,22 +246,13 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
                 _ => (comm(&t.comm), "comm"),
             };
             Thread {
-                tid: u64::from(t.tid),
                 ns_tid: slot.and_then(|s| s.ns_id),
-                name,
-                name_source,
-                state,
                 syscall,
                 blocked: blocked_for(t, &inp.clock),
                 kernel_stack,
                 location,
-                history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
-                polling_task: None,
-                waits_for: None,
-                frames: Default::default(),
-                stack_samples: None,
-                exited: false,
+                ..Thread::new(u64::from(t.tid), name, name_source, state)
             }
         })
         .collect();
@@ -386,14 +377,10 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
         .filter(|(_, r)| r.switches > 0)
         .map(|(&tid, r)| {
             let slot = slots.get(&u64::from(tid)).copied();
+            let name = slot.map(|s| s.name.clone()).unwrap_or_default();
             Thread {
-                tid: u64::from(tid),
                 ns_tid: slot.and_then(|s| s.ns_id),
-                name: slot.map(|s| s.name.clone()).unwrap_or_default(),
-                name_source: "ring",
-                state: state_from_switch(r.state),
                 syscall: decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone),
-                blocked: None,
                 kernel_stack: inp
                     .stacks
                     .get(&r.kstack_id)
@@ -402,13 +389,9 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
                 location: slot
                     .filter(|s| !s.entries.is_empty())
                     .map(|s| ring_location(&s.entries, s.entries.len() - 1)),
-                history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
-                polling_task: None,
-                waits_for: None,
-                frames: Default::default(),
-                stack_samples: None,
                 exited: true,
+                ..Thread::new(u64::from(tid), name, "ring", state_from_switch(r.state))
             }
         })
         .collect();
@@ -478,19 +461,13 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
         .filter(|s| !s.coroutine && (opts.exited || !s.exited))
         .map(|s| {
             let n = s.entries.len();
+            let state = if s.exited {
+                ThreadState::Exited
+            } else {
+                ThreadState::Unknown
+            };
             Thread {
-                tid: s.id,
                 ns_tid: s.ns_id,
-                name: s.name.clone(),
-                name_source: "ring",
-                state: if s.exited {
-                    ThreadState::Exited
-                } else {
-                    ThreadState::Unknown
-                },
-                syscall: None,
-                blocked: None,
-                kernel_stack: Default::default(),
                 location: (n > 0).then(|| ring_location(&s.entries, n - 1)),
                 history: if opts.history && n > 1 {
                     (0..n - 1).map(|i| ring_location(&s.entries, i)).collect()
@@ -498,11 +475,8 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
                     Vec::new()
                 },
                 snaps: Some(s.snaps),
-                polling_task: None,
-                waits_for: None,
-                frames: Default::default(),
-                stack_samples: None,
                 exited: s.exited,
+                ..Thread::new(s.id, s.name.clone(), "ring", state)
             }
         })
         .collect();
