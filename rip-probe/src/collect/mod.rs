@@ -11,6 +11,7 @@ pub(crate) mod namespaces;
 pub mod offcpu;
 pub(crate) mod procfs;
 pub(crate) mod ring;
+pub(crate) mod runtime;
 pub mod stacks;
 
 /// Access to the target that decoding needs.

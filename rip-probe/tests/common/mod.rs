@@ -45,6 +45,7 @@ pub fn stack() -> std::sync::Arc<[Frame]> {
 /// A report with every optional part filled in.
 pub fn full_report() -> Report {
     let group = Group {
+        origin: None,
         count: 1,
         ids: vec![2],
         state: "sleeping".into(),
@@ -121,11 +122,12 @@ pub fn full_report() -> Report {
             frames: stack(),
             stack_samples: Some(StackSamples { count: 3, total: 4 }),
         }],
-        tasks: vec![Task {
+        tasks: vec![Coroutine {
+            origin: Origin::Librip,
             id: 9,
             generation: 1,
             name: "conn".into(),
-            state: TaskState::Idle,
+            state: CoroutineState::Idle,
             polling_tid: Some(2),
             polls: 4,
             idle_ns: Some(1),
@@ -137,7 +139,10 @@ pub fn full_report() -> Report {
             history: vec![location()],
         }],
         groups: vec![group.clone()],
-        task_groups: vec![group],
+        task_groups: vec![Group {
+            origin: Some(Origin::Librip),
+            ..group
+        }],
         warnings: vec!["w".into()],
         deadlocks: vec![vec![2]],
     }
