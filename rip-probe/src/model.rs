@@ -472,10 +472,13 @@ pub struct Coroutine {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Origin {
-    /// A coroutine slot of the process's librip ring: a coroutine of
-    /// librip's API (Rust or C), or an async task wrapped by
-    /// `librip::tokio`.
+    /// A coroutine slot of the process's librip ring, made by librip's
+    /// coroutine API (Rust or C), or by a librip too old to say which API
+    /// made it.
     Librip,
+    /// A tokio task wrapped by `librip::tokio` (`Traced`,
+    /// `spawn_traced`), in a coroutine slot of the process's ring.
+    Tokio,
 }
 
 /// A coroutine's state.

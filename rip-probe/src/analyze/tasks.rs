@@ -89,4 +89,28 @@ mod tests {
         assert!(g[0].lower_bound);
         assert_eq!(g[1].state, "polling");
     }
+
+    /// Coroutines of two runtimes idle at one place are two groups, each
+    /// saying its runtime.
+    #[test]
+    fn groups_never_mix_runtimes() {
+        let mut r = sample();
+        r.slots[1].entries = r.slots[0].entries.clone();
+        r.slots[1].task.as_mut().unwrap().flags = librip::format::task_flags::TOKIO;
+        let t = ring_tasks(&r, Clock::PostMortem, false);
+        let g = group_tasks(&t);
+        let mut idle: Vec<_> = g
+            .iter()
+            .filter(|g| g.state == "idle")
+            .map(|g| (g.origin, g.ids.clone()))
+            .collect();
+        idle.sort();
+        assert_eq!(
+            idle,
+            [
+                (Some(Origin::Librip), vec![1]),
+                (Some(Origin::Tokio), vec![2])
+            ]
+        );
+    }
 }

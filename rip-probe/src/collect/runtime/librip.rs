@@ -13,9 +13,11 @@
 
 use std::collections::HashMap;
 
+use librip::format::task_flags;
+
 use super::{Clock, Process, Runtime};
 use crate::{
-    collect::ring::RingView,
+    collect::ring::{RingView, TaskStats},
     model::{Coroutine, CoroutineState, Frame, Location, LocationSource, Origin},
 };
 
@@ -25,8 +27,6 @@ pub(crate) struct Librip<'a> {
 }
 
 impl<'a> Runtime<'a> for Librip<'a> {
-    const ORIGIN: Origin = Origin::Librip;
-
     /// The process has librip when it has a ring: its coroutine slots
     /// (none, until it makes a coroutine) are its coroutines.
     fn detect(process: Process<'a>) -> Option<Self> {
@@ -67,6 +67,15 @@ pub(crate) fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
             addr,
             ..Frame::default()
         },
+    }
+}
+
+/// Which API made a coroutine slot, as its flags say.
+fn origin(stats: &TaskStats) -> Origin {
+    if stats.flags & task_flags::TOKIO != 0 {
+        Origin::Tokio
+    } else {
+        Origin::Librip
     }
 }
 
@@ -117,7 +126,7 @@ fn ring_tasks(r: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
             let for_ns = since.map(|t| now.saturating_sub(t));
             let n = s.entries.len();
             Coroutine {
-                origin: Librip::ORIGIN,
+                origin: origin(&st),
                 id: s.id,
                 generation: s.generation,
                 name: s.name.clone(),
@@ -145,7 +154,7 @@ fn ring_tasks(r: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::collect::ring::{RingSlot, TaskStats};
+    use crate::collect::ring::RingSlot;
 
     const CREATED_UNIX: u64 = 1_800_000_000_000_000_000;
     const CREATED_MONO: u64 = 1_000_000_000;
@@ -171,6 +180,7 @@ pub(crate) mod tests {
             last_poll_end_ns: end,
             polling_tid: tid,
             created_ns: created,
+            flags: 0,
         }
     }
 
@@ -238,7 +248,8 @@ mod seam {
     };
 
     /// A process without a ring has no librip coroutines; one with a ring
-    /// has its coroutine slots, each of origin librip, and none of its
+    /// has its coroutine slots, each of the origin its flags say (tokio
+    /// for a task `librip::tokio` made, else librip), and none of its
     /// thread slots.
     #[test]
     fn the_ring_is_detected_and_only_its_coroutine_slots_are_read() {
@@ -247,6 +258,7 @@ mod seam {
         assert!(Librip::detect(none).is_none());
         assert!(runtime::coroutines(none, Clock::Now(s), false).is_empty());
         let mut r = sample();
+        r.slots[1].task.as_mut().unwrap().flags = task_flags::TOKIO;
         r.slots.push(RingSlot {
             coroutine: false,
             exited: false,
@@ -262,7 +274,8 @@ mod seam {
         let c = runtime::coroutines(found, Clock::Now(20 * s), false);
         let ids: Vec<(Origin, u64)> = c.iter().map(|c| (c.origin, c.id)).collect();
         let librip = Origin::Librip;
-        assert_eq!(ids, [(librip, 1), (librip, 2), (librip, 3), (librip, 4)]);
+        let tokio = Origin::Tokio;
+        assert_eq!(ids, [(librip, 1), (tokio, 2), (librip, 3), (librip, 4)]);
     }
 
     /// The symbolize stage names what the runtime lists as native

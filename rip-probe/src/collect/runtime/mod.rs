@@ -1,5 +1,5 @@
-//! Coroutines come from runtimes: librip's rings today (its coroutine API
-//! and the tasks `librip::tokio` wraps), and each further runtime — Go's
+//! Coroutines come from runtimes: librip's rings today (its coroutine API,
+//! and the tokio tasks `librip::tokio` wraps), and each further runtime — Go's
 //! goroutines, CPython's asyncio tasks — is one more module here,
 //! implementing [`Runtime`]. A runtime detects itself in a process, reads
 //! the process's coroutines into the one model ([`Coroutine`], its
@@ -37,11 +37,9 @@ pub(crate) enum Clock {
 }
 
 /// A coroutine runtime found in a process: the seam each runtime's module
-/// implements.
+/// implements. Its coroutines carry the origins the module answers for in
+/// [`native_addrs`] and [`name_frames`].
 pub(crate) trait Runtime<'a>: Sized {
-    /// The origin its coroutines carry.
-    const ORIGIN: Origin;
-
     /// The runtime, if the process has it (`None`: it does not, or what
     /// would say so could not be read).
     fn detect(process: Process<'a>) -> Option<Self>;
@@ -61,7 +59,8 @@ pub(crate) trait Runtime<'a>: Sized {
     fn name_frames(c: &mut Coroutine, native: &HashMap<u64, Frame>);
 }
 
-/// The coroutines of every runtime found in `process`, by origin then id.
+/// The coroutines of every runtime found in `process`, runtime after
+/// runtime (librip's by id).
 pub(crate) fn coroutines(process: Process<'_>, clock: Clock, history: bool) -> Vec<Coroutine> {
     let mut all = Vec::new();
     if let Some(r) = librip::Librip::detect(process) {
@@ -75,7 +74,7 @@ pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
     coroutines
         .iter()
         .flat_map(|c| match c.origin {
-            Origin::Librip => librip::Librip::native_addrs(c),
+            Origin::Librip | Origin::Tokio => librip::Librip::native_addrs(c),
         })
         .collect()
 }
@@ -85,7 +84,7 @@ pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
 pub(crate) fn name_frames(coroutines: &mut [Coroutine], native: &HashMap<u64, Frame>) {
     for c in coroutines {
         match c.origin {
-            Origin::Librip => librip::Librip::name_frames(c, native),
+            Origin::Librip | Origin::Tokio => librip::Librip::name_frames(c, native),
         }
     }
 }
