@@ -136,7 +136,7 @@ pub unsafe extern "C" fn rip_init(id: u32, name: *const c_char, namelen: usize, 
         },
         None => {
             let seq = u64::from(ctr) << 8 | u64::from(idx);
-            match Coroutine::begin(ring, id, name, seq, None) {
+            match Coroutine::begin(ring, id, name, seq, None, 0) {
                 Ok(co) => co.into_raw(),
                 Err(e) => {
                     report_once("cannot register a coroutine", &e);
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn rip_coro_begin(
     };
     // SAFETY: contract of this function.
     let name = unsafe { bytes(name, namelen) };
-    match Coroutine::begin(ring, id, name, 0, None) {
+    match Coroutine::begin(ring, id, name, 0, None, 0) {
         Ok(co) => {
             let raw = co.into_raw();
             // SAFETY: contract of this function.

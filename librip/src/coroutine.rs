@@ -116,17 +116,19 @@ impl Coroutine {
     /// A coroutine with id `id` (0: the next unused id).
     pub fn with_id(id: u64, name: &str) -> Result<Coroutine, Error> {
         let ring = Ring::get().ok_or(Error::NoRing)?;
-        Coroutine::begin(ring, id, name.as_bytes(), 0, None)
+        Coroutine::begin(ring, id, name.as_bytes(), 0, None, 0)
     }
 
     /// Takes a slot for `id` (0: next unused) with its sequence starting at
-    /// `seq` and its creation time `created_ns` (default: now).
+    /// `seq`, its creation time `created_ns` (default: now) and the
+    /// [`task_flags`](crate::format::task_flags) that say which API made it.
     pub(crate) fn begin(
         ring: &'static Ring,
         id: u64,
         name: &[u8],
         seq: u64,
         created_ns: Option<u64>,
+        task_flags: u32,
     ) -> Result<Coroutine, Error> {
         let mut st = ring.lock()?;
         let id = match id {
@@ -144,6 +146,7 @@ impl Coroutine {
             name,
             seq,
             created_ns,
+            task_flags,
         };
         let taken = ring.take_slot(&mut st, SlotKind::Coroutine, &init)?;
         st.coroutine_ids.insert(id, taken);

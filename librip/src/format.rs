@@ -155,10 +155,18 @@ pub mod slot {
     pub const LAST_POLL_END_NS: usize = 72;
     /// Coroutine slots: u32 tid polling it now (0: idle).
     pub const POLLING_TID: usize = 80;
-    /// Coroutine slots: u32 flags (none defined yet; 0).
+    /// Coroutine slots: u32 flags: [`super::task_flags`].
     pub const TASK_FLAGS: usize = 84;
     /// Coroutine slots: u64 CLOCK_MONOTONIC ns when the task was created.
     pub const CREATED_NS: usize = 88;
+}
+
+/// Bits of a coroutine slot's `TASK_FLAGS`: which API made the coroutine,
+/// so a reader can say where it comes from. 0: librip's coroutine API
+/// (Rust or C), or a writer older than these bits.
+pub mod task_flags {
+    /// An async task wrapped by `librip::tokio` (`Traced`, `spawn_traced`).
+    pub const TOKIO: u32 = 1;
 }
 
 /// Slot states.

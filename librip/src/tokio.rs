@@ -32,7 +32,7 @@ use std::{
 
 use pin_project_lite::pin_project;
 
-use crate::{Error, coroutine::Coroutine};
+use crate::{Error, Ring, coroutine::Coroutine, format::task_flags};
 
 pin_project! {
     /// A future in a coroutine slot of its own (see the [module](self)).
@@ -50,7 +50,10 @@ impl<F> Traced<F> {
     /// Wraps `inner` in a task named `name` (32 bytes are kept), taking its
     /// slot now: the task exists, idle, from its creation.
     pub fn new(name: &str, inner: F) -> Traced<F> {
-        let task = match Coroutine::new(name) {
+        let task = Ring::get().ok_or(Error::NoRing).and_then(|ring| {
+            Coroutine::begin(ring, 0, name.as_bytes(), 0, None, task_flags::TOKIO)
+        });
+        let task = match task {
             Ok(co) => Some(co),
             Err(Error::NoRing) => None,
             Err(e) => {

@@ -19,9 +19,12 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, StackTrace},
     programs::{TracePointContext, tracing::StackIdContext},
 };
-use rip_ebpf::contention::{
-    HIST_BUCKETS, LockConfig, LockStat, PendingFutex, WAKER_STACK_WORDS, WaiterKey, WaiterStat,
-    WakerKey, WakerStat, log2_bucket,
+use rip_ebpf::{
+    contention::{
+        HIST_BUCKETS, LockConfig, LockStat, PendingFutex, WAKER_STACK_WORDS, WaiterKey, WaiterStat,
+        WakerKey, WakerStat, log2_bucket,
+    },
+    futex_ops::{self, FUTEX_PRIVATE_FLAG, FUTEX_UNLOCK_PI, FUTEX_WAIT, is_wait, is_wake},
 };
 
 use crate::programs::{CONFIG, current_task, user_regs};
@@ -66,23 +69,8 @@ static USER_STACKS: StackTrace = StackTrace::with_max_entries(UNSIZED, 0);
 #[map]
 static LOCK_SCRATCH: PerCpuArray<LockStat> = PerCpuArray::with_max_entries(1, 0);
 
-/// futex(2) commands (`op & FUTEX_CMD_MASK`).
-const FUTEX_WAIT: u32 = 0;
-const FUTEX_WAKE: u32 = 1;
-const FUTEX_REQUEUE: u32 = 3;
-const FUTEX_CMP_REQUEUE: u32 = 4;
-const FUTEX_WAKE_OP: u32 = 5;
-const FUTEX_LOCK_PI: u32 = 6;
-const FUTEX_UNLOCK_PI: u32 = 7;
-const FUTEX_WAIT_BITSET: u32 = 9;
-const FUTEX_WAKE_BITSET: u32 = 10;
-const FUTEX_WAIT_REQUEUE_PI: u32 = 11;
-const FUTEX_CMP_REQUEUE_PI: u32 = 12;
-const FUTEX_LOCK_PI2: u32 = 13;
-/// FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME.
-const FUTEX_FLAGS: u32 = 128 | 256;
 /// What futex_waitv waits are recorded as: a private FUTEX_WAIT.
-const WAITV_AS_OP: u32 = FUTEX_WAIT | 128;
+const WAITV_AS_OP: u32 = FUTEX_WAIT | FUTEX_PRIVATE_FLAG;
 /// `-EAGAIN`: the word changed before the waiter could sleep.
 const EAGAIN: i64 = -11;
 
@@ -91,28 +79,6 @@ const EAGAIN: i64 = -11;
 fn target_tid(cfg: &LockConfig) -> Option<u32> {
     let id = bpf_get_current_pid_tgid();
     ((id >> 32) as u32 == cfg.target_tgid).then_some(id as u32)
-}
-
-#[inline(always)]
-fn is_wait(cmd: u32) -> bool {
-    matches!(
-        cmd,
-        FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_LOCK_PI | FUTEX_LOCK_PI2 | FUTEX_WAIT_REQUEUE_PI
-    )
-}
-
-#[inline(always)]
-fn is_wake(cmd: u32) -> bool {
-    matches!(
-        cmd,
-        FUTEX_WAKE
-            | FUTEX_WAKE_BITSET
-            | FUTEX_WAKE_OP
-            | FUTEX_REQUEUE
-            | FUTEX_CMP_REQUEUE
-            | FUTEX_UNLOCK_PI
-            | FUTEX_CMP_REQUEUE_PI
-    )
 }
 
 /// syscalls:sys_enter_futex: remembers the thread's wait or wake.
@@ -130,7 +96,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             ctx.read_at::<u64>(cfg.val_off as usize).unwrap_or(0) as u32,
         )
     };
-    let cmd = op & !FUTEX_FLAGS;
+    let cmd = futex_ops::cmd(op);
     if is_wait(cmd) || is_wake(cmd) {
         pend(tid, uaddr, op, val);
     }
@@ -195,7 +161,7 @@ fn on_exit<const HELPER: bool>(ctx: TracePointContext) -> u32 {
     let _ = FUTEX_PENDING.remove(tid);
     // SAFETY: the offset comes from the tracepoint's format file.
     let ret = unsafe { ctx.read_at::<i64>(cfg.ret_off as usize) }.unwrap_or(0);
-    let cmd = p.op & !FUTEX_FLAGS;
+    let cmd = futex_ops::cmd(p.op);
     if is_wait(cmd) {
         if ret != EAGAIN {
             // SAFETY: no preconditions.

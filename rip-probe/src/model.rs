@@ -12,9 +12,12 @@ use serde::Serialize;
 
 pub mod cgroup;
 pub mod contention;
+mod hist;
 pub mod list;
 pub mod offcpu;
 pub mod original;
+
+pub use hist::Bucket;
 
 /// Version of the JSON schema (`docs/JSON.md`).
 pub const SCHEMA_VERSION: u32 = 2;
@@ -35,8 +38,9 @@ pub struct Report {
     pub window_ns: u64,
     /// Threads, sorted by tid.
     pub threads: Vec<Thread>,
-    /// Coroutines and async tasks that have a ring slot.
-    pub tasks: Vec<Task>,
+    /// Coroutines and async tasks, of every runtime found in the process
+    /// (each says which: [`Coroutine::origin`]).
+    pub tasks: Vec<Coroutine>,
     /// Threads grouped by what they are doing and where, most populated
     /// first.
     pub groups: Vec<Group>,
@@ -232,6 +236,32 @@ pub struct Thread {
     pub stack_samples: Option<StackSamples>,
 }
 
+impl Thread {
+    /// A thread known by its id, name and state and nothing else yet: no
+    /// syscall, blocked time, stacks, location or lock. Each stage fills
+    /// in what it learns (`Thread { syscall, ..Thread::new(…) }`).
+    pub fn new(tid: u64, name: String, name_source: &'static str, state: ThreadState) -> Thread {
+        Thread {
+            tid,
+            ns_tid: None,
+            name,
+            name_source,
+            state,
+            syscall: None,
+            blocked: None,
+            kernel_stack: Default::default(),
+            location: None,
+            history: Vec::new(),
+            snaps: None,
+            exited: false,
+            polling_task: None,
+            waits_for: None,
+            frames: Default::default(),
+            stack_samples: None,
+        }
+    }
+}
+
 /// How often a running thread's stack was seen in the window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct StackSamples {
@@ -400,17 +430,22 @@ pub struct Location {
     pub frame: Frame,
 }
 
-/// A coroutine or async task.
+/// A coroutine or async task, of any runtime: one model, one grouping and
+/// one rendering for all, the runtime it comes from being data
+/// ([`Origin`]). Each runtime is read by its module in
+/// `collect::runtime`.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
-pub struct Task {
-    /// Task id (librip coroutine id).
+pub struct Coroutine {
+    /// The runtime it comes from.
+    pub origin: Origin,
+    /// Its id in that runtime (a librip coroutine id).
     pub id: u64,
     /// Slot generation: distinguishes reuses of the same slot.
     pub generation: u32,
     /// Name given at spawn.
     pub name: String,
     /// `polling` (on a thread now), `idle`, or `exited`.
-    pub state: TaskState,
+    pub state: CoroutineState,
     /// Thread polling it now.
     pub polling_tid: Option<u32>,
     /// Polls so far.
@@ -434,10 +469,23 @@ pub struct Task {
     pub history: Vec<Location>,
 }
 
-/// A task's state.
+/// The runtime a [`Coroutine`] comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum TaskState {
+pub enum Origin {
+    /// A coroutine slot of the process's librip ring, made by librip's
+    /// coroutine API (Rust or C), or by a librip too old to say which API
+    /// made it.
+    Librip,
+    /// A tokio task wrapped by `librip::tokio` (`Traced`,
+    /// `spawn_traced`), in a coroutine slot of the process's ring.
+    Tokio,
+}
+
+/// A coroutine's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CoroutineState {
     /// Being polled on a thread right now.
     Polling,
     /// Waiting to be woken.
@@ -446,13 +494,13 @@ pub enum TaskState {
     Exited,
 }
 
-impl TaskState {
+impl CoroutineState {
     /// The word used in text output and groups.
     pub fn as_str(self) -> &'static str {
         match self {
-            TaskState::Polling => "polling",
-            TaskState::Idle => "idle",
-            TaskState::Exited => "exited",
+            CoroutineState::Polling => "polling",
+            CoroutineState::Idle => "idle",
+            CoroutineState::Exited => "exited",
         }
     }
 }
@@ -460,6 +508,10 @@ impl TaskState {
 /// Members that share what they are doing and where.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 pub struct Group {
+    /// For a group of coroutines, the runtime they come from (a group
+    /// never mixes runtimes); absent for threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
     /// Number of members.
     pub count: usize,
     /// Member ids (tids or task ids), ascending.

@@ -11,8 +11,8 @@ mod common;
 
 use common::{frame, full_locks_report, full_report};
 use rip_probe::model::{
-    ProcessInfo, Report, SCHEMA_VERSION,
-    calls::{Bounds, Bucket, CallsReport, FunctionCalls, OutlierRule, SlowCall},
+    Bucket, ProcessInfo, Report, SCHEMA_VERSION,
+    calls::{Bounds, CallsReport, FunctionCalls, OutlierRule, SlowCall},
     cgroup::CgroupReport,
     contention::LocksReport,
     list::{ListReport, ListedProcess},

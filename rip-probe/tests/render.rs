@@ -188,14 +188,14 @@ THREADS  LOCATION (threads last seen there)
     );
 }
 
-fn task(id: u64, state: TaskState, ns: u64, line: u32) -> Task {
+fn task(id: u64, state: CoroutineState, ns: u64, line: u32) -> Coroutine {
     let mut t = full_report().tasks[0].clone();
     t.id = id;
     t.state = state;
     t.history.clear();
-    t.idle_ns = (state == TaskState::Idle).then_some(ns);
-    t.polling_ns = (state == TaskState::Polling).then_some(ns);
-    t.polling_tid = (state == TaskState::Polling).then_some(11);
+    t.idle_ns = (state == CoroutineState::Idle).then_some(ns);
+    t.polling_ns = (state == CoroutineState::Polling).then_some(ns);
+    t.polling_tid = (state == CoroutineState::Polling).then_some(11);
     if let Some(l) = &mut t.location {
         l.ago_ns = None;
         l.frame.inlined.clear();
@@ -211,11 +211,11 @@ fn tasks_views() {
     let mut r = live_report();
     let s = 1_000_000_000;
     r.tasks = vec![
-        task(1, TaskState::Idle, 31 * s, 120),
-        task(2, TaskState::Idle, 45 * s, 120),
-        task(3, TaskState::Idle, 40 * s, 120),
-        task(4, TaskState::Polling, 2 * s, 88),
-        task(5, TaskState::Idle, 3 * s, 7),
+        task(1, CoroutineState::Idle, 31 * s, 120),
+        task(2, CoroutineState::Idle, 45 * s, 120),
+        task(3, CoroutineState::Idle, 40 * s, 120),
+        task(4, CoroutineState::Polling, 2 * s, 88),
+        task(5, CoroutineState::Idle, 3 * s, 7),
     ];
     r.task_groups = analyze::group_tasks(&r.tasks);
     let got = render(render::live, &r);
@@ -265,7 +265,7 @@ THREADS
 fn the_task_table_stops_after_the_hundred_idle_longest() {
     let mut r = live_report();
     r.tasks = (1..=150)
-        .map(|i| task(i, TaskState::Idle, i * 1_000_000, 120))
+        .map(|i| task(i, CoroutineState::Idle, i * 1_000_000, 120))
         .collect();
     r.task_groups = analyze::group_tasks(&r.tasks);
     let got = render(render::live, &r);

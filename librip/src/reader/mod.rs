@@ -121,6 +121,9 @@ pub struct TaskStats {
     pub polling_tid: u32,
     /// When the task was created.
     pub created_ns: u64,
+    /// Which API made it: [`crate::format::task_flags`] (0: librip's
+    /// coroutine API, or a writer older than the flags).
+    pub flags: u32,
 }
 
 /// One thread's or coroutine's slot.

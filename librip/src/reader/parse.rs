@@ -484,6 +484,7 @@ impl Snapshot {
             last_poll_end_ns: v.u64(slot::LAST_POLL_END_NS),
             polling_tid: v.u32(slot::POLLING_TID),
             created_ns: v.u64(slot::CREATED_NS),
+            flags: v.u32(slot::TASK_FLAGS),
         });
         Some(Slot {
             index,

@@ -127,6 +127,8 @@ pub(crate) struct SlotInit<'a> {
     pub(crate) name: &'a [u8],
     pub(crate) seq: u64,
     pub(crate) created_ns: Option<u64>,
+    /// Coroutine slots: [`crate::format::task_flags`].
+    pub(crate) task_flags: u32,
 }
 
 impl Ring {
@@ -179,6 +181,11 @@ impl Ring {
             shm.zero(off + slot::POLLS as u64, meta - 8 - slot::POLLS as u64);
             let created = init.created_ns.unwrap_or(now);
             shm.store_u64(off + slot::CREATED_NS as u64, created, Ordering::Relaxed);
+            shm.store_u32(
+                off + slot::TASK_FLAGS as u64,
+                init.task_flags,
+                Ordering::Relaxed,
+            );
         }
         if !t.fresh {
             shm.zero(off + meta, size - meta);

@@ -81,6 +81,7 @@ impl Ring {
                     name,
                     seq: 0,
                     created_ns: None,
+                    task_flags: 0,
                 };
                 let t = self.take_slot(&mut st, SlotKind::Thread, &init)?;
                 let reg = Registered {

@@ -16,8 +16,8 @@ use crate::{
         kernel::contention::{Counted, MAX_LOCKS},
     },
     model::{
-        Frame, LockKind, ProcessInfo,
-        contention::{HistBucket, LockContention, LockWaiter, LockWaker, LocksReport},
+        Bucket, Frame, LockKind, ProcessInfo,
+        contention::{LockContention, LockWaiter, LockWaker, LocksReport},
     },
 };
 
@@ -148,33 +148,26 @@ pub fn report(
 
 /// The non-empty span of a lock's histogram (the kernel's buckets are
 /// [`Log2Hist`]'s).
-fn histogram(stat: &LockStat) -> Vec<HistBucket> {
+fn histogram(stat: &LockStat) -> Vec<Bucket> {
     let mut h = Log2Hist::default();
     for (i, &n) in stat.hist.iter().enumerate().filter(|(_, n)| **n > 0) {
         h.add(Log2Hist::bounds(i).0, n);
     }
     h.buckets()
-        .into_iter()
-        .map(|b| HistBucket {
-            low_ns: b.lo_ns,
-            high_ns: b.hi_ns,
-            count: b.count,
-        })
-        .collect()
 }
 
 /// The upper bound of the bucket holding the `pct`th percentile of
 /// `total` waits (0 when there are none).
-fn percentile(hist: &[HistBucket], total: u64, pct: u64) -> u64 {
+fn percentile(hist: &[Bucket], total: u64, pct: u64) -> u64 {
     let rank = (total * pct).div_ceil(100).max(1);
     let mut seen = 0;
     for b in hist {
         seen += b.count;
         if seen >= rank {
-            return b.high_ns;
+            return b.hi_ns;
         }
     }
-    hist.last().map_or(0, |b| b.high_ns)
+    hist.last().map_or(0, |b| b.hi_ns)
 }
 
 #[cfg(test)]
@@ -205,19 +198,19 @@ mod tests {
         let h = histogram(&s);
         assert_eq!(h.len(), 3);
         assert_eq!(
-            (h[0].low_ns, h[0].high_ns, h[0].count),
+            (h[0].lo_ns, h[0].hi_ns, h[0].count),
             (1 << 22, 1 << 23, 100)
         );
         assert_eq!(h[1].count, 0, "empty buckets inside the span are kept");
         assert_eq!(percentile(&h, s.waits, 99), 1 << 23);
         assert_eq!(percentile(&h, s.waits, 100), 1 << 25);
         let zero = stat(&[(0, 2)]);
-        assert_eq!(histogram(&zero)[0].high_ns, 1);
+        assert_eq!(histogram(&zero)[0].hi_ns, 1);
         assert!(histogram(&stat(&[])).is_empty());
         assert_eq!(percentile(&[], 0, 99), 0);
         // The last bucket's bound does not overflow.
         let top = histogram(&stat(&[(63, 1)]));
-        assert_eq!(top[0].high_ns, 1 << 63);
+        assert_eq!(top[0].hi_ns, 1 << 63);
     }
 
     fn process() -> ProcessInfo {

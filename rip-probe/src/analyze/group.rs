@@ -147,6 +147,7 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
         let place = t.location.as_ref().map(|l| Place::of(&l.frame));
         let key = (t.state, Wait::of(t), place, StackKey(&t.frames));
         let g = map.entry(key).or_insert_with(|| Group {
+            origin: None,
             count: 0,
             ids: Vec::new(),
             state: t.state.as_str().to_string(),

@@ -1,7 +1,7 @@
 //! Log2 histograms, as SystemTap's `@hist_log` and bpftrace's `hist()`
 //! keep them: bucket 0 holds 0, bucket `k + 1` holds `[2^k, 2^(k+1))`.
 
-use crate::model::calls::Bucket;
+use crate::model::Bucket;
 
 /// Counts of values in log2 buckets.
 #[derive(Clone, Debug, PartialEq, Eq)]

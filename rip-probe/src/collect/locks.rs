@@ -28,20 +28,15 @@ use super::{
     namespaces::TidMap,
 };
 use crate::model::{LockKind, MutexFlavor, Owner};
+use rip_ebpf::futex_ops::{
+    self, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI,
+};
 
 /// `futex(2)`.
 pub(crate) const SYS_FUTEX: i64 = libc::SYS_futex;
 /// `futex_waitv(2)` (5.16).
 pub(crate) const SYS_FUTEX_WAITV: i64 = libc::SYS_futex_waitv;
 
-const FUTEX_WAIT: u32 = libc::FUTEX_WAIT as u32;
-const FUTEX_LOCK_PI: u32 = libc::FUTEX_LOCK_PI as u32;
-const FUTEX_TRYLOCK_PI: u32 = libc::FUTEX_TRYLOCK_PI as u32;
-const FUTEX_WAIT_BITSET: u32 = libc::FUTEX_WAIT_BITSET as u32;
-const FUTEX_WAIT_REQUEUE_PI: u32 = libc::FUTEX_WAIT_REQUEUE_PI as u32;
-const FUTEX_LOCK_PI2: u32 = libc::FUTEX_LOCK_PI2 as u32;
-/// The operation without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
-const FUTEX_CMD_MASK: u32 = libc::FUTEX_CMD_MASK as u32;
 const FUTEX_OWNER_DIED: u32 = libc::FUTEX_OWNER_DIED;
 const FUTEX_TID_MASK: u32 = libc::FUTEX_TID_MASK;
 
@@ -132,10 +127,15 @@ fn futex_wait(
     args: &[u64; 6],
 ) -> Option<AwaitedLock> {
     let uaddr = args[0];
-    let cmd = (args[1] as u32) & FUTEX_CMD_MASK;
+    let cmd = futex_ops::cmd(args[1] as u32);
     let val = args[2] as u32;
+    // A thread found in another futex call (a wake, FUTEX_TRYLOCK_PI) is
+    // about to return: it waits for nothing.
+    if !futex_ops::is_wait(cmd) {
+        return None;
+    }
     let lock = match cmd {
-        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 | FUTEX_TRYLOCK_PI => pi_lock(mem, tid_status, uaddr),
+        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => pi_lock(mem, tid_status, uaddr),
         FUTEX_WAIT | FUTEX_WAIT_BITSET => plain_wait(mem, tid_status, uaddr, val),
         FUTEX_WAIT_REQUEUE_PI => AwaitedLock {
             addr: uaddr,
@@ -424,8 +424,7 @@ pub fn lock_at(
     if let Some(l) = held.filter(|l| l.kind != LockKind::Futex) {
         return Some((l.addr, l.kind, l.mutex));
     }
-    let cmd = op & FUTEX_CMD_MASK;
-    if !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET) || val != 2 {
+    if !matches!(futex_ops::cmd(op), FUTEX_WAIT | FUTEX_WAIT_BITSET) || val != 2 {
         return None;
     }
     let lock = mem.read_u32(uaddr).ok()?;

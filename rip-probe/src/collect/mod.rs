@@ -13,6 +13,7 @@ pub(crate) mod namespaces;
 pub mod offcpu;
 pub(crate) mod procfs;
 pub(crate) mod ring;
+pub(crate) mod runtime;
 pub mod stacks;
 
 pub use error::{Error, Result};

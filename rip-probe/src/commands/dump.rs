@@ -14,8 +14,9 @@ use crate::{
         namespaces::{self, Writer},
         procfs,
         ring::RingView,
+        runtime,
     },
-    correlate::{self, DumpOptions, tasks::TaskClock},
+    correlate::{self, DumpOptions},
     discover,
     error::{Error, Result},
     model::{ProcessInfo, Report},
@@ -149,9 +150,9 @@ pub(crate) fn run(a: &DumpArgs, out: &mut Sink) -> Result<()> {
         history: a.threads,
         exited: a.exited || all_exited,
         clock: if alive {
-            TaskClock::Now(monotonic_ns())
+            runtime::Clock::Now(monotonic_ns())
         } else {
-            TaskClock::PostMortem
+            runtime::Clock::PostMortem
         },
     };
     let mut report = timing::phase("correlate", || correlate::dump(&ring, process, opts));

@@ -124,11 +124,7 @@ fn decode_arg(kind: Arg, raw: u64, all: &[u64; 6], look: &dyn Lookup) -> (&'stat
         Arg::FutexVal => ("val", (raw as u32).to_string()),
         Arg::FutexTimeout => {
             // Only the wait operations take a timeout in argument 4.
-            let cmd = all[1] as u32 & FUTEX_CMD_MASK;
-            if matches!(
-                cmd,
-                FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_LOCK_PI | FUTEX_LOCK_PI2
-            ) {
+            if futex_ops::is_wait(futex_ops::cmd(all[1] as u32)) {
                 ("timeout", timespec_arg(raw, look))
             } else {
                 ("val2", raw.to_string())
@@ -170,36 +166,13 @@ fn decode_arg(kind: Arg, raw: u64, all: &[u64; 6], look: &dyn Lookup) -> (&'stat
     }
 }
 
-// The uapi's futex operations (libc has them as c_int).
-const FUTEX_PRIVATE_FLAG: u32 = libc::FUTEX_PRIVATE_FLAG as u32;
-const FUTEX_CLOCK_REALTIME: u32 = libc::FUTEX_CLOCK_REALTIME as u32;
-const FUTEX_CMD_MASK: u32 = !(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
-const FUTEX_WAIT: u32 = libc::FUTEX_WAIT as u32;
-const FUTEX_WAIT_BITSET: u32 = libc::FUTEX_WAIT_BITSET as u32;
-const FUTEX_LOCK_PI: u32 = libc::FUTEX_LOCK_PI as u32;
-const FUTEX_LOCK_PI2: u32 = libc::FUTEX_LOCK_PI2 as u32;
+use rip_ebpf::futex_ops::{self, FUTEX_CLOCK_REALTIME, FUTEX_PRIVATE_FLAG};
 
 /// `FUTEX_WAIT_PRIVATE`, `FUTEX_WAKE`, ... with `|FUTEX_CLOCK_REALTIME`.
 pub(crate) fn futex_op(op: u32) -> String {
-    const NAMES: [&str; 14] = [
-        "FUTEX_WAIT",
-        "FUTEX_WAKE",
-        "FUTEX_FD",
-        "FUTEX_REQUEUE",
-        "FUTEX_CMP_REQUEUE",
-        "FUTEX_WAKE_OP",
-        "FUTEX_LOCK_PI",
-        "FUTEX_UNLOCK_PI",
-        "FUTEX_TRYLOCK_PI",
-        "FUTEX_WAIT_BITSET",
-        "FUTEX_WAKE_BITSET",
-        "FUTEX_WAIT_REQUEUE_PI",
-        "FUTEX_CMP_REQUEUE_PI",
-        "FUTEX_LOCK_PI2",
-    ];
-    let cmd = op & FUTEX_CMD_MASK;
-    let mut s = match NAMES.get(cmd as usize) {
-        Some(n) => (*n).to_string(),
+    let cmd = futex_ops::cmd(op);
+    let mut s = match futex_ops::name(cmd) {
+        Some(n) => n.to_string(),
         None => format!("{cmd:#x}"),
     };
     if op & FUTEX_PRIVATE_FLAG != 0 {
@@ -342,6 +315,21 @@ mod tests {
         assert_eq!(s.text, "futex(0x7fff0000, FUTEX_WAIT_PRIVATE, 2, NULL)");
         let s = decode(202, &[0x10, 0x81, 1, 5, 0, 0], &Fake).unwrap();
         assert_eq!(s.args[3].name, "val2", "FUTEX_WAKE has no timeout");
+    }
+
+    /// Argument 4 is a timeout for the operations that wait, and only for
+    /// them: a condition variable's wait for a PI mutex has one, a trylock
+    /// (which never sleeps) does not.
+    #[test]
+    fn the_waits_take_a_timeout() {
+        use rip_ebpf::futex_ops::*;
+        for cmd in 0..14 {
+            let s = decode(202, &[0x10, u64::from(cmd | 128), 1, 0x1000, 0, 0], &Fake).unwrap();
+            let want = if is_wait(cmd) { "timeout" } else { "val2" };
+            assert_eq!(s.args[3].name, want, "{}", NAMES[cmd as usize]);
+        }
+        let s = decode(202, &[0x10, 11 | 128, 1, 0x1000, 0x20, 0], &Fake).unwrap();
+        assert_eq!(s.args[3].text, "1.5s", "FUTEX_WAIT_REQUEUE_PI: {}", s.text);
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! stage; grouping is an analysis (`crate::analyze`), after symbolization.
 
 pub(crate) mod decode;
-pub(crate) mod tasks;
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -17,14 +16,14 @@ use crate::{
     collect::{
         Lookup,
         ring::{RingSlot, RingView},
+        runtime::{self, Clock as CoroutineClock, Process, librip::ring_location},
     },
     model::{
-        Blocked, BlockedSource, Frame, Location, LocationSource, Mode, ProcessInfo, Report,
-        RingInfo, SCHEMA_VERSION, Task, TaskState, Thread, ThreadState,
+        Blocked, BlockedSource, Coroutine, CoroutineState, Frame, Location, LocationSource, Mode,
+        ProcessInfo, Report, RingInfo, SCHEMA_VERSION, Thread, ThreadState,
     },
     util::timefmt,
 };
-use tasks::{TaskClock, ring_tasks};
 
 /// Kernel `__state` bits (include/linux/sched.h).
 mod kstate {
@@ -169,18 +168,6 @@ fn raw(addr: u64) -> Frame {
     }
 }
 
-/// Ring entry `i` of a slot's `(seq, address)` entries, as an unsymbolized
-/// location.
-pub(crate) fn ring_location(entries: &[(u64, u64)], i: usize) -> Location {
-    let (seq, addr) = entries[i];
-    Location {
-        source: LocationSource::Ring,
-        seq: Some(seq),
-        ago_ns: None,
-        frame: raw(addr),
-    }
-}
-
 /// Builds the live report (before symbolization).
 pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
     // Live thread slots by tid; if a tid has several (an exited slot and a
@@ -246,31 +233,20 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
                 _ => (comm(&t.comm), "comm"),
             };
             Thread {
-                tid: u64::from(t.tid),
                 ns_tid: slot.and_then(|s| s.ns_id),
-                name,
-                name_source,
-                state,
                 syscall,
                 blocked: blocked_for(t, &inp.clock),
                 kernel_stack,
                 location,
-                history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
-                polling_task: None,
-                waits_for: None,
-                frames: Default::default(),
-                stack_samples: None,
-                exited: false,
+                ..Thread::new(u64::from(t.tid), name, name_source, state)
             }
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
 
-    let tasks = inp
-        .ring
-        .map(|r| ring_tasks(r, TaskClock::Now(inp.clock.now_ns), false))
-        .unwrap_or_default();
+    let found = Process { ring: inp.ring };
+    let tasks = runtime::coroutines(found, CoroutineClock::Now(inp.clock.now_ns), false);
     point_threads_at_their_tasks(&mut threads, &tasks);
     let mut warnings = Vec::new();
     if let Some(r) = inp.ring
@@ -295,8 +271,8 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
 
 /// A thread inside a task's poll is where that task's last snap says (its
 /// own slot's last snap predates the poll).
-fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Task]) {
-    for task in tasks.iter().filter(|t| t.state == TaskState::Polling) {
+fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Coroutine]) {
+    for task in tasks.iter().filter(|t| t.state == CoroutineState::Polling) {
         let Some(tid) = task.polling_tid else {
             continue;
         };
@@ -321,7 +297,7 @@ fn dropped_warning(r: &RingView) -> String {
 
 /// Says what post-mortem task times mean.
 pub(crate) fn post_mortem_warning(r: &RingView) -> String {
-    let at = r.unix_ns(tasks::horizon(r));
+    let at = r.unix_ns(runtime::librip::horizon(r));
     format!(
         "the process is gone: task times run up to the last task event its ring recorded \
          (a poll or a creation, at {}), so they are lower bounds",
@@ -386,14 +362,10 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
         .filter(|(_, r)| r.switches > 0)
         .map(|(&tid, r)| {
             let slot = slots.get(&u64::from(tid)).copied();
+            let name = slot.map(|s| s.name.clone()).unwrap_or_default();
             Thread {
-                tid: u64::from(tid),
                 ns_tid: slot.and_then(|s| s.ns_id),
-                name: slot.map(|s| s.name.clone()).unwrap_or_default(),
-                name_source: "ring",
-                state: state_from_switch(r.state),
                 syscall: decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone),
-                blocked: None,
                 kernel_stack: inp
                     .stacks
                     .get(&r.kstack_id)
@@ -402,23 +374,17 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
                 location: slot
                     .filter(|s| !s.entries.is_empty())
                     .map(|s| ring_location(&s.entries, s.entries.len() - 1)),
-                history: Vec::new(),
                 snaps: slot.map(|s| s.snaps),
-                polling_task: None,
-                waits_for: None,
-                frames: Default::default(),
-                stack_samples: None,
                 exited: true,
+                ..Thread::new(u64::from(tid), name, "ring", state_from_switch(r.state))
             }
         })
         .collect();
     threads.sort_by_key(|t| t.tid);
     let mut warnings =
         vec!["states are as of each thread's last switch off the CPU before the exit".into()];
-    let tasks = inp
-        .ring
-        .map(|r| ring_tasks(r, TaskClock::PostMortem, false))
-        .unwrap_or_default();
+    let found = Process { ring: inp.ring };
+    let tasks = runtime::coroutines(found, CoroutineClock::PostMortem, false);
     if let Some(r) = inp.ring.filter(|_| !tasks.is_empty()) {
         warnings.push(post_mortem_warning(r));
     }
@@ -467,7 +433,7 @@ pub(crate) struct DumpOptions {
     pub(crate) exited: bool,
     /// What task durations run up to: now (the ring's process is alive on
     /// this boot), or the ring's last record (post-mortem).
-    pub(crate) clock: TaskClock,
+    pub(crate) clock: CoroutineClock,
 }
 
 /// Builds a dump report from a ring alone (before symbolization).
@@ -478,19 +444,13 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
         .filter(|s| !s.coroutine && (opts.exited || !s.exited))
         .map(|s| {
             let n = s.entries.len();
+            let state = if s.exited {
+                ThreadState::Exited
+            } else {
+                ThreadState::Unknown
+            };
             Thread {
-                tid: s.id,
                 ns_tid: s.ns_id,
-                name: s.name.clone(),
-                name_source: "ring",
-                state: if s.exited {
-                    ThreadState::Exited
-                } else {
-                    ThreadState::Unknown
-                },
-                syscall: None,
-                blocked: None,
-                kernel_stack: Default::default(),
                 location: (n > 0).then(|| ring_location(&s.entries, n - 1)),
                 history: if opts.history && n > 1 {
                     (0..n - 1).map(|i| ring_location(&s.entries, i)).collect()
@@ -498,24 +458,22 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
                     Vec::new()
                 },
                 snaps: Some(s.snaps),
-                polling_task: None,
-                waits_for: None,
-                frames: Default::default(),
-                stack_samples: None,
                 exited: s.exited,
+                ..Thread::new(s.id, s.name.clone(), "ring", state)
             }
         })
         .collect();
     threads.sort_by_key(|t| (t.tid, t.exited));
-    let mut tasks = ring_tasks(ring, opts.clock, opts.history);
+    let found = Process { ring: Some(ring) };
+    let mut tasks = runtime::coroutines(found, opts.clock, opts.history);
     if !opts.exited {
-        tasks.retain(|t| t.state != TaskState::Exited);
+        tasks.retain(|t| t.state != CoroutineState::Exited);
     }
     let mut warnings = Vec::new();
     if ring.dropped > 0 {
         warnings.push(dropped_warning(ring));
     }
-    if opts.clock == TaskClock::PostMortem && !tasks.is_empty() {
+    if opts.clock == CoroutineClock::PostMortem && !tasks.is_empty() {
         warnings.push(post_mortem_warning(ring));
     }
     Report {
@@ -555,7 +513,7 @@ mod tests {
         let opts = DumpOptions {
             history: false,
             exited: false,
-            clock: TaskClock::PostMortem,
+            clock: CoroutineClock::PostMortem,
         };
         let r = dump(&ring, ProcessInfo::default(), opts);
         let tids: Vec<u64> = r.threads.iter().map(|t| t.tid).collect();

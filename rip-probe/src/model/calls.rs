@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::{Frame, ProcessInfo};
+use super::{Bucket, Frame, ProcessInfo};
 
 /// The report of `rip-probe calls`.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -91,18 +91,6 @@ pub struct Bounds {
     pub lo_ns: u64,
     /// Upper bound, ns (exclusive).
     pub hi_ns: u64,
-}
-
-/// One bucket of a log2 histogram: the count of values in
-/// `[lo_ns, hi_ns)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct Bucket {
-    /// Lower bound, ns (inclusive): 0 or a power of two.
-    pub lo_ns: u64,
-    /// Upper bound, ns (exclusive).
-    pub hi_ns: u64,
-    /// Calls in the bucket.
-    pub count: u64,
 }
 
 /// A call slower than its function's threshold.

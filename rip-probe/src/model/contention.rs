@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::{Frame, LockKind, MutexFlavor, ProcessInfo};
+use super::{Bucket, Frame, LockKind, MutexFlavor, ProcessInfo};
 
 /// `rip-probe locks --pid N --duration D`: which locks the process's
 /// threads waited for, how long, who waited and who woke them.
@@ -57,23 +57,12 @@ pub struct LockContention {
     pub p99_wait_ns: u64,
     /// Waits per log2 bucket of their duration, non-empty buckets from the
     /// first to the last (empty ones between included).
-    pub histogram: Vec<HistBucket>,
+    pub histogram: Vec<Bucket>,
     /// The threads that waited longest in total, at most five.
     pub top_waiters: Vec<LockWaiter>,
     /// Where the threads that woke waiters were, most wakes first, at most
     /// five call stacks.
     pub wakers: Vec<LockWaker>,
-}
-
-/// One bucket of a log2 histogram: waits of `[low_ns, high_ns)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-pub struct HistBucket {
-    /// Lower bound, ns (inclusive).
-    pub low_ns: u64,
-    /// Upper bound, ns (exclusive).
-    pub high_ns: u64,
-    /// Waits in the bucket.
-    pub count: u64,
 }
 
 /// A thread that waited for a lock.

@@ -42,12 +42,7 @@ pub fn calls_text(r: &CallsReport, w: &mut dyn Write) -> io::Result<()> {
             escape(&f.function),
             f.timed
         )?;
-        let buckets: Vec<_> = f
-            .histogram
-            .iter()
-            .map(|b| (b.lo_ns, b.hi_ns, b.count))
-            .collect();
-        hist::log2(&buckets, "  ", w)?;
+        hist::log2(&f.histogram, "  ", w)?;
     }
     if let Some(rule) = &r.outlier_rule {
         outliers(r, rule, w)?;
@@ -178,10 +173,7 @@ const STACKS_SHOWN: usize = 5;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{
-        Frame, ProcessInfo,
-        calls::{Bucket, SlowCall},
-    };
+    use crate::model::{Bucket, Frame, ProcessInfo, calls::SlowCall};
 
     fn report() -> CallsReport {
         let bounds = Bounds {
@@ -189,7 +181,7 @@ mod tests {
             hi_ns: 2_621_440,
         };
         CallsReport {
-            schema: 1,
+            schema: crate::model::SCHEMA_VERSION,
             process: ProcessInfo {
                 pid: 42,
                 exe: Some("/srv/app".into()),

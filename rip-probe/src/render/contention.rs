@@ -8,8 +8,8 @@ use std::io::{self, Write};
 use super::text::escape;
 use crate::{
     model::{
-        Frame,
-        contention::{HistBucket, LockContention, LocksReport},
+        Bucket, Frame,
+        contention::{LockContention, LocksReport},
     },
     util::timefmt::duration,
 };
@@ -148,9 +148,8 @@ fn callers<'a>(loc: Option<&Frame>, stack: &'a [Frame]) -> impl Iterator<Item = 
 
 /// bpftrace's `hist()`: `[4M, 8M)   380 |@@@@…|`, bars scaled to the
 /// fullest bucket.
-fn histogram(h: &[HistBucket], w: &mut dyn Write) -> io::Result<()> {
-    let buckets: Vec<_> = h.iter().map(|b| (b.low_ns, b.high_ns, b.count)).collect();
-    super::hist::log2(&buckets, "  ", w)
+fn histogram(h: &[Bucket], w: &mut dyn Write) -> io::Result<()> {
+    super::hist::log2(h, "  ", w)
 }
 
 #[cfg(test)]
@@ -160,14 +159,14 @@ mod tests {
     #[test]
     fn bars_scale_to_the_fullest_bucket() {
         let h = [
-            HistBucket {
-                low_ns: 1 << 21,
-                high_ns: 1 << 22,
+            Bucket {
+                lo_ns: 1 << 21,
+                hi_ns: 1 << 22,
                 count: 1,
             },
-            HistBucket {
-                low_ns: 1 << 22,
-                high_ns: 1 << 23,
+            Bucket {
+                lo_ns: 1 << 22,
+                hi_ns: 1 << 23,
                 count: 104,
             },
         ];

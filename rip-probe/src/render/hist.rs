@@ -5,6 +5,8 @@
 
 use std::io::{self, Write};
 
+use crate::model::Bucket;
+
 /// Width of a full bar, as bpftrace draws it.
 const BAR: u64 = 52;
 
@@ -26,12 +28,17 @@ fn label(v: u64) -> String {
     v.to_string()
 }
 
-/// Writes `buckets`, `(low_ns, high_ns, count)` each, one line per bucket
-/// prefixed with `indent`. Every histogram of rip-probe (`calls`
-/// latencies, `locks` wait times) is drawn here.
-pub(crate) fn log2(buckets: &[(u64, u64, u64)], indent: &str, w: &mut dyn Write) -> io::Result<()> {
-    let max = buckets.iter().map(|b| b.2).max().unwrap_or(0).max(1);
-    for &(lo, hi, count) in buckets {
+/// Writes `buckets` one line per bucket prefixed with `indent`. Every
+/// histogram of rip-probe (`calls` latencies, `locks` wait times) is drawn
+/// here.
+pub(crate) fn log2(buckets: &[Bucket], indent: &str, w: &mut dyn Write) -> io::Result<()> {
+    let max = buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
+    for &Bucket {
+        lo_ns: lo,
+        hi_ns: hi,
+        count,
+    } in buckets
+    {
         let range = if hi.saturating_sub(lo) == 1 {
             format!("[{}]", label(lo))
         } else if hi == u64::MAX {
@@ -59,7 +66,12 @@ mod tests {
         assert_eq!(label(1024), "1K");
         assert_eq!(label(4 << 20), "4M");
         assert_eq!(label(1 << 31), "2G");
-        let buckets = [(1, 2, 1), (2 << 20, 4 << 20, 4)];
+        let bucket = |lo_ns, hi_ns, count| Bucket {
+            lo_ns,
+            hi_ns,
+            count,
+        };
+        let buckets = [bucket(1, 2, 1), bucket(2 << 20, 4 << 20, 4)];
         let mut out = Vec::new();
         log2(&buckets, "", &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
-    model::{Group, Report, Task, TaskState, Thread},
+    model::{Coroutine, CoroutineState, Group, Report, Thread},
     util::timefmt::{duration, utc},
 };
 
@@ -50,7 +50,7 @@ pub(crate) fn group_sentence(g: &Group) -> String {
 
 /// One row per task, polling ones first, then the longest idle.
 fn table(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    let mut rows: Vec<&Task> = r.tasks.iter().collect();
+    let mut rows: Vec<&Coroutine> = r.tasks.iter().collect();
     rows.sort_by_key(|t| {
         let stuck = t.polling_ns.or(t.idle_ns).unwrap_or(0);
         (t.state, std::cmp::Reverse(stuck), t.id)
@@ -86,9 +86,9 @@ fn table(r: &Report, w: &mut impl Write) -> io::Result<()> {
 
 /// "polling on thread T" (with the syscall the thread is blocked in, when
 /// the kernel says it is), "idle since <UTC time>", or "exited".
-pub(super) fn state(t: &Task, threads: &[Thread]) -> String {
+pub(super) fn state(t: &Coroutine, threads: &[Thread]) -> String {
     match t.state {
-        TaskState::Polling => {
+        CoroutineState::Polling => {
             let Some(tid) = t.polling_tid else {
                 return "polling".into();
             };
@@ -109,17 +109,17 @@ pub(super) fn state(t: &Task, threads: &[Thread]) -> String {
             }
             s
         }
-        TaskState::Idle => match t.since_unix_ns {
+        CoroutineState::Idle => match t.since_unix_ns {
             Some(ns) => format!("idle since {}", utc(ns)),
             None => "idle".into(),
         },
-        TaskState::Exited => "exited".into(),
+        CoroutineState::Exited => "exited".into(),
     }
 }
 
 /// How long the task has been in its state: since its last poll (idle)
 /// or since its current poll started (polling); `≥` post-mortem.
-pub(super) fn for_text(t: &Task) -> String {
+pub(super) fn for_text(t: &Coroutine) -> String {
     match t.idle_ns.or(t.polling_ns) {
         Some(0) if t.lower_bound => "-".into(),
         Some(ns) if t.lower_bound => format!("≥{}", duration(ns)),

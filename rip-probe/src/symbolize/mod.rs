@@ -697,9 +697,7 @@ pub(crate) fn fill(
         user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
         kernel.extend(t.kernel_stack.iter().map(|f| f.addr));
     }
-    for t in &report.tasks {
-        user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
-    }
+    user.extend(crate::collect::runtime::native_addrs(&report.tasks));
     let user = crate::util::timing::phase("  user addresses", || sym.user(space, &user));
     let kernel = if kernel.is_empty() {
         HashMap::new()
@@ -717,11 +715,7 @@ pub(crate) fn fill(
         }
     }
     report.map_kernel_frames(|f| put(f, &kernel));
-    for t in &mut report.tasks {
-        for l in t.location.iter_mut().chain(t.history.iter_mut()) {
-            put(&mut l.frame, &user);
-        }
-    }
+    crate::collect::runtime::name_frames(&mut report.tasks, &user);
     report.warnings.extend(sym.take_warnings());
 }
 

@@ -45,6 +45,7 @@ pub fn stack() -> std::sync::Arc<[Frame]> {
 /// A report with every optional part filled in.
 pub fn full_report() -> Report {
     let group = Group {
+        origin: None,
         count: 1,
         ids: vec![2],
         state: "sleeping".into(),
@@ -120,11 +121,12 @@ pub fn full_report() -> Report {
             frames: stack(),
             stack_samples: Some(StackSamples { count: 3, total: 4 }),
         }],
-        tasks: vec![Task {
+        tasks: vec![Coroutine {
+            origin: Origin::Librip,
             id: 9,
             generation: 1,
             name: "conn".into(),
-            state: TaskState::Idle,
+            state: CoroutineState::Idle,
             polling_tid: Some(2),
             polls: 4,
             idle_ns: Some(1),
@@ -136,7 +138,10 @@ pub fn full_report() -> Report {
             history: vec![location()],
         }],
         groups: vec![group.clone()],
-        task_groups: vec![group],
+        task_groups: vec![Group {
+            origin: Some(Origin::Librip),
+            ..group
+        }],
         warnings: vec!["w".into()],
         deadlocks: vec![vec![2]],
     }
@@ -172,14 +177,14 @@ pub fn full_locks_report() -> contention::LocksReport {
             max_wait_ns: 6_000_000,
             p99_wait_ns: 6_000_000,
             histogram: vec![
-                HistBucket {
-                    low_ns: 1 << 21,
-                    high_ns: 1 << 22,
+                Bucket {
+                    lo_ns: 1 << 21,
+                    hi_ns: 1 << 22,
                     count: 1,
                 },
-                HistBucket {
-                    low_ns: 1 << 22,
-                    high_ns: 1 << 23,
+                Bucket {
+                    lo_ns: 1 << 22,
+                    hi_ns: 1 << 23,
                     count: 2,
                 },
             ],

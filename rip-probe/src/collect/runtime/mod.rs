@@ -1,0 +1,90 @@
+//! Coroutines come from runtimes: librip's rings today (its coroutine API,
+//! and the tokio tasks `librip::tokio` wraps), and each further runtime — Go's
+//! goroutines, CPython's asyncio tasks — is one more module here,
+//! implementing [`Runtime`]. A runtime detects itself in a process, reads
+//! the process's coroutines into the one model ([`Coroutine`], its
+//! [`Origin`] saying which runtime), and names their frames; grouping
+//! (`crate::analyze::tasks`) and rendering (`crate::render`) are the same
+//! for every origin. Runtimes are read from outside, never by stopping
+//! the process.
+
+pub(crate) mod librip;
+
+use std::collections::HashMap;
+
+use crate::{
+    collect::ring::RingView,
+    model::{Coroutine, Frame, Origin},
+};
+
+/// What a runtime may be detected from: what collection found of the
+/// process.
+#[derive(Clone, Copy)]
+pub(crate) struct Process<'a> {
+    /// The process's librip ring, if it has one (for a dump: the ring
+    /// alone).
+    pub(crate) ring: Option<&'a RingView>,
+}
+
+/// What coroutine durations are measured up to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Clock {
+    /// The process is alive: up to this CLOCK_MONOTONIC time (ns).
+    Now(u64),
+    /// The process is gone: up to the last time its runtime recorded (the
+    /// durations are then lower bounds).
+    PostMortem,
+}
+
+/// A coroutine runtime found in a process: the seam each runtime's module
+/// implements. Its coroutines carry the origins the module answers for in
+/// [`native_addrs`] and [`name_frames`].
+pub(crate) trait Runtime<'a>: Sized {
+    /// The runtime, if the process has it (`None`: it does not, or what
+    /// would say so could not be read).
+    fn detect(process: Process<'a>) -> Option<Self>;
+
+    /// The process's coroutines of this runtime, sorted by id, their
+    /// frames still bare addresses. Durations run up to `clock`;
+    /// `history` keeps older locations (oldest first), not only the last.
+    fn coroutines(&self, clock: Clock, history: bool) -> Vec<Coroutine>;
+
+    /// The addresses of `c`'s frames that are native code of the process,
+    /// for the symbolize stage to name through the process's modules (as
+    /// it names threads' addresses, in the same batch).
+    fn native_addrs(c: &Coroutine) -> Vec<u64>;
+
+    /// Names `c`'s frames, once the symbolize stage has named the native
+    /// addresses ([`Runtime::native_addrs`]) in `native`.
+    fn name_frames(c: &mut Coroutine, native: &HashMap<u64, Frame>);
+}
+
+/// The coroutines of every runtime found in `process`, runtime after
+/// runtime (librip's by id).
+pub(crate) fn coroutines(process: Process<'_>, clock: Clock, history: bool) -> Vec<Coroutine> {
+    let mut all = Vec::new();
+    if let Some(r) = librip::Librip::detect(process) {
+        all.extend(r.coroutines(clock, history));
+    }
+    all
+}
+
+/// The native code addresses of `coroutines`' frames, to symbolize.
+pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
+    coroutines
+        .iter()
+        .flat_map(|c| match c.origin {
+            Origin::Librip | Origin::Tokio => librip::Librip::native_addrs(c),
+        })
+        .collect()
+}
+
+/// Names the frames of `coroutines`, each by its runtime, from the native
+/// addresses the symbolize stage named.
+pub(crate) fn name_frames(coroutines: &mut [Coroutine], native: &HashMap<u64, Frame>) {
+    for c in coroutines {
+        match c.origin {
+            Origin::Librip | Origin::Tokio => librip::Librip::name_frames(c, native),
+        }
+    }
+}
