@@ -93,14 +93,19 @@ fn uprobe_events() -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The perf_event links (tracepoints and uprobes) that run one of `progs`.
+/// The links that attach one of `progs` to an event: perf_event links
+/// (tracepoints, and uprobes one at a time) and uprobe_multi links (many
+/// uprobes at once, Linux 6.6; a bpftool that does not know the type by
+/// name prints its number, 12).
 fn perf_links_of(progs: &[u64]) -> Vec<u64> {
     bpftool("link")
         .as_array()
         .unwrap()
         .iter()
         .filter(|l| {
-            l["type"] == "perf_event" && l["prog_id"].as_u64().is_some_and(|p| progs.contains(&p))
+            let t = &l["type"];
+            (t == "perf_event" || t == "uprobe_multi" || t == 12)
+                && l["prog_id"].as_u64().is_some_and(|p| progs.contains(&p))
         })
         .map(|l| l["id"].as_u64().unwrap())
         .collect()
@@ -139,9 +144,9 @@ fn sigkill_while_attached_leaves_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    // The uprobes are in the kernel, as perf_event links to our programs
-    // (aya attaches tracepoints and uprobes through perf events): what
-    // must go away. One is sched_switch's tracepoint; the rest, uprobes.
+    // The uprobes are in the kernel, linked to our programs (a perf_event
+    // link each, or one uprobe_multi link for all): what must go away. One
+    // perf_event link is sched_switch's tracepoint; the rest, uprobes.
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
         let held = perf_links_of(&programs_held_by(probe.id()));
@@ -150,7 +155,7 @@ fn sigkill_while_attached_leaves_nothing() {
         }
         assert!(
             Instant::now() < deadline,
-            "rip-probe's uprobes never showed as perf_event links: {held:?}"
+            "rip-probe's uprobes never showed as links: {held:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -163,7 +168,7 @@ fn sigkill_while_attached_leaves_nothing() {
     );
     eprintln!(
         "attached: programs {progs:?} (others' before: {before:?}), links {links:?}, \
-         perf_event links {held:?}; sending SIGKILL"
+         event links {held:?}; sending SIGKILL"
     );
     probe.kill().expect("SIGKILL rip-probe");
     probe.wait().unwrap();
@@ -185,8 +190,8 @@ fn sigkill_while_attached_leaves_nothing() {
     }
     assert_eq!(uprobe_events(), events_before, "no uprobe left in tracefs");
     // No perf event (as bpftool perf lists those held through fds) belongs
-    // to rip-probe or runs one of the programs we saw, and no perf_event
-    // link is left.
+    // to rip-probe or runs one of the programs we saw, and no event link
+    // is left.
     assert!(perf_links_of(&progs).is_empty());
     let left: Vec<_> = bpftool("perf")
         .as_array()
