@@ -173,11 +173,25 @@ fn subcommand<'a>(top: &'a clap::Command, args: &[String]) -> Option<&'a clap::C
     args.get(1).and_then(|a| top.find_subcommand(a))
 }
 
+/// Raises the soft limit on open files to the hard one, as bpftrace
+/// does: uprobes attached one at a time (kernels before 6.6) hold a perf
+/// event and a link each, so a thousand functions pass the usual 1,024.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        // Best effort: the attach says EMFILE itself if it still runs out.
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+}
+
 /// The CLI entry point: runs, prints runtime errors as one line and
 /// command-line mistakes as clap does, returns the exit status (0 ok, 1
 /// error, 2 usage). A reader that stops reading (`| head -1`) ends the
 /// output quietly, as it ends other Unix tools' (their default SIGPIPE).
 pub fn main() -> i32 {
+    raise_open_files_limit();
     // The first Ctrl-C (or SIGTERM) ends the window and the report is
     // printed, as perf's and bpftrace's are; a second ends rip-probe.
     crate::window::catch_interrupts();

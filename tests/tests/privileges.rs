@@ -173,8 +173,9 @@ fn refused_as_nobody(caps: &str, args: &[&str], expect: &str) {
 /// Every command, run by nobody on nobody's own processes with exactly
 /// the capabilities the README's table gives it, works: `dump`, `list`
 /// with none; `--pid`, `--cgroup`, `offcpu`, `locks` with CAP_BPF,
-/// CAP_PERFMON and CAP_DAC_READ_SEARCH; `--uprobe` and `calls` with
-/// CAP_SYS_ADMIN as well. One capability fewer gets the one-line error that
+/// CAP_PERFMON and CAP_DAC_READ_SEARCH; `--uprobe` and `calls` with those
+/// where the kernel has uprobe_multi links, and CAP_SYS_ADMIN as well one
+/// uprobe at a time. One capability fewer gets the one-line error that
 /// names what to grant.
 #[test]
 fn every_command_works_as_nobody_with_the_documented_capabilities() {
@@ -236,7 +237,11 @@ fn every_command_works_as_nobody_with_the_documented_capabilities() {
             "--json",
         ],
     );
-    assert_eq!(v[0]["process"]["pid"].as_u64(), Some(pid_num), "{v}");
+    assert_eq!(
+        v["processes"][0]["process"]["pid"].as_u64(),
+        Some(pid_num),
+        "{v}"
+    );
 
     // The uprobe commands.
     let v = json_as_nobody(
@@ -315,8 +320,46 @@ fn every_command_works_as_nobody_with_the_documented_capabilities() {
             window[1],
         ],
     ] {
-        refused_as_nobody(TRACING, args, "need CAP_SYS_ADMIN");
+        // On a kernel with uprobe_multi links (6.6), the three suffice.
+        if uprobe_multi_kernel() {
+            let mut all = as_nobody_with(TRACING);
+            all.push(CLI.into());
+            all.extend(args.iter().map(|s| s.to_string()));
+            let out = rip_tests::run(Command::new("setpriv").args(&all));
+            assert!(
+                out.status.success(),
+                "[{TRACING}] rip-probe {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // One uprobe at a time (older kernels) is a perf event each, which
+        // the kernel refuses without CAP_SYS_ADMIN.
+        let mut one_by_one = vec!["RIP_PROBE_UPROBE_MULTI=0", CLI];
+        one_by_one.extend_from_slice(args);
+        refused_as_nobody_via_env(TRACING, &one_by_one, "need CAP_SYS_ADMIN");
     }
+}
+
+/// Whether this kernel has uprobe_multi links (Linux 6.6).
+fn uprobe_multi_kernel() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 6)
+}
+
+/// [`refused_as_nobody`] for `env VAR=VALUE PROGRAM ARGS…` (`args`
+/// starts with the variable): the ambient capabilities pass through
+/// `env` to rip-probe.
+fn refused_as_nobody_via_env(caps: &str, args: &[&str], expect: &str) {
+    let mut all = as_nobody_with(caps);
+    all.push("/usr/bin/env".into());
+    all.extend(args.iter().map(|s| s.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    assert_one_line_error("setpriv", &all, expect);
 }
 
 /// A cgroup (v2) of its own, removed on drop (after its processes).
@@ -437,9 +480,24 @@ fn the_readmes_setcap_lines_work_as_written() {
         Some(u64::from(plain.pid())),
         "{v}"
     );
+    // With uprobe_multi links (6.6) the three suffice for uprobes too; one
+    // uprobe at a time (older kernels, or RIP_PROBE_UPROBE_MULTI=0) needs
+    // CAP_SYS_ADMIN as well.
+    if uprobe_multi_kernel() {
+        let out = rip_tests::run(Command::new("setpriv").args(nobody(&calls)));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let args = nobody(&calls);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    assert_one_line_error("setpriv", &args, "need CAP_SYS_ADMIN");
+    let (exe, rest) = args.split_at(args.iter().position(|a| a.ends_with("/rip-probe")).unwrap());
+    let mut via_env: Vec<&str> = exe.to_vec();
+    via_env.extend(["/usr/bin/env", "RIP_PROBE_UPROBE_MULTI=0"]);
+    via_env.extend_from_slice(rest);
+    assert_one_line_error("setpriv", &via_env, "need CAP_SYS_ADMIN");
 
     setcap("cap_bpf,cap_perfmon,cap_dac_read_search,cap_sys_admin+ep");
     let out = rip_tests::run(Command::new("setpriv").args(nobody(&calls)));

@@ -133,8 +133,9 @@ fn kernel(e: &kernel::Error) -> String {
         ),
         K::UprobeNeedsSysAdmin { .. } => {
             format!(
-                "{what}: uprobes (--uprobe, calls) need CAP_SYS_ADMIN, which CAP_BPF and \
-                 CAP_PERFMON do not replace; run as root, or grant it too \
+                "{what}: uprobes (--uprobe, calls) attached one at a time, as on kernels \
+                 before 6.6, need CAP_SYS_ADMIN, which CAP_BPF and CAP_PERFMON do not \
+                 replace; run as root, or grant it too \
                  (`setcap cap_bpf,cap_perfmon,cap_dac_read_search,cap_sys_admin+ep <rip-probe>`)"
             )
         }

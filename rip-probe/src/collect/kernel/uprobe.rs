@@ -238,6 +238,14 @@ pub(crate) fn attach_program(
     let mut links = Vec::new();
     let mut single: Vec<&ProbeSite> = Vec::new();
     for (binary, group) in by_binary(sites) {
+        // A link names its process by the thread group's id, which a
+        // leader that exited (a zombie with live threads) no longer
+        // answers for: such a process gets one uprobe per function, which
+        // a live thread scopes.
+        if scoped != pid {
+            single.extend(group);
+            continue;
+        }
         let offsets: Vec<u64> = group.iter().map(|s| s.file_offset).collect();
         match uprobe_multi::attach(ebpf, name, ret, scoped, binary, &offsets) {
             Ok(Bulk::Linked(link)) => links.push(link),
