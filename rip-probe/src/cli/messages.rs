@@ -122,7 +122,7 @@ fn kernel(e: &kernel::Error) -> String {
         K::NotPrivileged => {
             format!(
                 "{what}: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH \
-                 ({SETCAP}; for one run, as root: `setpriv --reuid=USER --init-groups \
+                 ({SETCAP}; for one run, as root: `setpriv --reuid=USER --regid=GROUP --init-groups \
                  --inh-caps=+bpf,+perfmon,+dac_read_search \
                  --ambient-caps=+bpf,+perfmon,+dac_read_search rip-probe …`)"
             )
@@ -380,7 +380,7 @@ mod tests {
                 K::NotPrivileged.into(),
                 "not permitted to load BPF programs: run as root, or grant CAP_BPF, CAP_PERFMON \
                  and CAP_DAC_READ_SEARCH (`setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep \
-                 <rip-probe>`; for one run, as root: `setpriv --reuid=USER --init-groups \
+                 <rip-probe>`; for one run, as root: `setpriv --reuid=USER --regid=GROUP --init-groups \
                  --inh-caps=+bpf,+perfmon,+dac_read_search \
                  --ambient-caps=+bpf,+perfmon,+dac_read_search rip-probe …`)",
             ),
