@@ -56,7 +56,7 @@ pub(crate) fn lookup_all<V: Pod + Default>(map: &MapData) -> io::Result<Vec<(u32
         let n = (unsafe { attr.batch.count } as usize).min(CHUNK);
         out.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
         match done {
-            Ok(()) => {}
+            Ok(_) => {}
             // ENOENT: the walk reached the end (with the last entries in
             // this batch).
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
@@ -99,9 +99,13 @@ fn zeroed_attr() -> bpf_attr {
     unsafe { std::mem::zeroed() }
 }
 
-fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<()> {
+/// bpf(2): the one place rip-probe calls it directly (batched map
+/// operations here, `uprobe_multi` links), for what aya does not offer.
+/// Returns the kernel's non-negative answer (a new descriptor for the
+/// commands that make one).
+pub(super) fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a valid bpf_attr of the size passed, and the
-    // pointers in it point to live buffers of `count` entries each.
+    // pointers in it point to live buffers the command reads or fills.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -113,6 +117,6 @@ fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<()> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(())
+        Ok(r)
     }
 }

@@ -262,21 +262,9 @@ fn zeroed_attr() -> bpf_attr {
 
 /// A bpf(2) command that returns a new descriptor.
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
-    // SAFETY: `attr` is a valid bpf_attr of the size passed; the pointers
-    // in it point to buffers that outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_long,
-            attr as *mut bpf_attr,
-            std::mem::size_of::<bpf_attr>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = super::batch::sys_bpf(cmd, attr)?;
     // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 #[cfg(test)]
