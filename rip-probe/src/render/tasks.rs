@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
-    model::{Coroutine, CoroutineState, Group, Report, Thread},
+    model::{Coroutine, CoroutineState, Frame, Group, Report, Thread},
     util::timefmt::{duration, utc},
 };
 
@@ -32,7 +32,7 @@ pub(super) fn section(r: &Report, w: &mut impl Write) -> io::Result<()> {
 /// snap src/conn.rs:120 read_frame" (≥: the shortest of several, or a
 /// post-mortem lower bound).
 pub(crate) fn group_sentence(g: &Group) -> String {
-    let mut s = format!("{} {}", plural(g.count, "task", "tasks"), g.state);
+    let mut s = format!("{} {}", plural(g.count, "task", "tasks"), g.state.as_str());
     // A zero lower bound says nothing.
     if let Some(ns) = g.min_ns.filter(|&ns| ns > 0 || !g.lower_bound) {
         if g.count > 1 || g.lower_bound {
@@ -41,7 +41,7 @@ pub(crate) fn group_sentence(g: &Group) -> String {
             s.push_str(&format!(" for {}", duration(ns)));
         }
     }
-    match &g.location {
+    match g.location.as_ref().map(Frame::describe) {
         Some(loc) => s.push_str(&format!(" — {} {loc}", source_word(g.source))),
         None => s.push_str(" — no snap yet"),
     }

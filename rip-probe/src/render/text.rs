@@ -13,8 +13,8 @@ use super::{
 };
 use crate::{
     model::{
-        Frame, Group, Location, LockChange, LockKind, Mode, Owner, Report, RuntimeWait, Thread,
-        ThreadState, WaitsFor, rewrite_shared,
+        Frame, Group, GroupState, Location, LockChange, LockKind, Mode, Owner, Report, RuntimeWait,
+        Thread, ThreadState, WaitsFor, rewrite_shared,
     },
     util::timefmt::duration,
 };
@@ -72,9 +72,11 @@ fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
 }
 
 fn escape_group(g: &mut Group) {
-    escape_in_place(&mut g.state);
-    for s in [&mut g.wait, &mut g.location].into_iter().flatten() {
+    if let Some(s) = &mut g.wait {
         escape_in_place(s);
+    }
+    if let Some(f) = &mut g.location {
+        escape_frame(f);
     }
 }
 
@@ -212,8 +214,8 @@ pub(crate) fn group_sentence(g: &Group) -> String {
     if let Some(ns) = g.min_ns.filter(|&ns| ns > 0 || !at_least) {
         s.push_str(&format!(" for {}", blocked_text(ns, at_least)));
     }
-    if let Some(loc) = &g.location {
-        if g.state == "unknown" {
+    if let Some(loc) = g.location.as_ref().map(Frame::describe) {
+        if g.state == GroupState::Thread(ThreadState::Unknown) {
             s.push_str(&format!(" at {loc}"));
         } else {
             s.push_str(&format!(" — {} {loc}", source_word(g.source)));
@@ -603,8 +605,13 @@ pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{:>7}  LOCATION (threads last seen there)", "THREADS")?;
     for g in &r.groups {
-        let loc = g.location.as_deref().unwrap_or("(no snap yet)");
-        let state = if g.state == "exited" { " [exited]" } else { "" };
+        let loc = g.location.as_ref().map(Frame::describe);
+        let loc = loc.as_deref().unwrap_or("(no snap yet)");
+        let state = if g.state.as_str() == "exited" {
+            " [exited]"
+        } else {
+            ""
+        };
         writeln!(w, "{:>7}  {loc}{state}", g.count)?;
         writeln!(w, "         tids: {}", ids(&g.ids))?;
     }
