@@ -224,9 +224,17 @@ pub(crate) fn group_sentence(g: &Group) -> String {
     s
 }
 
-/// The live report: header, grouped summary, tasks, then one row per
-/// thread with its kernel stack.
-pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
+/// The live report: header, deadlocks, grouped summary, locks, tasks,
+/// then one row per thread.
+pub fn live(r: &Report, w: &mut dyn Write) -> io::Result<()> {
+    live_cut(r, None, w)
+}
+
+/// [`live`] with the thread table cut after `max_rows` rows (`None`: every
+/// thread). What comes before the table — deadlocks, the summary of every
+/// group, locks — is whole: at 100,000 threads it says what they do in a
+/// screenful, and the line that ends a cut table says how to see the rest.
+pub fn live_cut(r: &Report, max_rows: Option<usize>, mut w: &mut dyn Write) -> io::Result<()> {
     let r = &terminal_safe(r);
     header(r, &mut w)?;
     let by_tid = by_tid(r);
@@ -247,8 +255,17 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
         "  {:<8} {:<16} {:<15} {:>9}  {:<48} LOCATION",
         "TID", "NAME", "STATE", "BLOCKED", "SYSCALL"
     )?;
-    for t in &r.threads {
+    let shown = max_rows.unwrap_or(usize::MAX).min(r.threads.len());
+    for t in &r.threads[..shown] {
         thread_row(t, &mut w)?;
+    }
+    let hidden = r.threads.len() - shown;
+    if hidden > 0 {
+        writeln!(
+            w,
+            "  … {} not shown (the summary above counts them): --all lists every thread, --json has them all",
+            plural(hidden, "more thread", "more threads")
+        )?;
     }
     Ok(())
 }
