@@ -57,6 +57,9 @@ enum Cmd {
         /// processes): printed and written to target/bench/bulk.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only"])]
         bulk_only: bool,
+        /// With --bulk-only: only its --cgroup row.
+        #[arg(long, requires = "bulk_only")]
+        cgroup_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -96,8 +99,10 @@ fn main() {
             stacks_only: true, ..
         } => bench::run_stacks_only(),
         Cmd::Bench {
-            bulk_only: true, ..
-        } => bench::run_bulk_only(),
+            bulk_only: true,
+            cgroup_only,
+            ..
+        } => bench::run_bulk_only(cgroup_only),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

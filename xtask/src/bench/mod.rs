@@ -41,9 +41,10 @@ pub fn out_dir() -> PathBuf {
 const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
 const HEADLINE_END: &str = "<!-- /bench-headline -->";
 
-/// Runs the rows of many at once alone (see [`bulk`]).
-pub fn run_bulk_only() -> Result<()> {
-    bulk::run_bulk_only()
+/// Runs the rows of many at once alone (see [`bulk`]), or only its
+/// `--cgroup` row.
+pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
+    bulk::run_bulk_only(cgroup_only)
 }
 
 /// Runs the user stacks comparison alone and prints its section (also
