@@ -339,6 +339,16 @@ impl Session {
         }
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
         let user_stacks = self.collect_stacks(&tasks);
+        // Goroutines are read right after the kernel snapshot, their
+        // threads' states being the snapshot's.
+        let go = (self.target.lost().is_none() && kind != Kind::KernelThread)
+            .then(|| {
+                timing::phase("read goroutines", || {
+                    collect::runtime::go::collect(pid, view, maps.as_ref())
+                })
+            })
+            .flatten();
+        let go_now = monotonic_ns();
         let locks = self.collect_locks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
@@ -369,11 +379,16 @@ impl Session {
                     now_ns,
                 },
                 ring: ring.as_ref(),
+                go: go.as_ref().and_then(|g| g.as_ref().ok()),
                 uprobe_hits: &hits,
                 lookup: &lookup,
             };
             timing::phase("correlate", || correlate::live(&inputs))
         };
+        let _ = go_now;
+        if let Some(Err(why)) = &go {
+            report.warnings.push(why.clone());
+        }
         let space = match (&ring, lost_now) {
             (Some(r), true) => UserSpace::Modules(&r.modules),
             (Some(r), false) => UserSpace::LiveWithModules(view, &r.modules),

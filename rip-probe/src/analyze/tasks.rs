@@ -37,6 +37,9 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
                 source: t.location.as_ref().map(|l| l.source),
                 frames: Default::default(),
                 stack_samples: None,
+                max_ns: None,
+                created_by: None,
+                waits_on: Vec::new(),
             });
         g.count += 1;
         g.ids.push(t.id);
@@ -64,7 +67,14 @@ mod tests {
     };
 
     fn ring_tasks(ring: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
-        coroutines(Process { ring: Some(ring) }, clock, history)
+        coroutines(
+            Process {
+                ring: Some(ring),
+                go: None,
+            },
+            clock,
+            history,
+        )
     }
 
     #[test]

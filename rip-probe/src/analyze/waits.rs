@@ -462,6 +462,9 @@ mod tests {
                 })
                 .collect(),
             stack_samples: None,
+            max_ns: None,
+            created_by: None,
+            waits_on: Vec::new(),
         }
     }
 

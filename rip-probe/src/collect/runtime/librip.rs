@@ -144,6 +144,7 @@ fn ring_tasks(r: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
                 } else {
                     Vec::new()
                 },
+                go: None,
             }
         })
         .collect();
@@ -254,7 +255,10 @@ mod seam {
     #[test]
     fn the_ring_is_detected_and_only_its_coroutine_slots_are_read() {
         let s = 1_000_000_000;
-        let none = Process { ring: None };
+        let none = Process {
+            ring: None,
+            go: None,
+        };
         assert!(Librip::detect(none).is_none());
         assert!(runtime::coroutines(none, Clock::Now(s), false).is_empty());
         let mut r = sample();
