@@ -348,7 +348,6 @@ impl Session {
                 })
             })
             .flatten();
-        let go_now = monotonic_ns();
         let locks = self.collect_locks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
@@ -385,9 +384,13 @@ impl Session {
             };
             timing::phase("correlate", || correlate::live(&inputs))
         };
-        let _ = go_now;
-        if let Some(Err(why)) = &go {
-            report.warnings.push(why.clone());
+        match &go {
+            Some(Err(why)) => report.warnings.push(why.clone()),
+            Some(Ok(g)) if g.unreadable > 0 => report.warnings.push(format!(
+                "{} goroutines of this {} program could not be read (freed while read)",
+                g.unreadable, g.version
+            )),
+            _ => {}
         }
         let space = match (&ring, lost_now) {
             (Some(r), true) => UserSpace::Modules(&r.modules),
@@ -398,6 +401,9 @@ impl Session {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
         let stacks = user_stacks.and_then(|p| self.symbolize_stacks(&mut report, p, &space));
+        if !lost_now {
+            name_semaphores(&mut report, view, maps.as_ref());
+        }
         let lock_names = match &locks {
             Some(l) if !lost_now => lock_names(&l.first, view, maps.as_ref()),
             _ => HashMap::new(),
@@ -527,6 +533,21 @@ fn lock_names(
         .into_iter()
         .map(|a| (a, data.name(a)))
         .collect()
+}
+
+/// Names the semaphores goroutines wait on that are in a global variable
+/// (`main.mu`, `pkg.wg+0x8`), as locks are named.
+fn name_semaphores(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
+    let mut data = None;
+    for w in report
+        .tasks
+        .iter_mut()
+        .filter_map(|t| t.go.as_mut()?.waits_on.as_mut())
+        .filter(|w| w.kind == crate::model::GoWaitKind::Semaphore)
+    {
+        let data = data.get_or_insert_with(|| symbolize::data::DataNames::new(pid, maps));
+        w.name = w.addrs.first().and_then(|&a| data.name(a));
+    }
 }
 
 /// The lock stage of analyze: who waits for whom from the evidence; a

@@ -73,7 +73,10 @@ fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
 
 fn escape_group(g: &mut Group) {
     escape_in_place(&mut g.state);
-    for s in [&mut g.wait, &mut g.location].into_iter().flatten() {
+    for s in [&mut g.wait, &mut g.location, &mut g.created_by]
+        .into_iter()
+        .flatten()
+    {
         escape_in_place(s);
     }
 }
@@ -100,7 +103,8 @@ fn terminal_safe(r: &Report) -> Report {
         r.threads
             .iter_mut()
             .map(|t| &mut t.frames)
-            .chain(r.groups.iter_mut().map(|g| &mut g.frames)),
+            .chain(r.groups.iter_mut().map(|g| &mut g.frames))
+            .chain(r.task_groups.iter_mut().map(|g| &mut g.frames)),
         escape_frame,
     );
     for t in &mut r.threads {

@@ -17,8 +17,6 @@ pub(crate) struct GoBinary {
     pub(crate) version: String,
     /// The layout of the runtime's structures, or why it is not known.
     pub(crate) layout: Result<Layout, String>,
-    /// Whether the layout came from the binary's DWARF (else a table).
-    pub(crate) layout_from_dwarf: bool,
     /// `runtime.allgs` (a slice of `*g`), if found.
     pub(crate) allgs: Option<u64>,
     /// `runtime.allglen`, if found.
@@ -63,17 +61,14 @@ impl GoBinary {
                 _ => {}
             }
         }
-        let (layout, layout_from_dwarf) = match dwarf_members(&file) {
-            Some(m) => (layout::from_dwarf(&m), true),
-            None => (
-                layout::table(&version).ok_or_else(|| {
-                    format!(
-                        "{version} binary without DWARF: no checked layout table for this Go \
-                         version (tables: go1.19, go1.27; a build without -ldflags=-w carries its own)"
-                    )
-                }),
-                false,
-            ),
+        let layout = match dwarf_members(&file) {
+            Some(m) => layout::from_dwarf(&m),
+            None => layout::table(&version).ok_or_else(|| {
+                format!(
+                    "no DWARF and no checked layout table for {version} (tables: go1.19, \
+                     go1.27; a build without -ldflags=-w carries its own layout)"
+                )
+            }),
         };
         let exec_delta = file
             .segments()
@@ -84,7 +79,6 @@ impl GoBinary {
         Ok(Some(GoBinary {
             version,
             layout,
-            layout_from_dwarf,
             allgs,
             allglen,
             wait_reasons,

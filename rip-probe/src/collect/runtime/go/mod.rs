@@ -260,7 +260,9 @@ fn coroutine(g: &RawG, reasons: &[String], now: Option<u64>) -> Option<Coroutine
             wait_reason,
             stack,
             stack_note: g.stack_note.map(str::to_string),
-            created_by: (g.gopc != 0).then(|| at_call(g.gopc)),
+            // The main goroutine is the runtime's (Go's traceback names no
+            // creator for it either).
+            created_by: (g.gopc != 0 && g.goid != 1).then(|| at_call(g.gopc)),
             waits_on,
             torn: g.torn,
         }),

@@ -47,7 +47,6 @@ pub(crate) struct RawG {
     /// The M's thread id, for a running or in-syscall goroutine.
     pub(crate) tid: Option<u32>,
     pub(crate) gopc: u64,
-    pub(crate) startpc: u64,
     /// Return addresses (and the saved pc), innermost first, as read.
     pub(crate) pcs: Vec<u64>,
     /// Where the stack walk ended early (`None`: it reached the end).
@@ -192,7 +191,6 @@ fn one(mem: &dyn Memory, l: &Layout, gp: u64, b: &[u8], sema: &HashMap<u64, u64>
         waitsince: u64_at(b, l.waitsince) as i64,
         tid,
         gopc: u64_at(b, l.gopc),
-        startpc: u64_at(b, l.startpc),
         pcs,
         stack_note,
         waits_on,
