@@ -548,6 +548,8 @@ pub enum GoWaitKind {
     Channel,
     /// A `sync` primitive's semaphore.
     Semaphore,
+    /// A `sync.Cond`'s notify list.
+    Cond,
 }
 
 /// The runtime a [`Coroutine`] comes from.

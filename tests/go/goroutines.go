@@ -5,13 +5,18 @@
 // It prints "ready" once every goroutine was started (the test then polls
 // rip-probe until the counts hold still), then waits until stdin closes.
 // With TICK set, a ticker goroutine measures how late its ticks come (the
-// pauses a reader of the process causes) and prints the longest on exit.
+// pauses a reader of the process causes): each line read from stdin is
+// answered with the longest delay since the previous line ("late N us"),
+// which starts a new measure. With PPROF set, it serves net/http/pprof on
+// a port of 127.0.0.1 it prints first ("pprof 127.0.0.1:PORT").
 package main
 
 import (
+	"bufio"
 	"fmt"
-	"io"
 	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -155,14 +160,28 @@ func main() {
 			last := time.Now()
 			for range time.Tick(every) {
 				now := time.Now()
-				if d := int64(now.Sub(last) - every); d > atomic.LoadInt64(&late) {
-					atomic.StoreInt64(&late, d)
+				d := int64(now.Sub(last) - every)
+				for {
+					old := atomic.LoadInt64(&late)
+					if d <= old || atomic.CompareAndSwapInt64(&late, old, d) {
+						break
+					}
 				}
 				last = now
 			}
 		}()
 	}
+	if os.Getenv("PPROF") != "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("pprof", l.Addr())
+		go http.Serve(l, nil)
+	}
 	fmt.Println("ready")
-	io.Copy(io.Discard, os.Stdin)
-	fmt.Printf("longest tick delay %d us\n", atomic.LoadInt64(&late)/1000)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		fmt.Printf("late %d us\n", atomic.SwapInt64(&late, 0)/1000)
+	}
 }

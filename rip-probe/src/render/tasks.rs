@@ -157,6 +157,7 @@ fn waited_on_words(o: &WaitedOn, of: usize) -> String {
         GoWaitKind::Channel if o.object.addrs.len() > 1 => "channels",
         GoWaitKind::Channel => "channel",
         GoWaitKind::Semaphore => "semaphore",
+        GoWaitKind::Cond => "sync.Cond",
     };
     let addrs: Vec<String> = o.object.addrs.iter().map(|a| format!("{a:#x}")).collect();
     let mut s = format!("on {what} {}", addrs.join(", "));

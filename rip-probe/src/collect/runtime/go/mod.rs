@@ -226,7 +226,12 @@ fn coroutine(g: &RawG, reasons: &[String], now: Option<u64>) -> Option<Coroutine
             name: None,
         },
         WaitsOn::Semaphore(a) => GoWaitsOn {
-            kind: GoWaitKind::Semaphore,
+            // A sync.Cond's waiters wait on its notify list.
+            kind: if wait_reason.as_deref() == Some("sync.Cond.Wait") {
+                GoWaitKind::Cond
+            } else {
+                GoWaitKind::Semaphore
+            },
             addrs: vec![*a],
             name: None,
         },

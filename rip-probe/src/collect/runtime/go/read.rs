@@ -176,10 +176,16 @@ fn one(mem: &dyn Memory, l: &Layout, gp: u64, b: &[u8], sema: &HashMap<u64, u64>
     };
     let waits_on = if st == Status::Waiting {
         let s = u64_at(b, l.waiting);
-        if s != 0 {
-            channels(mem, l, s).map(WaitsOn::Channels)
-        } else {
-            sema.get(&gp).map(|&a| WaitsOn::Semaphore(a))
+        match (s != 0).then(|| channels(mem, l, s)) {
+            Some(Some(c)) => Some(WaitsOn::Channels(c)),
+            // A sudog without a channel: newer runtimes (Go 1.27's does)
+            // point a goroutine at its semaphore's (or sync.Cond's) sudog.
+            Some(None) => mem
+                .read_u64(s + l.sudog_elem)
+                .ok()
+                .filter(|&a| a != 0)
+                .map(WaitsOn::Semaphore),
+            None => sema.get(&gp).map(|&a| WaitsOn::Semaphore(a)),
         }
     } else {
         None
