@@ -344,7 +344,14 @@ impl Session {
         let go = (self.target.lost().is_none() && kind != Kind::KernelThread)
             .then(|| {
                 timing::phase("read goroutines", || {
-                    collect::runtime::go::collect(pid, view, maps.as_ref())
+                    let exe = PathBuf::from(format!("/proc/{view}/exe"));
+                    // The function table (stripped binaries keep it):
+                    // roots a symbol table no longer names, frame sizes.
+                    let table = symbolize::gopclntab::GoBinary::open(&exe).ok().flatten();
+                    let table = table
+                        .as_ref()
+                        .map(|t| t as &dyn collect::runtime::go::FuncTable);
+                    collect::runtime::go::collect(pid, view, maps.as_ref(), table)
                 })
             })
             .flatten();

@@ -8,7 +8,10 @@ use std::{borrow::Cow, collections::HashSet, io::Read, path::Path};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
-use super::layout::{self, Layout, Members};
+use super::{
+    FuncTable, code,
+    layout::{self, Layout, Members},
+};
 
 /// A Go executable's facts, as file addresses (ELF virtual addresses).
 #[derive(Clone, Debug)]
@@ -19,8 +22,6 @@ pub(crate) struct GoBinary {
     pub(crate) layout: Result<Layout, String>,
     /// `runtime.allgs` (a slice of `*g`), if found.
     pub(crate) allgs: Option<u64>,
-    /// `runtime.allglen`, if found.
-    pub(crate) allglen: Option<u64>,
     /// `runtime.waitReasonStrings` and its size in bytes, if found.
     pub(crate) wait_reasons: Option<(u64, u64)>,
     /// `runtime.semtable` and its size in bytes, if found.
@@ -35,13 +36,21 @@ const BUILDINFO_MAGIC: &[u8] = b"\xff Go buildinf:";
 
 impl GoBinary {
     /// Reads `path`; `Ok(None)` when it is not a Go executable.
-    pub(crate) fn open(path: &Path) -> Result<Option<GoBinary>, String> {
+    /// `table`: its function table, for the roots a stripped binary's
+    /// symbol table no longer names.
+    pub(crate) fn open(
+        path: &Path,
+        table: Option<&dyn FuncTable>,
+    ) -> Result<Option<GoBinary>, String> {
         let data = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        Self::parse(&data)
+        Self::parse(&data, table)
     }
 
     /// [`Self::open`] on the file's bytes.
-    pub(crate) fn parse(data: &[u8]) -> Result<Option<GoBinary>, String> {
+    pub(crate) fn parse(
+        data: &[u8],
+        table: Option<&dyn FuncTable>,
+    ) -> Result<Option<GoBinary>, String> {
         let Ok(file) = object::File::parse(data) else {
             return Ok(None);
         };
@@ -49,17 +58,18 @@ impl GoBinary {
             return Ok(None);
         };
         let mut allgs = None;
-        let mut allglen = None;
         let mut wait_reasons = None;
         let mut semtable = None;
         for s in file.symbols() {
             match s.name() {
                 Ok("runtime.allgs") => allgs = Some(s.address()),
-                Ok("runtime.allglen") => allglen = Some(s.address()),
                 Ok("runtime.waitReasonStrings") => wait_reasons = Some((s.address(), s.size())),
                 Ok("runtime.semtable") => semtable = Some((s.address(), s.size())),
                 _ => {}
             }
+        }
+        if allgs.is_none() {
+            allgs = table.and_then(|t| allgs_from_code(&file, t));
         }
         let layout = match dwarf_members(&file) {
             Some(m) => layout::from_dwarf(&m),
@@ -80,12 +90,22 @@ impl GoBinary {
             version,
             layout,
             allgs,
-            allglen,
             wait_reasons,
             semtable,
             exec_delta,
         }))
     }
+}
+
+/// `runtime.allgs`, from the code of `runtime.forEachG` (which ranges over
+/// it), where the function table says it is.
+pub(crate) fn allgs_from_code(file: &object::File<'_>, table: &dyn FuncTable) -> Option<u64> {
+    let (entry, end) = table.func_range("runtime.forEachG")?;
+    let len = usize::try_from(end.checked_sub(entry)?)
+        .ok()
+        .filter(|&n| n < 1 << 16)?;
+    let code = read_vaddr(file, entry, len)?;
+    code::allgs(&code::rip_targets(&code, entry))
 }
 
 /// The Go version in `.go.buildinfo` (`go1.19.8`), or `None`: not Go.
@@ -246,7 +266,7 @@ mod tests {
     #[test]
     fn a_file_that_is_not_go_is_none() {
         let me = std::fs::read("/proc/self/exe").unwrap();
-        assert!(GoBinary::parse(&me).unwrap().is_none());
-        assert!(GoBinary::parse(b"not an ELF").unwrap().is_none());
+        assert!(GoBinary::parse(&me, None).unwrap().is_none());
+        assert!(GoBinary::parse(b"not an ELF", None).unwrap().is_none());
     }
 }

@@ -9,6 +9,7 @@
 //! snapshot into the one coroutine model ([`Origin::Go`]).
 
 pub(crate) mod binary;
+pub(crate) mod code;
 pub(crate) mod layout;
 pub(crate) mod read;
 
@@ -30,6 +31,19 @@ use crate::{
     },
 };
 
+/// What a Go binary's function table (`.gopclntab`, which stripped
+/// binaries keep) says, in the binary's virtual addresses: for a stripped
+/// binary's roots, and to unwind a goroutine by its frames' sizes. The
+/// symbolize stage's reader implements it.
+pub(crate) trait FuncTable {
+    /// The code `[entry, end)` of the function named `name`.
+    fn func_range(&self, name: &str) -> Option<(u64, u64)>;
+    /// The name of the function holding `pc`.
+    fn func_name(&self, pc: u64) -> Option<String>;
+    /// The frame's size at `pc`: from SP there to the return address.
+    fn sp_delta(&self, pc: u64) -> Option<i32>;
+}
+
 /// The goroutines of a Go process, as collect read them.
 #[derive(Debug, Default)]
 pub(crate) struct GoSnapshot {
@@ -49,17 +63,29 @@ pub(crate) type Collected = Result<GoSnapshot, String>;
 
 /// Reads the goroutines of process `pid` (`view`: its id in our /proc),
 /// if it is a Go program; `None` when it is not one.
-pub(crate) fn collect(pid: u32, view: u32, maps: Option<&ProcessMaps>) -> Option<Collected> {
+/// `table` is the binary's function table, if it could be read.
+pub(crate) fn collect(
+    pid: u32,
+    view: u32,
+    maps: Option<&ProcessMaps>,
+    table: Option<&dyn FuncTable>,
+) -> Option<Collected> {
     let exe = PathBuf::from(format!("/proc/{view}/exe"));
-    let bin = match GoBinary::open(&exe) {
+    let bin = match GoBinary::open(&exe, table) {
         Ok(Some(b)) => b,
         Ok(None) => return None,
         Err(e) => return Some(Err(format!("goroutines not read: {e}"))),
     };
-    Some(read_process(&bin, &exe, pid, maps))
+    Some(read_process(&bin, &exe, pid, maps, table))
 }
 
-fn read_process(bin: &GoBinary, exe: &PathBuf, pid: u32, maps: Option<&ProcessMaps>) -> Collected {
+fn read_process(
+    bin: &GoBinary,
+    exe: &PathBuf,
+    pid: u32,
+    maps: Option<&ProcessMaps>,
+    table: Option<&dyn FuncTable>,
+) -> Collected {
     let why = |what: String| {
         format!(
             "goroutines of this {} program not read: {what}",
@@ -67,9 +93,10 @@ fn read_process(bin: &GoBinary, exe: &PathBuf, pid: u32, maps: Option<&ProcessMa
         )
     };
     let layout = bin.layout.clone().map_err(why)?;
-    let (Some(allgs), Some(allglen)) = (bin.allgs, bin.allglen) else {
+    let Some(allgs) = bin.allgs else {
         return Err(why(
-            "runtime.allgs is not in its symbol table (a stripped binary)".into(),
+            "runtime.allgs is neither in its symbol table nor found in runtime.forEachG's code"
+                .into(),
         ));
     };
     let bias =
@@ -77,10 +104,11 @@ fn read_process(bin: &GoBinary, exe: &PathBuf, pid: u32, maps: Option<&ProcessMa
     let mem = ProcessMemory::new(pid);
     let roots = Roots {
         allgs: allgs.wrapping_add(bias),
-        allglen: allglen.wrapping_add(bias),
         semtable: bin.semtable.map(|(a, n)| (a.wrapping_add(bias), n)),
     };
-    let read = read::read(&mem, &layout, roots).map_err(|e| why(format!("reading allgs: {e}")))?;
+    let unwind = table.map(|t| read::Unwind { table: t, bias });
+    let read = read::read(&mem, &layout, roots, unwind.as_ref())
+        .map_err(|e| why(format!("reading allgs: {e}")))?;
     let reasons = bin
         .wait_reasons
         .and_then(|(a, n)| wait_reasons(&mem, a.wrapping_add(bias), n))

@@ -19,8 +19,8 @@ const MAX_GOROUTINES: u64 = 50_000_000;
 /// The roots of the runtime in the process (load bias applied).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Roots {
+    /// `runtime.allgs`: a slice (pointer, length, capacity) of `*g`.
     pub(crate) allgs: u64,
-    pub(crate) allglen: u64,
     /// `runtime.semtable` and its size in bytes, if known.
     pub(crate) semtable: Option<(u64, u64)>,
 }
@@ -88,14 +88,30 @@ fn moved_key(b: &[u8], l: &Layout) -> (u32, u64, u64, u64, u64, u64) {
     )
 }
 
-/// Every goroutine of the process (dead ones skipped), in `allgs` order.
-pub(crate) fn read(mem: &dyn Memory, l: &Layout, roots: Roots) -> std::io::Result<Read> {
-    let len = mem.read_u64(roots.allglen)?;
-    let ptr = mem.read_u64(roots.allgs)?;
+/// Unwinding by frame sizes: the binary's function table, and the
+/// executable's load bias (process address − binary address).
+pub(crate) struct Unwind<'t> {
+    pub(crate) table: &'t dyn super::FuncTable,
+    pub(crate) bias: u64,
+}
+
+/// Every goroutine of the process (dead ones skipped), in `allgs` order;
+/// stacks unwound by frame sizes with `unwind`, else by frame pointers.
+pub(crate) fn read(
+    mem: &dyn Memory,
+    l: &Layout,
+    roots: Roots,
+    unwind: Option<&Unwind<'_>>,
+) -> std::io::Result<Read> {
+    // The slice's pointer and length in one read: one moment's pair.
+    let mut hdr = [0u8; 16];
+    mem.read(roots.allgs, &mut hdr)?;
+    let ptr = u64_at(&hdr, 0);
+    let len = u64_at(&hdr, 8);
     if len > MAX_GOROUTINES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("runtime.allglen reads {len}: not a goroutine count"),
+            format!("runtime.allgs's length reads {len}: not a goroutine count"),
         ));
     }
     let mut raw = vec![0u8; len as usize * 8];
@@ -116,7 +132,7 @@ pub(crate) fn read(mem: &dyn Memory, l: &Layout, roots: Roots) -> std::io::Resul
             out.unreadable += 1;
             continue;
         }
-        let mut g = one(mem, l, gp, &buf, &sema);
+        let mut g = one(mem, l, gp, &buf, &sema, unwind);
         // Read again: the same status and registers say the stack read in
         // between belongs to them.
         let mut torn = true;
@@ -129,7 +145,7 @@ pub(crate) fn read(mem: &dyn Memory, l: &Layout, roots: Roots) -> std::io::Resul
                 break;
             }
             std::mem::swap(&mut buf, &mut again);
-            g = one(mem, l, gp, &buf, &sema);
+            g = one(mem, l, gp, &buf, &sema, unwind);
         }
         let Some(mut g) = g else { continue };
         if torn {
@@ -144,7 +160,14 @@ pub(crate) fn read(mem: &dyn Memory, l: &Layout, roots: Roots) -> std::io::Resul
 }
 
 /// One goroutine from its `g` bytes; `None` for a dead one.
-fn one(mem: &dyn Memory, l: &Layout, gp: u64, b: &[u8], sema: &HashMap<u64, u64>) -> Option<RawG> {
+fn one(
+    mem: &dyn Memory,
+    l: &Layout,
+    gp: u64,
+    b: &[u8],
+    sema: &HashMap<u64, u64>,
+    unwind: Option<&Unwind<'_>>,
+) -> Option<RawG> {
     let st = status(u32_at(b, l.status));
     if st == Status::Skip {
         return None;
@@ -163,16 +186,26 @@ fn one(mem: &dyn Memory, l: &Layout, gp: u64, b: &[u8], sema: &HashMap<u64, u64>
     let reason = b.get(l.waitreason as usize).copied().unwrap_or(0);
     let (pcs, stack_note) = match st {
         Status::Running => (Vec::new(), Some("running: its saved registers are stale")),
-        Status::Syscall => {
-            // The system call's entry point: the frames above it need the
-            // function's frame size (the binary's pclntab).
-            let pc = u64_at(b, l.syscall_pc);
-            (
-                vec![pc],
-                Some("in a system call: the frames above its entry are not walked"),
-            )
-        }
-        _ => walk(mem, u64_at(b, l.sched_pc), u64_at(b, l.sched_bp), lo, hi),
+        Status::Syscall => match unwind {
+            Some(u) => walk_sp(
+                mem,
+                u,
+                u64_at(b, l.syscall_pc),
+                u64_at(b, l.syscall_sp),
+                lo,
+                hi,
+            ),
+            // Without frame sizes, its frames cannot be told apart: the
+            // frame pointer its thread holds has moved on.
+            None => (
+                vec![u64_at(b, l.syscall_pc)],
+                Some("in a system call: the frames above its entry need the binary's pclntab"),
+            ),
+        },
+        _ => match unwind {
+            Some(u) => walk_sp(mem, u, u64_at(b, l.sched_pc), u64_at(b, l.sched_sp), lo, hi),
+            None => walk(mem, u64_at(b, l.sched_pc), u64_at(b, l.sched_bp), lo, hi),
+        },
     };
     let waits_on = if st == Status::Waiting {
         let s = u64_at(b, l.waiting);
@@ -237,6 +270,47 @@ fn walk(
             return (pcs, Some("a frame pointer went backwards"));
         }
         bp = next;
+    }
+    (pcs, Some("deeper than the frames read"))
+}
+
+/// The frames from a saved `pc` and `sp`, by the frame sizes of the
+/// binary's function table: each frame's return address is its frame size
+/// above its SP, and the caller's SP 8 bytes above that. Ends after
+/// `runtime.goexit`, where every goroutine starts.
+fn walk_sp(
+    mem: &dyn Memory,
+    u: &Unwind<'_>,
+    mut pc: u64,
+    mut sp: u64,
+    lo: u64,
+    hi: u64,
+) -> (Vec<u64>, Option<&'static str>) {
+    let mut pcs = vec![pc];
+    while pcs.len() < MAX_FRAMES {
+        let at = pc.wrapping_sub(u.bias);
+        if u.table
+            .func_name(at.saturating_sub(1))
+            .is_some_and(|n| n == "runtime.goexit" || n == "runtime.mstart")
+        {
+            return (pcs, None);
+        }
+        let Some(delta) = u.table.sp_delta(at).and_then(|d| u64::try_from(d).ok()) else {
+            return (pcs, Some("a frame the binary's pclntab has no size for"));
+        };
+        let slot = sp + delta;
+        if slot < lo || slot + 8 > hi {
+            return (pcs, Some("a frame left the goroutine's stack"));
+        }
+        let Ok(ret) = mem.read_u64(slot) else {
+            return (pcs, Some("its stack could not be read"));
+        };
+        if ret == 0 {
+            return (pcs, None);
+        }
+        pcs.push(ret);
+        pc = ret;
+        sp = slot + 8;
     }
     (pcs, Some("deeper than the frames read"))
 }
