@@ -253,9 +253,6 @@ mod tests {
             exited: false,
             frames: Default::default(),
             stack_samples: None,
-            max_ns: None,
-            created_by: None,
-            waits_on: Vec::new(),
         }
     }
 

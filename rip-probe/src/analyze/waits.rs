@@ -462,9 +462,6 @@ mod tests {
                 })
                 .collect(),
             stack_samples: None,
-            max_ns: None,
-            created_by: None,
-            waits_on: Vec::new(),
         }
     }
 

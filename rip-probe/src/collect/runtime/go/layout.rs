@@ -86,6 +86,7 @@ pub(crate) const STRUCTS: &[&str] = &[
     "runtime.gobuf",
     "runtime.stack",
     "runtime.maybeTraceablePtr",
+    "runtime.maybeTraceableChan",
 ];
 
 /// The layout the DWARF members say, or what is missing.
@@ -103,13 +104,17 @@ pub(crate) fn from_dwarf(m: &Members) -> Result<Layout, String> {
         at("runtime.g", f)?;
     }
     // A pointer the runtime may hide from the GC is `{vp, vu}`: `vu` is the
-    // address it means.
+    // address it means. The runtimes that have the type keep `sudog.elem`
+    // and `sudog.c` in it (their type names may be in another unit).
+    let hidden = at("runtime.maybeTraceablePtr", "vu").ok();
     let ptr = |s: &str, f: &str| -> Result<u64, String> {
         let base = at(s, f)?;
-        match ty(s, f).as_deref() {
-            Some("runtime.maybeTraceablePtr" | "runtime.maybeTraceableChan") => {
-                Ok(base + at("runtime.maybeTraceablePtr", "vu")?)
-            }
+        let typed = matches!(
+            ty(s, f).as_deref(),
+            Some("runtime.maybeTraceablePtr" | "runtime.maybeTraceableChan")
+        );
+        match hidden {
+            Some(vu) if typed || f == "elem" || f == "c" => Ok(base + vu),
             _ => Ok(base),
         }
     };
