@@ -14,6 +14,7 @@ use rustix::{
 };
 
 mod error;
+pub mod maps;
 
 pub use error::{Denied, Error, Lacks, NotYoursBecause, Result};
 

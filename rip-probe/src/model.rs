@@ -601,16 +601,21 @@ pub struct Group {
     pub count: usize,
     /// Member ids (tids or task ids), ascending.
     pub ids: Vec<u64>,
-    /// Shared state word (`sleeping`, `idle`, ...).
-    pub state: String,
+    /// Shared state: a thread's (`sleeping`, ...) or a coroutine's
+    /// (`idle`, ...); serialized as its word.
+    pub state: GroupState,
     /// Shared wait reason (syscall name or kernel function), if any.
     pub wait: Option<String>,
     /// Shortest blocked/idle time among members, ns.
     pub min_ns: Option<u64>,
     /// Whether `min_ns` is only a lower bound for some member.
     pub lower_bound: bool,
-    /// The shared location, rendered (`file:line function`).
-    pub location: Option<String>,
+    /// The shared location: the frame of the first member's last snap
+    /// (members share its place). Serialized as what the text shows,
+    /// `file:line function` ([`Frame::describe`]).
+    #[serde(serialize_with = "described")]
+    #[schemars(with = "Option<String>")]
+    pub location: Option<Frame>,
     /// Where the location came from.
     pub source: Option<LocationSource>,
     /// The members' shared user stack, innermost first (empty: none).
@@ -638,6 +643,37 @@ pub struct WaitedOn {
     pub object: GoWaitsOn,
     /// Members waiting on it.
     pub count: usize,
+}
+
+/// A [`Group`]'s shared state: its members' thread or coroutine state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum GroupState {
+    /// A group of threads.
+    Thread(ThreadState),
+    /// A group of coroutines.
+    Coroutine(CoroutineState),
+    /// A group of goroutines (their Go status).
+    Goroutine(GoStatus),
+}
+
+impl GroupState {
+    /// The word used in text output and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Thread(s) => s.as_str(),
+            GroupState::Coroutine(s) => s.as_str(),
+            GroupState::Goroutine(s) => s.as_str(),
+        }
+    }
+}
+
+/// Serializes a group's location as the words the text shows.
+fn described<S: serde::Serializer>(f: &Option<Frame>, s: S) -> Result<S::Ok, S::Error> {
+    match f {
+        Some(f) => s.serialize_some(&f.describe()),
+        None => s.serialize_none(),
+    }
 }
 
 /// What kind of lock a thread waits for.

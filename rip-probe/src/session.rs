@@ -16,7 +16,7 @@
 
 use std::{collections::HashMap, path::PathBuf, time::Duration};
 
-use librip::reader::{ProcessMaps, ReadError};
+use librip::reader::ReadError;
 use rip_ebpf::SwitchEvent;
 
 use crate::{
@@ -30,7 +30,7 @@ use crate::{
         stacks::threads as stacks,
     },
     correlate::{self, AfterExit, Clock, LiveInputs},
-    discover::{Kind, Lacks, Lost, Target},
+    discover::{Kind, Lacks, Lost, Target, maps::ProcessMaps},
     error::{Error, Result},
     model::{ProcessInfo, Report},
     symbolize::{self, Resolve, SymbolizerThread, UserSpace},

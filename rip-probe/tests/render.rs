@@ -529,3 +529,38 @@ IDLE WAITS (waiting to be signalled or unparked, not for a lock)
     assert_eq!(section, want, "\n{got}");
     assert!(!got.contains("DEADLOCK"), "{got}");
 }
+
+/// A cut thread table lists the first rows and ends with one line that
+/// counts the rest and says how to see them; the summary above still
+/// counts every thread, and a cut that hides nothing prints no such line.
+#[test]
+fn a_cut_thread_table_says_what_it_left_out() {
+    let r = live_report();
+    let n = r.threads.len();
+    assert!(n >= 3, "the fixture has threads to cut");
+    let whole = render(render::live, &r);
+    let cut = {
+        let mut out = Vec::new();
+        render::live_cut(&r, Some(1), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let (head, table) = whole.split_once("\nTHREADS\n").unwrap();
+    let (cut_head, cut_table) = cut.split_once("\nTHREADS\n").unwrap();
+    assert_eq!(head, cut_head, "everything above the table is whole");
+    // The cut table is the whole one up to its second thread's row, then
+    // the line that counts the rest.
+    let (kept, last) = cut_table.trim_end().rsplit_once('\n').unwrap();
+    let second = format!("\n  {:<8}", r.threads[1].tid);
+    let upto = table.find(&second).expect("a second row") + 1;
+    assert_eq!(format!("{kept}\n"), table[..upto], "{cut}");
+    assert_eq!(
+        last,
+        format!(
+            "  … {} more threads not shown (the summary above counts them): --all lists every thread, --json has them all",
+            n - 1
+        )
+    );
+    let mut out = Vec::new();
+    render::live_cut(&r, Some(n), &mut out).unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), whole);
+}

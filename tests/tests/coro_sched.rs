@@ -158,6 +158,7 @@ fn a_c_scheduler_snaps_into_each_coroutines_slot() {
         assert_eq!(&got, want_lines, "{name}: {t}");
         assert_eq!(t["polls"], *polls);
         assert_eq!(t["state"], "idle");
+        assert_eq!(t["origin"], "librip", "a C coroutine is librip's: {t}");
         assert!(
             t["location"]["frame"]["file"]
                 .as_str()

@@ -233,3 +233,64 @@ fn stuck_threads_reported_with_state_syscall_time_and_snap() {
     assert_eq!(code, 0);
     assert!(!text.contains("pipe-reader"), "{text}");
 }
+
+/// The text's THREADS table is cut at `--max-threads` with a line that
+/// counts the rest, while the summary still counts every thread; `--all`
+/// lists them all.
+#[test]
+fn the_thread_table_is_cut_where_asked_and_says_so() {
+    if !bpf_tests_enabled("the_thread_table_is_cut_where_asked_and_says_so") {
+        return;
+    }
+    let dir = TempDir::new("/dev/shm", "pid-cut");
+    let ring = dir.join("demo.ring");
+    let mut cmd = Command::new(SERVER);
+    cmd.args(["--workers", "2", "--spinners", "1", "--ring"])
+        .arg(&ring);
+    let w = Workload::start(cmd);
+    let pid = w.pid().to_string();
+    let all = 1 + 2 + 2 + 1 + 1 + 1 + 1;
+    // Rows of the table: lines of the THREADS section that start with a tid.
+    let rows = |out: &str| -> Vec<String> {
+        let table = out.split_once("\nTHREADS\n").expect("a THREADS table").1;
+        table
+            .lines()
+            .skip(1)
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .map(str::to_string)
+            .collect()
+    };
+    let summary_count = |out: &str| -> usize {
+        let summary = out.split_once("\nSUMMARY\n").unwrap().1;
+        let summary = summary.split_once("\nTHREADS\n").unwrap().0;
+        summary
+            .lines()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .filter_map(|l| l.trim_start().split(' ').next()?.parse::<usize>().ok())
+            .sum()
+    };
+
+    let (code, out, err) = rip_probe(
+        CLI,
+        &["--pid", &pid, "--duration", "0", "--max-threads", "3"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rows(&out).len(), 3, "{out}");
+    let last = format!(
+        "  … {} more threads not shown (the summary above counts them): --all lists every thread, --json has them all",
+        all - 3
+    );
+    assert!(out.lines().any(|l| l == last), "no line {last:?} in\n{out}");
+    assert!(
+        summary_count(&out) >= all,
+        "the summary counts every thread:\n{out}"
+    );
+
+    let (code, out, err) = rip_probe(CLI, &["--pid", &pid, "--duration", "0", "--all"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rows(&out).len(), all, "{out}");
+    assert!(!out.contains("not shown"), "{out}");
+
+    let (code, _, err) = rip_probe(CLI, &["--pid", &pid, "--max-threads", "3", "--all"]);
+    assert_eq!(code, 2, "--all and --max-threads conflict: {err}");
+}

@@ -86,6 +86,7 @@ fn check_tasks(v: &serde_json::Value, w: &Workload, known: Duration, upper: Opti
             .unwrap_or_else(|| panic!("no task {}: {tasks:?}", e.name));
         let id = w.tid(&format!("task {}", e.name));
         assert_eq!(t["id"], id, "{}", e.name);
+        assert_eq!(t["origin"], "tokio", "a tokio task says so: {t}");
         assert!(t["polls"].as_u64().unwrap() >= 1, "{t}");
         let (state, ns) = if e.polling {
             ("polling", &t["polling_ns"])
@@ -320,6 +321,7 @@ fn many_idle_tasks_are_one_sentence() {
         let g = &v["task_groups"][0];
         assert_eq!(g["count"], N);
         assert_eq!(g["state"], "idle");
+        assert_eq!(g["origin"], "tokio", "{g}");
         assert_eq!(v["task_groups"].as_array().unwrap().len(), 1);
         assert!(g["min_ns"].as_u64().unwrap() >= known.as_nanos() as u64);
         assert!(

@@ -114,6 +114,17 @@ impl std::error::Error for ReadError {
 
 impl ReadError {
     /// Classifies an I/O error on `path`.
+    /// An error reading `/proc/PID/maps` (or asking it): the process is
+    /// gone ([`ReadError::NoSuchProcess`]), or another.
+    pub fn reading_maps(pid: u32, e: io::Error) -> ReadError {
+        // ESRCH: the process exited between the open and the read.
+        if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) {
+            ReadError::NoSuchProcess(pid)
+        } else {
+            ReadError::io(PathBuf::from(format!("/proc/{pid}/maps")), e)
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, e: io::Error) -> ReadError {
         let path = path.into();
         match e.kind() {

@@ -1,12 +1,9 @@
 //! Finding the rings a live process maps, and the one /proc/PID/maps
 //! parser rip uses.
 
-use std::{
-    io,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
-use super::{Follow, ProcessMaps, ReadError, RegularFile};
+use super::{Follow, ReadError, RegularFile};
 use crate::format::MAGIC;
 
 /// One line of /proc/PID/maps.
@@ -130,14 +127,20 @@ pub enum Via {
 
 /// [`find_rings`], with each ring opened.
 pub fn open_rings(pid: u32) -> Result<Vec<MappedRing>, ReadError> {
-    let maps = ProcessMaps::open(pid).map_err(|e| no_such_process_or(pid, e))?;
-    open_rings_in(pid, &maps)
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| ReadError::reading_maps(pid, e))?;
+    let files: Vec<MapsLine> = parse_maps(&text)
+        .into_iter()
+        .filter(|m| m.inode != 0)
+        .collect();
+    open_rings_in(pid, &files)
 }
 
-/// [`open_rings`] over a map already open. Rings are shared file
-/// mappings, so only file-backed ones are looked at.
-pub fn open_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<MappedRing>, ReadError> {
-    let files = maps.file_backed().map_err(|e| no_such_process_or(pid, e))?;
+/// [`open_rings`] over the file-backed mappings of `pid`, already listed
+/// (a caller that asks the kernel for them more cheaply than the text
+/// gives them). Rings are shared file mappings, so only those are looked
+/// at.
+pub fn open_rings_in(pid: u32, files: &[MapsLine]) -> Result<Vec<MappedRing>, ReadError> {
     let mut rings: Vec<MappedRing> = Vec::new();
     for m in files {
         let Some(path) = m.file() else { continue };
@@ -157,16 +160,6 @@ pub fn open_rings_in(pid: u32, maps: &ProcessMaps) -> Result<Vec<MappedRing>, Re
         return Err(ReadError::NoRing(pid));
     }
     Ok(rings)
-}
-
-/// An error reading /proc/PID/maps: the process is gone, or another.
-fn no_such_process_or(pid: u32, e: io::Error) -> ReadError {
-    // ESRCH: the process exited between the open and the read.
-    if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) {
-        ReadError::NoSuchProcess(pid)
-    } else {
-        ReadError::io(PathBuf::from(format!("/proc/{pid}/maps")), e)
-    }
 }
 
 /// Opens the file a maps line names: through map_files, or by path (here,

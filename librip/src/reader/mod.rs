@@ -9,7 +9,6 @@
 
 mod error;
 mod find;
-mod maps;
 mod open;
 pub mod original;
 mod parse;
@@ -24,7 +23,6 @@ pub use find::{
     MappedRing, MapsLine, Via, find_rings, open_mapped, open_mapped_via, open_rings, open_rings_in,
     parse_maps,
 };
-pub use maps::ProcessMaps;
 pub use open::{Follow, OpenError, RegularFile, file_kind};
 pub use original::OriginalRing;
 pub use perf_map::{PerfMap, PerfMapSymbol};

@@ -10,7 +10,7 @@ use std::{
     hash::{Hash, Hasher},
 };
 
-use crate::model::{Frame, Group, StackSamples, Thread, ThreadState};
+use crate::model::{Frame, Group, GroupState, StackSamples, Thread, ThreadState};
 
 /// What a group of threads waits in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -150,11 +150,11 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
             origin: None,
             count: 0,
             ids: Vec::new(),
-            state: t.state.as_str().to_string(),
+            state: GroupState::Thread(t.state),
             wait: wait_text(t),
             min_ns: None,
             lower_bound: false,
-            location: t.location.as_ref().map(|l| l.frame.describe()),
+            location: t.location.as_ref().map(|l| l.frame.clone()),
             source: t.location.as_ref().map(|l| l.source),
             frames: t.frames.clone(),
             stack_samples: None,
@@ -176,11 +176,14 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
     }
     // Ties below are broken in the order the groups' words sort in (what
     // the text-keyed grouping did), then by members.
-    let mut v: Vec<Group> = map.into_values().collect();
-    v.sort_by(|a, b| {
-        (&a.state, &a.wait, &a.location, &a.ids).cmp(&(&b.state, &b.wait, &b.location, &b.ids))
+    let mut v: Vec<(Option<String>, Group)> = map
+        .into_values()
+        .map(|g| (g.location.as_ref().map(Frame::describe), g))
+        .collect();
+    v.sort_by(|(la, a), (lb, b)| {
+        (a.state.as_str(), &a.wait, la, &a.ids).cmp(&(b.state.as_str(), &b.wait, lb, &b.ids))
     });
-    sorted(v)
+    sorted(v.into_iter().map(|(_, g)| g).collect())
 }
 
 /// The words for a thread's wait reason (made once per group).
@@ -269,7 +272,10 @@ mod tests {
         assert_eq!((g[0].count, g[0].ids.clone()), (2, vec![2, 3]));
         assert_eq!(g[0].min_ns, Some(3));
         assert_eq!(g[0].wait.as_deref(), Some("pipe_read"));
-        assert_eq!(g[0].location.as_deref(), Some("b"));
+        assert_eq!(
+            g[0].location.as_ref().map(Frame::describe).as_deref(),
+            Some("b")
+        );
     }
 
     #[test]
@@ -284,7 +290,8 @@ mod tests {
         }
         let g = group_threads(&[a, b]);
         assert_eq!(g.len(), 2);
-        assert_eq!(g[0].location, g[1].location, "they print alike");
+        let d = |g: &Group| g.location.as_ref().map(Frame::describe);
+        assert_eq!(d(&g[0]), d(&g[1]), "they print alike");
     }
 
     /// Two closures with one demangled name and no line information are
@@ -319,7 +326,10 @@ mod tests {
         };
         let g = group_threads(&[site(3, 0x1000, Some("w")), site(4, 0x2000, Some("w"))]);
         assert_eq!(g.len(), 1, "one site, inlined twice");
-        assert_eq!(g[0].location.as_deref(), Some("src/main.rs:50 — \"w\""));
+        assert_eq!(
+            g[0].location.as_ref().map(Frame::describe).as_deref(),
+            Some("src/main.rs:50 — \"w\"")
+        );
         let g = group_threads(&[site(3, 0x1000, Some("w")), site(4, 0x1000, Some("v"))]);
         assert_eq!(g.len(), 2, "two labels are two sites");
     }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use super::group::{Place, sorted};
 use crate::model::{
-    Coroutine, CoroutineState, Frame, GoStatus, GoWaitsOn, Group, LocationSource, Origin, WaitedOn,
+    Coroutine, CoroutineState, Frame, GoStatus, GoWaitsOn, Group, GroupState, LocationSource,
+    Origin, WaitedOn,
 };
 
 /// Keeps the tasks idle at least `min_ns` (since their last poll ended, or
@@ -32,11 +33,11 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
                 origin: Some(t.origin),
                 count: 0,
                 ids: Vec::new(),
-                state: t.state.as_str().to_string(),
+                state: GroupState::Coroutine(t.state),
                 wait: None,
                 min_ns: None,
                 lower_bound: false,
-                location: t.location.as_ref().map(|l| l.frame.describe()),
+                location: t.location.as_ref().map(|l| l.frame.clone()),
                 source: t.location.as_ref().map(|l| l.source),
                 frames: Default::default(),
                 stack_samples: None,
@@ -53,12 +54,14 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
     }
     // Ties are broken by origin, state (polling, idle, exited), then
     // location words, then members: the order the text-keyed grouping had.
-    let mut v: Vec<(CoroutineState, Group)> =
-        map.into_iter().map(|((_, s, _), g)| (s, g)).collect();
-    v.sort_by(|(sa, a), (sb, b)| {
-        (a.origin, sa, &a.location, &a.ids).cmp(&(b.origin, sb, &b.location, &b.ids))
+    let mut v: Vec<(CoroutineState, Option<String>, Group)> = map
+        .into_iter()
+        .map(|((_, s, _), g)| (s, g.location.as_ref().map(Frame::describe), g))
+        .collect();
+    v.sort_by(|(sa, la, a), (sb, lb, b)| {
+        (a.origin, sa, la, &a.ids).cmp(&(b.origin, sb, lb, &b.ids))
     });
-    groups.extend(sorted(v.into_iter().map(|(_, g)| g).collect()));
+    groups.extend(sorted(v.into_iter().map(|(_, _, g)| g).collect()));
     groups
 }
 
@@ -98,11 +101,11 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
                     origin: Some(Origin::Go),
                     count: 0,
                     ids: Vec::new(),
-                    state: g.status.as_str().to_string(),
+                    state: GroupState::Goroutine(g.status),
                     wait: g.wait_reason.clone(),
                     min_ns: None,
                     lower_bound: false,
-                    location: at.map(Frame::describe),
+                    location: at.cloned(),
                     source: at.map(|_| LocationSource::UserPc),
                     frames: g.stack.clone(),
                     stack_samples: None,
@@ -178,7 +181,7 @@ mod tests {
         assert!(g.iter().all(|g| g.origin == Some(Origin::Librip)));
         assert_eq!((g[0].state.as_str(), g[0].min_ns), ("idle", Some(4 * s)));
         assert!(g[0].lower_bound);
-        assert_eq!(g[1].state, "polling");
+        assert_eq!(g[1].state.as_str(), "polling");
     }
 
     /// Coroutines of two runtimes idle at one place are two groups, each
@@ -192,7 +195,7 @@ mod tests {
         let g = group_tasks(&t);
         let mut idle: Vec<_> = g
             .iter()
-            .filter(|g| g.state == "idle")
+            .filter(|g| g.state == GroupState::Coroutine(CoroutineState::Idle))
             .map(|g| (g.origin, g.ids.clone()))
             .collect();
         idle.sort();

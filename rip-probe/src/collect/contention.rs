@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use librip::reader::{MapsLine, ProcessMaps};
+use librip::reader::MapsLine;
 use rip_ebpf::contention::{WAKER_STACK_WORDS, WakerStat};
 
 use super::{
@@ -16,7 +16,10 @@ use super::{
     locks,
     memory::{Memory, ProcessMemory},
 };
-use crate::model::{LockKind, MutexFlavor};
+use crate::{
+    discover::maps::ProcessMaps,
+    model::{LockKind, MutexFlavor},
+};
 
 /// A counted futex word's lock: its address, its kind and a glibc
 /// mutex's flavour.

@@ -10,7 +10,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use librip::{
     format::{Layout, SlotKind, THREAD_META_SIZE},
-    reader::{ProcessMaps, RingFile, SlotState, open_rings_in},
+    reader::{RingFile, SlotState, open_rings_in},
 };
 use rip_ebpf::offcpu::{
     MAX_SLOTS, OffKey, OffStart, OffStats, OffTotal, Place, ReturnSlots, STACK_COPY, SnapSlot,
@@ -23,7 +23,7 @@ use super::{
     procfs,
     stacks::{Stacks, unwind},
 };
-use crate::{collect::Result, util::monotonic_ns};
+use crate::{collect::Result, discover::maps::ProcessMaps, util::monotonic_ns};
 
 /// What a window of off-CPU observation gathered, unsymbolized.
 #[derive(Debug, Default)]
@@ -332,10 +332,10 @@ fn ring_threads(pid: u32) -> Vec<RingThread> {
     let Ok(maps) = ProcessMaps::open(pid) else {
         return Vec::new();
     };
-    let Ok(rings) = open_rings_in(pid, &maps) else {
+    let Ok(files) = maps.file_backed() else {
         return Vec::new();
     };
-    let Ok(files) = maps.file_backed() else {
+    let Ok(rings) = open_rings_in(pid, files) else {
         return Vec::new();
     };
     let ids = TidMap::of(pid);

@@ -18,7 +18,7 @@ use crate::{
 /// left out.
 pub(crate) fn code_files(pid: u32) -> Vec<PathBuf> {
     // The kernel picks the executable mappings (PROCMAP_QUERY, 6.11 on).
-    let files = librip::reader::ProcessMaps::open(pid)
+    let files = crate::discover::maps::ProcessMaps::open(pid)
         .and_then(|m| m.executable())
         .unwrap_or_default();
     let mut seen = std::collections::HashSet::new();

@@ -89,7 +89,7 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut Sink) -> Result<()> {
         )?;
         for r in &report.processes {
             writeln!(w)?;
-            render::live(r, &mut *w)?;
+            render::live_cut(r, a.table_rows(), &mut *w)?;
         }
         Ok(())
     })

@@ -252,7 +252,7 @@ fn ring_of(pid: u32) -> Result<RingView> {
 /// A file process `pid` maps shared (as a ring is) that rip-probe cannot
 /// open, if any: "no ring" would then be a guess.
 fn unopened_shared_file(pid: u32) -> Option<String> {
-    let maps = librip::reader::ProcessMaps::open(pid).ok()?;
+    let maps = crate::discover::maps::ProcessMaps::open(pid).ok()?;
     let files = maps.file_backed().ok()?;
     files
         .iter()

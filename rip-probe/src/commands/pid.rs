@@ -47,6 +47,14 @@ pub(crate) struct LiveArgs {
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     pub(super) json: bool,
+    /// Text: list at most this many threads in the THREADS table (the
+    /// summary above it always counts every thread; JSON and folded output
+    /// always hold them all).
+    #[arg(long, value_name = "N", default_value_t = 100, conflicts_with = "all")]
+    pub(super) max_threads: usize,
+    /// Text: list every thread in the THREADS table.
+    #[arg(long)]
+    pub(super) all: bool,
     /// For programs without librip: attach uprobes to functions matching
     /// this glob (`LIB:GLOB` for a shared library) and report each
     /// thread's last function entered.
@@ -69,6 +77,13 @@ pub(crate) struct LiveArgs {
     folded: bool,
 }
 
+impl LiveArgs {
+    /// How many rows the text's THREADS table lists (`None`: all).
+    pub(super) fn table_rows(&self) -> Option<usize> {
+        (!self.all).then_some(self.max_threads)
+    }
+}
+
 pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
     let pid = a.pid.ok_or_else(|| {
         Error::Usage(
@@ -86,10 +101,13 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
         }
         let mut report = report(a, &mut session)?;
         report.warnings.splice(0..0, note);
-        let text = if a.folded {
-            render::folded
-        } else {
-            render::live
+        let rows = a.table_rows();
+        let text = |r: &Report, w: &mut dyn Write| {
+            if a.folded {
+                render::folded(r, w)
+            } else {
+                render::live_cut(r, rows, w)
+            }
         };
         timing::phase("render", || {
             out.emit(|w| {

@@ -7,7 +7,9 @@ use std::io::{self, Write};
 
 use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
-    model::{Coroutine, CoroutineState, GoWaitKind, Group, Origin, Report, Thread, WaitedOn},
+    model::{
+        Coroutine, CoroutineState, Frame, GoWaitKind, Group, Origin, Report, Thread, WaitedOn,
+    },
     util::timefmt::{duration, utc},
 };
 
@@ -38,7 +40,7 @@ pub(super) fn section(r: &Report, w: &mut impl Write) -> io::Result<()> {
 /// snap src/conn.rs:120 read_frame" (≥: the shortest of several, or a
 /// post-mortem lower bound).
 pub(crate) fn group_sentence(g: &Group) -> String {
-    let mut s = format!("{} {}", plural(g.count, "task", "tasks"), g.state);
+    let mut s = format!("{} {}", plural(g.count, "task", "tasks"), g.state.as_str());
     // A zero lower bound says nothing.
     if let Some(ns) = g.min_ns.filter(|&ns| ns > 0 || !g.lower_bound) {
         if g.count > 1 || g.lower_bound {
@@ -47,7 +49,7 @@ pub(crate) fn group_sentence(g: &Group) -> String {
             s.push_str(&format!(" for {}", duration(ns)));
         }
     }
-    match &g.location {
+    match g.location.as_ref().map(Frame::describe) {
         Some(loc) => s.push_str(&format!(" — {} {loc}", source_word(g.source))),
         None => s.push_str(" — no snap yet"),
     }
@@ -133,7 +135,11 @@ fn on_thread(t: &Coroutine, threads: &[Thread]) -> String {
 /// "7 goroutines waiting (chan receive) ≥1m30s, longest 2m — main.receiver
 /// goroutines.go:29".
 pub(crate) fn goroutine_sentence(g: &Group) -> String {
-    let mut s = format!("{} {}", plural(g.count, "goroutine", "goroutines"), g.state);
+    let mut s = format!(
+        "{} {}",
+        plural(g.count, "goroutine", "goroutines"),
+        g.state.as_str()
+    );
     if let Some(why) = &g.wait {
         s.push_str(&format!(" ({why})"));
     }
@@ -145,7 +151,7 @@ pub(crate) fn goroutine_sentence(g: &Group) -> String {
         _ => {}
     }
     if let Some(loc) = &g.location {
-        s.push_str(&format!(" — in {loc}"));
+        s.push_str(&format!(" — in {}", loc.describe()));
     }
     s
 }

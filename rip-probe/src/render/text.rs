@@ -13,8 +13,8 @@ use super::{
 };
 use crate::{
     model::{
-        Frame, Group, Location, LockChange, LockKind, Mode, Owner, Report, RuntimeWait, Thread,
-        ThreadState, WaitsFor, rewrite_shared,
+        Frame, Group, GroupState, Location, LockChange, LockKind, Mode, Owner, Report, RuntimeWait,
+        Thread, ThreadState, WaitsFor, rewrite_shared,
     },
     util::timefmt::duration,
 };
@@ -72,12 +72,11 @@ fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
 }
 
 fn escape_group(g: &mut Group) {
-    escape_in_place(&mut g.state);
-    for s in [&mut g.wait, &mut g.location, &mut g.created_by]
-        .into_iter()
-        .flatten()
-    {
+    for s in [&mut g.wait, &mut g.created_by].into_iter().flatten() {
         escape_in_place(s);
+    }
+    if let Some(f) = &mut g.location {
+        escape_frame(f);
     }
 }
 
@@ -216,8 +215,8 @@ pub(crate) fn group_sentence(g: &Group) -> String {
     if let Some(ns) = g.min_ns.filter(|&ns| ns > 0 || !at_least) {
         s.push_str(&format!(" for {}", blocked_text(ns, at_least)));
     }
-    if let Some(loc) = &g.location {
-        if g.state == "unknown" {
+    if let Some(loc) = g.location.as_ref().map(Frame::describe) {
+        if g.state == GroupState::Thread(ThreadState::Unknown) {
             s.push_str(&format!(" at {loc}"));
         } else {
             s.push_str(&format!(" — {} {loc}", source_word(g.source)));
@@ -226,9 +225,17 @@ pub(crate) fn group_sentence(g: &Group) -> String {
     s
 }
 
-/// The live report: header, grouped summary, tasks, then one row per
-/// thread with its kernel stack.
-pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
+/// The live report: header, deadlocks, grouped summary, locks, tasks,
+/// then one row per thread.
+pub fn live(r: &Report, w: &mut dyn Write) -> io::Result<()> {
+    live_cut(r, None, w)
+}
+
+/// [`live`] with the thread table cut after `max_rows` rows (`None`: every
+/// thread). What comes before the table — deadlocks, the summary of every
+/// group, locks — is whole: at 100,000 threads it says what they do in a
+/// screenful, and the line that ends a cut table says how to see the rest.
+pub fn live_cut(r: &Report, max_rows: Option<usize>, mut w: &mut dyn Write) -> io::Result<()> {
     let r = &terminal_safe(r);
     header(r, &mut w)?;
     let by_tid = by_tid(r);
@@ -249,8 +256,17 @@ pub fn live(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
         "  {:<8} {:<16} {:<15} {:>9}  {:<48} LOCATION",
         "TID", "NAME", "STATE", "BLOCKED", "SYSCALL"
     )?;
-    for t in &r.threads {
+    let shown = max_rows.unwrap_or(usize::MAX).min(r.threads.len());
+    for t in &r.threads[..shown] {
         thread_row(t, &mut w)?;
+    }
+    let hidden = r.threads.len() - shown;
+    if hidden > 0 {
+        writeln!(
+            w,
+            "  … {} not shown (the summary above counts them): --all lists every thread, --json has them all",
+            plural(hidden, "more thread", "more threads")
+        )?;
     }
     Ok(())
 }
@@ -607,8 +623,13 @@ pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{:>7}  LOCATION (threads last seen there)", "THREADS")?;
     for g in &r.groups {
-        let loc = g.location.as_deref().unwrap_or("(no snap yet)");
-        let state = if g.state == "exited" { " [exited]" } else { "" };
+        let loc = g.location.as_ref().map(Frame::describe);
+        let loc = loc.as_deref().unwrap_or("(no snap yet)");
+        let state = if g.state.as_str() == "exited" {
+            " [exited]"
+        } else {
+            ""
+        };
         writeln!(w, "{:>7}  {loc}{state}", g.count)?;
         writeln!(w, "         tids: {}", ids(&g.ids))?;
     }

@@ -5,7 +5,9 @@
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::ReadCache};
 
-use librip::reader::{MapsLine, ProcessMaps, open_mapped};
+use librip::reader::{MapsLine, open_mapped};
+
+use crate::discover::maps::ProcessMaps;
 
 /// Names data addresses of one process; parses each binary at most once.
 pub struct DataNames<'m> {

@@ -4,11 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use librip::reader::ProcessMaps;
-
 use super::{data::DataNames, stacks::StackSymbolizer};
 use crate::{
     collect::{contention::ContentionEvidence, kernel::contention::Counted},
+    discover::maps::ProcessMaps,
     model::Frame,
 };
 

@@ -12,7 +12,7 @@ use std::{
     sync::{Mutex, OnceLock, mpsc},
 };
 
-use librip::reader::{Follow, MapsLine, OpenError, ProcessMaps, RangeIndex, RegularFile};
+use librip::reader::{Follow, MapsLine, OpenError, RangeIndex, RegularFile};
 
 use blazesym::symbolize::{
     Input, Symbolized, Symbolizer as Blaze,
@@ -33,6 +33,7 @@ pub(crate) use thread::{Resolve, SymbolizerThread};
 
 use crate::{
     collect::ring::ModuleMap,
+    discover::maps::ProcessMaps,
     model::{Frame, InlinedFrame},
 };
 

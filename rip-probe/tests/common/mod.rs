@@ -48,11 +48,16 @@ pub fn full_report() -> Report {
         origin: None,
         count: 1,
         ids: vec![2],
-        state: "sleeping".into(),
+        state: GroupState::Thread(ThreadState::Sleeping),
         wait: Some("futex_wait".into()),
         min_ns: Some(1),
         lower_bound: true,
-        location: Some("src/pool.rs:88 Pool::take".into()),
+        location: Some(Frame {
+            function: Some("Pool::take".into()),
+            file: Some("src/pool.rs".into()),
+            line: Some(88),
+            ..Frame::default()
+        }),
         source: Some(LocationSource::Ring),
         frames: stack(),
         stack_samples: Some(StackSamples { count: 3, total: 4 }),
@@ -181,7 +186,7 @@ pub fn full_report() -> Report {
             },
             Group {
                 origin: Some(Origin::Go),
-                state: "waiting".into(),
+                state: GroupState::Goroutine(GoStatus::Waiting),
                 wait: Some("sync.Mutex.Lock".into()),
                 ids: vec![23],
                 stack_samples: None,

@@ -192,7 +192,7 @@ fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
     // Through a live thread when the leader exited (its maps are empty).
     let view = crate::discover::view_pid(pid);
     let path = format!("/proc/{view}/maps");
-    let maps = librip::reader::ProcessMaps::open(view)
+    let maps = crate::discover::maps::ProcessMaps::open(view)
         .and_then(|m| m.executable())
         .map_err(|e| crate::discover::unreadable(pid, &path, e, Lacks::Functions))?;
     sites

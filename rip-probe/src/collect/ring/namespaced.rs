@@ -6,15 +6,14 @@
 
 use std::path::PathBuf;
 
-use librip::reader::{
-    MappedRing, ProcessMaps, ReadError, RingFile, Via, open_rings, open_rings_in,
-};
+use librip::reader::{MappedRing, ReadError, RingFile, Via, open_rings, open_rings_in};
 
 use super::RingView;
 use crate::{
     collect::Error,
     collect::namespaces::{self, TidMap, Writer},
     discover,
+    discover::maps::ProcessMaps,
 };
 
 impl RingView {
@@ -28,7 +27,10 @@ impl RingView {
 
     /// [`Self::of_process`] with the process's map already open.
     pub fn of_process_in(pid: u32, maps: &ProcessMaps) -> Result<RingView, Error> {
-        Self::of_rings(pid, open_rings_in(pid, maps)?)
+        let files = maps
+            .file_backed()
+            .map_err(|e| ReadError::reading_maps(pid, e))?;
+        Self::of_rings(pid, open_rings_in(pid, files)?)
     }
 
     fn of_rings(pid: u32, rings: Vec<MappedRing>) -> Result<RingView, Error> {

@@ -11,12 +11,14 @@
 
 use std::{collections::HashMap, fs::File, ops::Range, sync::Arc};
 
-use librip::reader::{Follow, MapsLine, ProcessMaps, RegularFile};
+use librip::reader::{Follow, MapsLine, RegularFile};
 use object::{
     Object, ObjectSection, ReadCache,
     elf::{PF_X, PT_LOAD},
     read::elf::{ElfFile64, ProgramHeader},
 };
+
+use crate::discover::maps::ProcessMaps;
 
 /// Largest CFI section read from a binary. Big programs (browsers) have
 /// `.eh_frame` sections of tens of MiB; anything larger is not a binary

@@ -4,12 +4,7 @@
 //! `runtime.waitReasonStrings`: from the symbol table), and the layout of
 //! its structures (from DWARF, else the version's table).
 
-use std::{
-    borrow::Cow,
-    collections::{HashMap, HashSet},
-    io::Read,
-    path::Path,
-};
+use std::{borrow::Cow, collections::HashSet, io::Read, path::Path};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
@@ -198,7 +193,6 @@ pub(crate) fn dwarf_members(file: &object::File<'_>) -> Option<Members> {
     let dwarf = owned.borrow(|s| gimli::EndianSlice::new(s, gimli::LittleEndian));
     let mut want: HashSet<&str> = layout::STRUCTS.iter().copied().collect();
     let mut out = Members::new();
-    let mut found_at: HashMap<String, String> = HashMap::new();
     let mut units = dwarf.units();
     while let Ok(Some(header)) = units.next() {
         let Ok(unit) = dwarf.unit(header) else {
@@ -236,9 +230,6 @@ pub(crate) fn dwarf_members(file: &object::File<'_>) -> Option<Members> {
                         .ok()
                         .and_then(|t| attr_name(&dwarf, &unit, &t))
                         .unwrap_or_default(),
-                    // A type in another unit: named once every struct wanted
-                    // was found (below).
-                    Some(gimli::AttributeValue::DebugInfoRef(o)) => format!("@{}", o.0),
                     _ => String::new(),
                 };
                 out.insert((name.clone(), mname), (off, ty));
@@ -246,11 +237,6 @@ pub(crate) fn dwarf_members(file: &object::File<'_>) -> Option<Members> {
         }
         if want.is_empty() {
             break;
-        }
-    }
-    for (_, (_, ty)) in out.iter_mut() {
-        if let Some(n) = found_at.get(ty) {
-            *ty = n.clone();
         }
     }
     Some(out)

@@ -15,7 +15,7 @@ pub(crate) mod read;
 
 use std::{collections::HashMap, os::unix::fs::MetadataExt, path::PathBuf, sync::Arc};
 
-use librip::reader::ProcessMaps;
+use crate::discover::maps::ProcessMaps;
 
 use self::{
     binary::GoBinary,

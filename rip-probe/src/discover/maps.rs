@@ -1,4 +1,5 @@
-//! A process's memory map, asked of the kernel the cheapest way it offers.
+//! A process's memory map, asked of the kernel the cheapest way it offers:
+//! which mappings are files, which are code, which holds an address.
 //!
 //! /proc/PID/maps holds two lines per thread (its stack and guard page):
 //! 200,000 lines for 100,000 threads, which the kernel takes a fifth of a
@@ -15,7 +16,7 @@ use std::{
     sync::OnceLock,
 };
 
-use super::find::{MapsLine, parse_maps};
+use librip::reader::{MapsLine, parse_maps};
 
 /// `_IOWR('f', 17, struct procmap_query)` (uapi/linux/fs.h).
 const PROCMAP_QUERY: libc::c_ulong = 0xC068_6611;
