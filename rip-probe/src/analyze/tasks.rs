@@ -132,7 +132,10 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
         .map(|(mut g, objects)| {
             let mut w: Vec<WaitedOn> = objects
                 .into_iter()
-                .map(|(object, count)| WaitedOn { object, count })
+                .map(|(what, count)| WaitedOn {
+                    object: what,
+                    count,
+                })
                 .collect();
             w.sort_by(|a, b| b.count.cmp(&a.count).then(a.object.cmp(&b.object)));
             g.waits_on = w;

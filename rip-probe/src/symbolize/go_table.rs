@@ -9,10 +9,6 @@ impl FuncTable for GoBinary {
         self.func_by_name(name).map(|f| (f.entry, f.end))
     }
 
-    fn func_name(&self, pc: u64) -> Option<String> {
-        self.func_at(pc).map(|f| f.name)
-    }
-
     fn sp_delta(&self, pc: u64) -> Option<i32> {
         GoBinary::sp_delta(self, pc)
     }

@@ -38,8 +38,6 @@ use crate::{
 pub(crate) trait FuncTable {
     /// The code `[entry, end)` of the function named `name`.
     fn func_range(&self, name: &str) -> Option<(u64, u64)>;
-    /// The name of the function holding `pc`.
-    fn func_name(&self, pc: u64) -> Option<String>;
     /// The frame's size at `pc`: from SP there to the return address.
     fn sp_delta(&self, pc: u64) -> Option<i32>;
 }
@@ -106,7 +104,7 @@ fn read_process(
         allgs: allgs.wrapping_add(bias),
         semtable: bin.semtable.map(|(a, n)| (a.wrapping_add(bias), n)),
     };
-    let unwind = table.map(|t| read::Unwind { table: t, bias });
+    let unwind = table.map(|t| read::Unwind::new(t, bias));
     let read = read::read(&mem, &layout, roots, unwind.as_ref())
         .map_err(|e| why(format!("reading allgs: {e}")))?;
     let reasons = bin

@@ -93,6 +93,55 @@ fn moved_key(b: &[u8], l: &Layout) -> (u32, u64, u64, u64, u64, u64) {
 pub(crate) struct Unwind<'t> {
     pub(crate) table: &'t dyn super::FuncTable,
     pub(crate) bias: u64,
+    /// Where every goroutine's stack begins (`runtime.goexit`, and
+    /// `runtime.mstart` for g0s), binary addresses: a walk ends there.
+    pub(crate) outermost: Vec<(u64, u64)>,
+}
+
+impl<'t> Unwind<'t> {
+    /// Unwinding with `table`, for an executable loaded at `bias`.
+    pub(crate) fn new(table: &'t dyn super::FuncTable, bias: u64) -> Self {
+        let outermost = ["runtime.goexit", "runtime.mstart"]
+            .iter()
+            .filter_map(|n| table.func_range(n))
+            .collect();
+        Unwind {
+            table,
+            bias,
+            outermost,
+        }
+    }
+}
+
+/// The part of a goroutine's stack a walk reads, copied in one read: from
+/// its saved SP up to the stack's top (at most [`STACK_COPY`] bytes).
+struct StackCopy {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+/// Bytes of a stack copied at most; deeper words are read one by one.
+const STACK_COPY: u64 = 16 * 1024;
+
+impl StackCopy {
+    fn new(mem: &dyn Memory, sp: u64, hi: u64) -> StackCopy {
+        let len = hi.saturating_sub(sp).min(STACK_COPY);
+        let mut bytes = vec![0u8; len as usize];
+        if len == 0 || mem.read(sp, &mut bytes).is_err() {
+            bytes.clear();
+        }
+        StackCopy { at: sp, bytes }
+    }
+
+    /// The word at `addr`: from the copy, else read.
+    fn word(&self, mem: &dyn Memory, addr: u64) -> std::io::Result<u64> {
+        if let Some(off) = addr.checked_sub(self.at)
+            && off + 8 <= self.bytes.len() as u64
+        {
+            return Ok(u64_at(&self.bytes, off));
+        }
+        mem.read_u64(addr)
+    }
 }
 
 /// Every goroutine of the process (dead ones skipped), in `allgs` order;
@@ -287,12 +336,11 @@ fn walk_sp(
     hi: u64,
 ) -> (Vec<u64>, Option<&'static str>) {
     let mut pcs = vec![pc];
+    let copy = StackCopy::new(mem, sp, hi);
     while pcs.len() < MAX_FRAMES {
         let at = pc.wrapping_sub(u.bias);
-        if u.table
-            .func_name(at.saturating_sub(1))
-            .is_some_and(|n| n == "runtime.goexit" || n == "runtime.mstart")
-        {
+        let call = at.saturating_sub(1);
+        if u.outermost.iter().any(|&(a, b)| (a..b).contains(&call)) {
             return (pcs, None);
         }
         let Some(delta) = u.table.sp_delta(at).and_then(|d| u64::try_from(d).ok()) else {
@@ -302,7 +350,7 @@ fn walk_sp(
         if slot < lo || slot + 8 > hi {
             return (pcs, Some("a frame left the goroutine's stack"));
         }
-        let Ok(ret) = mem.read_u64(slot) else {
+        let Ok(ret) = copy.word(mem, slot) else {
             return (pcs, Some("its stack could not be read"));
         };
         if ret == 0 {
