@@ -467,6 +467,89 @@ pub struct Coroutine {
     pub location: Option<Location>,
     /// Older locations, oldest first (dump `--threads` only).
     pub history: Vec<Location>,
+    /// What the Go runtime records of a goroutine (origin `go` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go: Option<Goroutine>,
+}
+
+/// What the Go runtime records of a goroutine, read from its `g`: the
+/// [`Coroutine`]'s `id` is its goid, `polling_tid` the thread of the M
+/// running it, `idle_ns` how long it has waited at least (the runtime
+/// stamps `waitsince` at the first garbage collection that finds it
+/// waiting: absent until one did, and always a lower bound).
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Goroutine {
+    /// `running` (on a thread now), `runnable` (waits for a thread),
+    /// `waiting` (parked: see `wait_reason`) or `syscall` (in a system
+    /// call, on its thread).
+    pub status: GoStatus,
+    /// Why it waits, in the runtime's own words (`chan receive`,
+    /// `sync.Mutex.Lock`, `IO wait`, `sleep`, …); waiting goroutines only.
+    pub wait_reason: Option<String>,
+    /// Its stack, innermost first, from the registers the runtime saved
+    /// when it last left its thread (empty: running, or torn).
+    pub stack: Arc<[Frame]>,
+    /// Why the stack is shorter than the goroutine's (running, in a
+    /// system call, a frame the walk could not follow), if it is.
+    pub stack_note: Option<String>,
+    /// The `go` statement that created it (its function and line).
+    pub created_by: Option<Frame>,
+    /// The channel(s) or semaphore it waits on, as the runtime records it.
+    pub waits_on: Option<GoWaitsOn>,
+    /// Its status or saved registers changed each time it was read: only
+    /// its id and status are kept.
+    pub torn: bool,
+}
+
+/// A goroutine's status (`g.atomicstatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GoStatus {
+    /// Running on a thread.
+    Running,
+    /// Ready, waiting for a thread.
+    Runnable,
+    /// Parked until something wakes it.
+    Waiting,
+    /// In a system call, on its thread.
+    Syscall,
+}
+
+impl GoStatus {
+    /// The word used in text output and groups.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoStatus::Running => "running",
+            GoStatus::Runnable => "runnable",
+            GoStatus::Waiting => "waiting",
+            GoStatus::Syscall => "syscall",
+        }
+    }
+}
+
+/// What a waiting goroutine waits on.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+pub struct GoWaitsOn {
+    /// `channel` (a channel operation or select: its sudogs' channels) or
+    /// `semaphore` (`sync.Mutex`, `RWMutex`, `WaitGroup`: the address of
+    /// the primitive's semaphore word; the runtime records no owner).
+    pub kind: GoWaitKind,
+    /// The channels' addresses (several for a select), or the semaphore's.
+    pub addrs: Vec<u64>,
+    /// The global variable the semaphore is in, when it is one.
+    pub name: Option<String>,
+}
+
+/// What kind of object a goroutine waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GoWaitKind {
+    /// A channel.
+    Channel,
+    /// A `sync` primitive's semaphore.
+    Semaphore,
+    /// A `sync.Cond`'s notify list.
+    Cond,
 }
 
 /// The runtime a [`Coroutine`] comes from.
@@ -480,6 +563,8 @@ pub enum Origin {
     /// A tokio task wrapped by `librip::tokio` (`Traced`,
     /// `spawn_traced`), in a coroutine slot of the process's ring.
     Tokio,
+    /// A goroutine, read from the Go runtime's `allgs`.
+    Go,
 }
 
 /// A coroutine's state.
@@ -537,6 +622,27 @@ pub struct Group {
     pub frames: Arc<[Frame]>,
     /// For stacks sampled on CPU: the members' samples, added up.
     pub stack_samples: Option<StackSamples>,
+    /// Goroutine groups: the longest wait among members (a lower bound,
+    /// like each goroutine's), ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ns: Option<u64>,
+    /// Goroutine groups: the `go` statement that created the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Goroutine groups: what the members wait on, each object with how
+    /// many members wait on it, most waited on first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits_on: Vec<WaitedOn>,
+}
+
+/// An object goroutines of a group wait on, and how many.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct WaitedOn {
+    /// The object.
+    #[serde(flatten)]
+    pub object: GoWaitsOn,
+    /// Members waiting on it.
+    pub count: usize,
 }
 
 /// A [`Group`]'s shared state: its members' thread or coroutine state.
@@ -547,6 +653,8 @@ pub enum GroupState {
     Thread(ThreadState),
     /// A group of coroutines.
     Coroutine(CoroutineState),
+    /// A group of goroutines (their Go status).
+    Goroutine(GoStatus),
 }
 
 impl GroupState {
@@ -555,6 +663,7 @@ impl GroupState {
         match self {
             GroupState::Thread(s) => s.as_str(),
             GroupState::Coroutine(s) => s.as_str(),
+            GroupState::Goroutine(s) => s.as_str(),
         }
     }
 }

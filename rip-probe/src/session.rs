@@ -339,6 +339,22 @@ impl Session {
         }
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
         let user_stacks = self.collect_stacks(&tasks);
+        // Goroutines are read right after the kernel snapshot, their
+        // threads' states being the snapshot's.
+        let go = (self.target.lost().is_none() && kind != Kind::KernelThread)
+            .then(|| {
+                timing::phase("read goroutines", || {
+                    let exe = PathBuf::from(format!("/proc/{view}/exe"));
+                    // The function table (stripped binaries keep it):
+                    // roots a symbol table no longer names, frame sizes.
+                    let table = symbolize::gopclntab::GoBinary::open(&exe).ok().flatten();
+                    let table = table
+                        .as_ref()
+                        .map(|t| t as &dyn collect::runtime::go::FuncTable);
+                    collect::runtime::go::collect(pid, view, maps.as_ref(), table)
+                })
+            })
+            .flatten();
         let locks = self.collect_locks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
@@ -369,11 +385,20 @@ impl Session {
                     now_ns,
                 },
                 ring: ring.as_ref(),
+                go: go.as_ref().and_then(|g| g.as_ref().ok()),
                 uprobe_hits: &hits,
                 lookup: &lookup,
             };
             timing::phase("correlate", || correlate::live(&inputs))
         };
+        match &go {
+            Some(Err(why)) => report.warnings.push(why.clone()),
+            Some(Ok(g)) if g.unreadable > 0 => report.warnings.push(format!(
+                "{} goroutines of this {} program could not be read (freed while read)",
+                g.unreadable, g.version
+            )),
+            _ => {}
+        }
         let space = match (&ring, lost_now) {
             (Some(r), true) => UserSpace::Modules(&r.modules),
             (Some(r), false) => UserSpace::LiveWithModules(view, &r.modules),
@@ -383,6 +408,9 @@ impl Session {
             symbolize::fill(&mut report, &space, &mut self.symbolizer)
         });
         let stacks = user_stacks.and_then(|p| self.symbolize_stacks(&mut report, p, &space));
+        if !lost_now {
+            name_semaphores(&mut report, view, maps.as_ref());
+        }
         let lock_names = match &locks {
             Some(l) if !lost_now => lock_names(&l.first, view, maps.as_ref()),
             _ => HashMap::new(),
@@ -512,6 +540,21 @@ fn lock_names(
         .into_iter()
         .map(|a| (a, data.name(a)))
         .collect()
+}
+
+/// Names the semaphores goroutines wait on that are in a global variable
+/// (`main.mu`, `pkg.wg+0x8`), as locks are named.
+fn name_semaphores(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
+    let mut data = None;
+    for w in report
+        .tasks
+        .iter_mut()
+        .filter_map(|t| t.go.as_mut()?.waits_on.as_mut())
+        .filter(|w| w.kind == crate::model::GoWaitKind::Semaphore)
+    {
+        let data = data.get_or_insert_with(|| symbolize::data::DataNames::new(pid, maps));
+        w.name = w.addrs.first().and_then(|&a| data.name(a));
+    }
 }
 
 /// The lock stage of analyze: who waits for whom from the evidence; a

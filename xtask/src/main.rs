@@ -60,6 +60,11 @@ enum Cmd {
         /// With --bulk-only: only its --cgroup row.
         #[arg(long, requires = "bulk_only")]
         cgroup_only: bool,
+        /// Only the goroutine rows (rip-probe on a Go program with 100,000
+        /// goroutines, beside its own pprof dump: time, pause, memory):
+        /// printed and written to target/bench/goroutines.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only"])]
+        goroutines_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -103,6 +108,10 @@ fn main() {
             cgroup_only,
             ..
         } => bench::run_bulk_only(cgroup_only),
+        Cmd::Bench {
+            goroutines_only: true,
+            ..
+        } => bench::run_goroutines_only(),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

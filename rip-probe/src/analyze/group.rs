@@ -158,6 +158,9 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
             source: t.location.as_ref().map(|l| l.source),
             frames: t.frames.clone(),
             stack_samples: None,
+            max_ns: None,
+            created_by: None,
+            waits_on: Vec::new(),
         });
         g.count += 1;
         g.ids.push(t.tid);

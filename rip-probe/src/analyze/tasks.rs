@@ -6,7 +6,10 @@
 use std::collections::HashMap;
 
 use super::group::{Place, sorted};
-use crate::model::{Coroutine, CoroutineState, Frame, Group, GroupState, Origin};
+use crate::model::{
+    Coroutine, CoroutineState, Frame, GoStatus, GoWaitsOn, Group, GroupState, LocationSource,
+    Origin, WaitedOn,
+};
 
 /// Keeps the tasks idle at least `min_ns` (since their last poll ended, or
 /// their creation if never polled; post-mortem, a lower bound must reach
@@ -21,7 +24,8 @@ pub(crate) fn retain_idle(tasks: &mut Vec<Coroutine>, min_ns: u64) {
 pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
     type Key = (Origin, CoroutineState, Option<Place>);
     let mut map: HashMap<Key, Group> = HashMap::new();
-    for t in tasks {
+    let mut groups = group_goroutines(tasks);
+    for t in tasks.iter().filter(|t| t.go.is_none()) {
         let place = t.location.as_ref().map(|l| Place::of(&l.frame));
         let g = map
             .entry((t.origin, t.state, place))
@@ -37,6 +41,9 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
                 source: t.location.as_ref().map(|l| l.source),
                 frames: Default::default(),
                 stack_samples: None,
+                max_ns: None,
+                created_by: None,
+                waits_on: Vec::new(),
             });
         g.count += 1;
         g.ids.push(t.id);
@@ -54,7 +61,88 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
     v.sort_by(|(sa, la, a), (sb, lb, b)| {
         (a.origin, sa, la, &a.ids).cmp(&(b.origin, sb, lb, &b.ids))
     });
-    sorted(v.into_iter().map(|(_, _, g)| g).collect())
+    groups.extend(sorted(v.into_iter().map(|(_, _, g)| g).collect()));
+    groups
+}
+
+/// Where a goroutine's stack says it waits: its first frame outside the
+/// runtime's own packages (the runtime parks every goroutine itself).
+fn waits_in(stack: &[Frame]) -> Option<&Frame> {
+    // The runtime's functions, and those it lends other packages
+    // (`sync.runtime_Semacquire`, `internal/poll.runtime_pollWait`).
+    let runtime = |f: &Frame| {
+        f.best()
+            .0
+            .is_some_and(|n| n.starts_with("runtime.") || n.contains(".runtime_"))
+    };
+    stack.iter().find(|f| !runtime(f)).or(stack.first())
+}
+
+/// Goroutines grouped like Go's own traceback groups them: status, wait
+/// reason, the whole stack and the `go` statement that made them; each
+/// group with its shortest and longest wait, and the objects its members
+/// wait on (channels, semaphores) with how many wait on each. Most
+/// populated first.
+fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
+    type Key = (GoStatus, Option<String>, Vec<Place>, Option<Place>);
+    let mut map: HashMap<Key, (Group, HashMap<GoWaitsOn, usize>)> = HashMap::new();
+    for t in tasks {
+        let Some(g) = &t.go else { continue };
+        let key = (
+            g.status,
+            g.wait_reason.clone(),
+            g.stack.iter().map(Place::of).collect(),
+            g.created_by.as_ref().map(Place::of),
+        );
+        let (group, objects) = map.entry(key).or_insert_with(|| {
+            let at = waits_in(&g.stack);
+            (
+                Group {
+                    origin: Some(Origin::Go),
+                    count: 0,
+                    ids: Vec::new(),
+                    state: GroupState::Goroutine(g.status),
+                    wait: g.wait_reason.clone(),
+                    min_ns: None,
+                    lower_bound: false,
+                    location: at.cloned(),
+                    source: at.map(|_| LocationSource::UserPc),
+                    frames: g.stack.clone(),
+                    stack_samples: None,
+                    max_ns: None,
+                    created_by: g.created_by.as_ref().map(Frame::describe),
+                    waits_on: Vec::new(),
+                },
+                HashMap::new(),
+            )
+        });
+        group.count += 1;
+        group.ids.push(t.id);
+        if let Some(ns) = t.idle_ns.or(t.polling_ns) {
+            group.min_ns = Some(group.min_ns.map_or(ns, |m| m.min(ns)));
+            group.max_ns = Some(group.max_ns.map_or(ns, |m| m.max(ns)));
+            group.lower_bound |= t.lower_bound;
+        }
+        if let Some(w) = &g.waits_on {
+            *objects.entry(w.clone()).or_default() += 1;
+        }
+    }
+    let v = map
+        .into_values()
+        .map(|(mut g, objects)| {
+            let mut w: Vec<WaitedOn> = objects
+                .into_iter()
+                .map(|(what, count)| WaitedOn {
+                    object: what,
+                    count,
+                })
+                .collect();
+            w.sort_by(|a, b| b.count.cmp(&a.count).then(a.object.cmp(&b.object)));
+            g.waits_on = w;
+            g
+        })
+        .collect();
+    sorted(v)
 }
 
 #[cfg(test)]
@@ -66,7 +154,14 @@ mod tests {
     };
 
     fn ring_tasks(ring: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
-        coroutines(Process { ring: Some(ring) }, clock, history)
+        coroutines(
+            Process {
+                ring: Some(ring),
+                go: None,
+            },
+            clock,
+            history,
+        )
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub(crate) struct LiveInputs<'a> {
     pub(crate) clock: Clock,
     /// The process's ring, if it has one.
     pub(crate) ring: Option<&'a RingView>,
+    /// The goroutines read, if it is a Go program that could be read.
+    pub(crate) go: Option<&'a runtime::go::GoSnapshot>,
     /// Last function entered per thread (`--uprobe`).
     pub(crate) uprobe_hits: &'a HashMap<u32, FnHit>,
     /// fd and memory access for syscall decoding.
@@ -245,7 +247,10 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         .collect();
     threads.sort_by_key(|t| t.tid);
 
-    let found = Process { ring: inp.ring };
+    let found = Process {
+        ring: inp.ring,
+        go: inp.go,
+    };
     let tasks = runtime::coroutines(found, CoroutineClock::Now(inp.clock.now_ns), false);
     point_threads_at_their_tasks(&mut threads, &tasks);
     let mut warnings = Vec::new();
@@ -383,7 +388,10 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
     threads.sort_by_key(|t| t.tid);
     let mut warnings =
         vec!["states are as of each thread's last switch off the CPU before the exit".into()];
-    let found = Process { ring: inp.ring };
+    let found = Process {
+        ring: inp.ring,
+        go: None,
+    };
     let tasks = runtime::coroutines(found, CoroutineClock::PostMortem, false);
     if let Some(r) = inp.ring.filter(|_| !tasks.is_empty()) {
         warnings.push(post_mortem_warning(r));
@@ -464,7 +472,10 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
         })
         .collect();
     threads.sort_by_key(|t| (t.tid, t.exited));
-    let found = Process { ring: Some(ring) };
+    let found = Process {
+        ring: Some(ring),
+        go: None,
+    };
     let mut tasks = runtime::coroutines(found, opts.clock, opts.history);
     if !opts.exited {
         tasks.retain(|t| t.state != CoroutineState::Exited);

@@ -3,7 +3,9 @@
 //! COUNT the threads that have it. Functions inlined at an address are
 //! frames of their own; a blocked thread's kernel stack follows its user
 //! stack, each kernel function marked `_[k]` as `perf script` collapsers
-//! do. Threads without a user stack are left out.
+//! do. Threads without a user stack are left out. Goroutines follow, one
+//! line per distinct stack under `comm;goroutine`, COUNT the goroutines
+//! that have it (their wait is not on a thread: no kernel frames).
 
 use std::{
     collections::BTreeMap,
@@ -54,6 +56,16 @@ pub fn folded(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 .map(clean)
                 .unwrap_or_else(|| format!("{:#x}", k.addr));
             names.push(format!("{name}_[k]"));
+        }
+        *lines.entry(names.join(";")).or_default() += 1;
+    }
+    for g in r.tasks.iter().filter_map(|t| t.go.as_ref()) {
+        if g.stack.is_empty() {
+            continue;
+        }
+        let mut names = vec![comm.clone(), "goroutine".to_string()];
+        for f in g.stack.iter().rev() {
+            self::names(f, &mut names);
         }
         *lines.entry(names.join(";")).or_default() += 1;
     }

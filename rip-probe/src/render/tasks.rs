@@ -7,21 +7,29 @@ use std::io::{self, Write};
 
 use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
-    model::{Coroutine, CoroutineState, Frame, Group, Report, Thread},
+    model::{
+        Coroutine, CoroutineState, Frame, GoWaitKind, Group, Origin, Report, Thread, WaitedOn,
+    },
     util::timefmt::{duration, utc},
 };
 
 /// Rows of the task table; JSON (and `--min-idle`) have the rest.
 const MAX_ROWS: usize = 100;
 
-/// The TASKS section: groups, then the table (nothing without tasks).
+/// The TASKS section: groups, then the table (nothing without tasks);
+/// then the GOROUTINES section.
 pub(super) fn section(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    if r.tasks.is_empty() {
+    goroutines(r, w)?;
+    if !r.tasks.iter().any(|t| t.go.is_none()) {
         return Ok(());
     }
     writeln!(w)?;
     writeln!(w, "TASKS")?;
-    for g in &r.task_groups {
+    for g in r
+        .task_groups
+        .iter()
+        .filter(|g| g.origin != Some(Origin::Go))
+    {
         writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      ids: {}", ids(&g.ids))?;
     }
@@ -48,9 +56,134 @@ pub(crate) fn group_sentence(g: &Group) -> String {
     s
 }
 
+/// The GOROUTINES section, grouped as Go's own traceback groups them:
+/// count, status and wait reason, how long (at least) they have waited,
+/// what they wait on, the stack, and the `go` statement that made them.
+fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    let groups: Vec<&Group> = r
+        .task_groups
+        .iter()
+        .filter(|g| g.origin == Some(Origin::Go))
+        .collect();
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let n: usize = groups.iter().map(|g| g.count).sum();
+    let by_id: std::collections::HashMap<u64, &Coroutine> = r
+        .tasks
+        .iter()
+        .filter(|t| t.go.is_some())
+        .map(|t| (t.id, t))
+        .collect();
+    writeln!(w)?;
+    writeln!(
+        w,
+        "GOROUTINES ({n}, read from the Go runtime without stopping it)"
+    )?;
+    for g in groups {
+        writeln!(w, "  {}", goroutine_sentence(g))?;
+        for o in &g.waits_on {
+            writeln!(w, "      {}", waited_on_words(o, g.count))?;
+        }
+        writeln!(w, "      goroutines: {}", ids(&g.ids))?;
+        for id in g.ids.iter().take(MAX_ON_THREAD) {
+            if let Some(t) = by_id.get(id).filter(|t| t.polling_tid.is_some()) {
+                writeln!(w, "      goroutine {id} {}", on_thread(t, &r.threads))?;
+            }
+        }
+        super::stack::write(&g.frames, None, "      ", w)?;
+        if let Some(note) = by_id
+            .get(&g.ids[0])
+            .and_then(|t| t.go.as_ref()?.stack_note.as_deref())
+        {
+            writeln!(w, "      (stack: {note})")?;
+        }
+        if let Some(c) = &g.created_by {
+            writeln!(w, "      created by {c}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Goroutines of a group whose thread is shown.
+const MAX_ON_THREAD: usize = 8;
+
+/// "on thread 4711 (sleeping in read)": the thread a running or
+/// in-syscall goroutine is on, and what the kernel says of it.
+fn on_thread(t: &Coroutine, threads: &[Thread]) -> String {
+    let Some(tid) = t.polling_tid else {
+        return String::new();
+    };
+    let mut s = format!("on thread {tid}");
+    let tid64 = u64::from(tid);
+    let from = threads.partition_point(|th| th.tid < tid64);
+    if let Some(th) = threads[from..]
+        .iter()
+        .take_while(|th| th.tid == tid64)
+        .last()
+    {
+        match &th.syscall {
+            Some(sys) if th.state.is_blocked() => {
+                s.push_str(&format!(" ({} in {})", th.state.as_str(), sys.text))
+            }
+            _ => s.push_str(&format!(" ({})", th.state.as_str())),
+        }
+    }
+    s
+}
+
+/// "7 goroutines waiting (chan receive) ≥1m30s, longest 2m — main.receiver
+/// goroutines.go:29".
+pub(crate) fn goroutine_sentence(g: &Group) -> String {
+    let mut s = format!(
+        "{} {}",
+        plural(g.count, "goroutine", "goroutines"),
+        g.state.as_str()
+    );
+    if let Some(why) = &g.wait {
+        s.push_str(&format!(" ({why})"));
+    }
+    match (g.min_ns, g.max_ns) {
+        (Some(min), Some(max)) if max > min => {
+            s.push_str(&format!(" ≥{}, longest ≥{}", duration(min), duration(max)))
+        }
+        (Some(min), _) => s.push_str(&format!(" ≥{}", duration(min))),
+        _ => {}
+    }
+    if let Some(loc) = &g.location {
+        s.push_str(&format!(" — in {}", loc.describe()));
+    }
+    s
+}
+
+/// "on channel 0xc000012345 (7 of them)", "on semaphore 0x5f8a10 (main.mu)
+/// (3 of them): sync.Mutex records no owner".
+fn waited_on_words(o: &WaitedOn, of: usize) -> String {
+    let what = match o.object.kind {
+        GoWaitKind::Channel if o.object.addrs.len() > 1 => "channels",
+        GoWaitKind::Channel => "channel",
+        GoWaitKind::Semaphore => "semaphore",
+        GoWaitKind::Cond => "sync.Cond",
+    };
+    let addrs: Vec<String> = o.object.addrs.iter().map(|a| format!("{a:#x}")).collect();
+    let mut s = format!("on {what} {}", addrs.join(", "));
+    if let Some(n) = &o.object.name {
+        s.push_str(&format!(" ({n})"));
+    }
+    if o.count == of {
+        s.push_str(if of == 1 { "" } else { " (all of them)" });
+    } else {
+        s.push_str(&format!(" ({} of them)", o.count));
+    }
+    if o.object.kind == GoWaitKind::Semaphore {
+        s.push_str(": Go's sync primitives record no owner");
+    }
+    s
+}
+
 /// One row per task, polling ones first, then the longest idle.
 fn table(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    let mut rows: Vec<&Coroutine> = r.tasks.iter().collect();
+    let mut rows: Vec<&Coroutine> = r.tasks.iter().filter(|t| t.go.is_none()).collect();
     rows.sort_by_key(|t| {
         let stuck = t.polling_ns.or(t.idle_ns).unwrap_or(0);
         (t.state, std::cmp::Reverse(stuck), t.id)

@@ -72,7 +72,7 @@ fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
 }
 
 fn escape_group(g: &mut Group) {
-    if let Some(s) = &mut g.wait {
+    for s in [&mut g.wait, &mut g.created_by].into_iter().flatten() {
         escape_in_place(s);
     }
     if let Some(f) = &mut g.location {
@@ -102,7 +102,8 @@ fn terminal_safe(r: &Report) -> Report {
         r.threads
             .iter_mut()
             .map(|t| &mut t.frames)
-            .chain(r.groups.iter_mut().map(|g| &mut g.frames)),
+            .chain(r.groups.iter_mut().map(|g| &mut g.frames))
+            .chain(r.task_groups.iter_mut().map(|g| &mut g.frames)),
         escape_frame,
     );
     for t in &mut r.threads {

@@ -21,6 +21,8 @@ use blazesym::symbolize::{
 
 pub(crate) mod data;
 mod debuginfo;
+pub(crate) mod go_table;
+pub(crate) mod gopclntab;
 mod jit;
 pub(crate) mod locks;
 mod sites;

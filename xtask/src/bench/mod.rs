@@ -10,6 +10,7 @@ mod bulk;
 mod callgrind;
 mod calls;
 mod chart;
+mod goroutines;
 mod peers;
 mod proc;
 mod reading;
@@ -45,6 +46,11 @@ const HEADLINE_END: &str = "<!-- /bench-headline -->";
 /// `--cgroup` row.
 pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
     bulk::run_bulk_only(cgroup_only)
+}
+
+/// Runs the goroutine rows alone (see [`goroutines`]).
+pub fn run_goroutines_only() -> Result<()> {
+    goroutines::run_goroutines_only()
 }
 
 /// Runs the user stacks comparison alone and prints its section (also
@@ -173,6 +179,12 @@ pub fn run_bench(quick: bool) -> Result<()> {
         eprintln!("    failed: {e}");
     }
 
+    let goroutines =
+        goroutines::section(&w.rip_probe.path, &w.maxrss.path).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &goroutines {
+        eprintln!("    goroutines: failed: {e}");
+    }
+
     let bulk = bulk::section(&w.rip_probe.path, &w.maxrss.path).map_err(|e| format!("{e:#}"));
     if let Err(e) = &bulk {
         eprintln!("    failed: {e}");
@@ -233,6 +245,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
         stacks,
         reading,
         bulk,
+        goroutines,
         notes,
     };
     let docs = root().join("docs");

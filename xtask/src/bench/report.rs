@@ -46,6 +46,8 @@ pub struct Report {
     pub reading: Result<super::reading::ReadingResult, String>,
     /// The section of many at once (or why it failed).
     pub bulk: Result<String, String>,
+    /// The section of a Go program's goroutines (or why it failed).
+    pub goroutines: Result<String, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
 }
@@ -150,6 +152,13 @@ impl Report {
         match &self.bulk {
             Ok(section) => s.push_str(section),
             Err(e) => s.push_str(&format!("## Many at once\n\nNot measured: {e}\n")),
+        }
+        s.push('\n');
+        match &self.goroutines {
+            Ok(section) => s.push_str(section),
+            Err(e) => s.push_str(&format!(
+                "## Every goroutine of a Go program\n\nNot measured: {e}\n"
+            )),
         }
         s.push('\n');
         self.commands(&mut s);
@@ -827,6 +836,7 @@ mod tests {
             stacks: Err("not measured in this sample".into()),
             reading: Err("not measured in this sample".into()),
             bulk: Err("not measured in this sample".into()),
+            goroutines: Err("not measured in this sample".into()),
             notes: vec!["a note".into()],
         }
     }

@@ -144,6 +144,7 @@ fn ring_tasks(r: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
                 } else {
                     Vec::new()
                 },
+                go: None,
             }
         })
         .collect();
@@ -254,7 +255,10 @@ mod seam {
     #[test]
     fn the_ring_is_detected_and_only_its_coroutine_slots_are_read() {
         let s = 1_000_000_000;
-        let none = Process { ring: None };
+        let none = Process {
+            ring: None,
+            go: None,
+        };
         assert!(Librip::detect(none).is_none());
         assert!(runtime::coroutines(none, Clock::Now(s), false).is_empty());
         let mut r = sample();
@@ -270,7 +274,10 @@ mod seam {
             entries: vec![(0, 0x7000)],
             task: None,
         });
-        let found = Process { ring: Some(&r) };
+        let found = Process {
+            ring: Some(&r),
+            go: None,
+        };
         let c = runtime::coroutines(found, Clock::Now(20 * s), false);
         let ids: Vec<(Origin, u64)> = c.iter().map(|c| (c.origin, c.id)).collect();
         let librip = Origin::Librip;
@@ -285,7 +292,10 @@ mod seam {
     fn snap_addresses_are_named_as_native_code() {
         let mut r = sample();
         r.slots[0].entries = vec![(1, 0x5000), (2, 0x6000)];
-        let found = Process { ring: Some(&r) };
+        let found = Process {
+            ring: Some(&r),
+            go: None,
+        };
         let mut c = runtime::coroutines(found, Clock::PostMortem, true);
         let addrs = runtime::native_addrs(&c[..1]);
         assert_eq!(addrs, [0x6000, 0x5000], "last snap first, then the history");

@@ -8,6 +8,7 @@
 //! for every origin. Runtimes are read from outside, never by stopping
 //! the process.
 
+pub(crate) mod go;
 pub(crate) mod librip;
 
 use std::collections::HashMap;
@@ -24,6 +25,8 @@ pub(crate) struct Process<'a> {
     /// The process's librip ring, if it has one (for a dump: the ring
     /// alone).
     pub(crate) ring: Option<&'a RingView>,
+    /// The goroutines collect read, if the process is a Go program.
+    pub(crate) go: Option<&'a go::GoSnapshot>,
 }
 
 /// What coroutine durations are measured up to.
@@ -66,6 +69,9 @@ pub(crate) fn coroutines(process: Process<'_>, clock: Clock, history: bool) -> V
     if let Some(r) = librip::Librip::detect(process) {
         all.extend(r.coroutines(clock, history));
     }
+    if let Some(r) = go::Go::detect(process) {
+        all.extend(r.coroutines(clock, history));
+    }
     all
 }
 
@@ -75,6 +81,7 @@ pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
         .iter()
         .flat_map(|c| match c.origin {
             Origin::Librip | Origin::Tokio => librip::Librip::native_addrs(c),
+            Origin::Go => go::Go::native_addrs(c),
         })
         .collect()
 }
@@ -85,6 +92,7 @@ pub(crate) fn name_frames(coroutines: &mut [Coroutine], native: &HashMap<u64, Fr
     for c in coroutines {
         match c.origin {
             Origin::Librip | Origin::Tokio => librip::Librip::name_frames(c, native),
+            Origin::Go => go::Go::name_frames(c, native),
         }
     }
 }

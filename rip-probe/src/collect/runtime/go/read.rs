@@ -1,0 +1,481 @@
+//! Reading the goroutines of a live Go process from its memory, without
+//! stopping it: `runtime.allgs`, each `g`, the sudogs of the goroutines
+//! that wait on a channel, the semaphore table for those that wait on a
+//! `sync` primitive, and each stack by its frame pointers. Everything read
+//! may change while it is read: a goroutine whose status or saved
+//! registers differ before and after its stack was read is read again,
+//! then marked torn (its stack dropped) rather than printed wrong.
+
+use std::collections::HashMap;
+
+use super::layout::{Layout, Status, status};
+use crate::collect::memory::Memory;
+
+/// Frames read per goroutine stack at most.
+pub(crate) const MAX_FRAMES: usize = 64;
+/// Goroutines read at most (a larger `allglen` is a torn or wrong read).
+const MAX_GOROUTINES: u64 = 50_000_000;
+
+/// The roots of the runtime in the process (load bias applied).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Roots {
+    /// `runtime.allgs`: a slice (pointer, length, capacity) of `*g`.
+    pub(crate) allgs: u64,
+    /// `runtime.semtable` and its size in bytes, if known.
+    pub(crate) semtable: Option<(u64, u64)>,
+}
+
+/// What a goroutine waits on, as the runtime records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum WaitsOn {
+    /// The channels of its sudogs (one; several for a select).
+    Channels(Vec<u64>),
+    /// The semaphore address it sleeps on (`sync.Mutex`, `WaitGroup`,
+    /// `RWMutex`: the address of the primitive's semaphore word).
+    Semaphore(u64),
+}
+
+/// One goroutine as read.
+#[derive(Clone, Debug)]
+pub(crate) struct RawG {
+    pub(crate) goid: u64,
+    pub(crate) status: Status,
+    /// The raw wait reason number (meaningful while waiting).
+    pub(crate) reason: u8,
+    /// `g.waitsince` (nanotime, CLOCK_MONOTONIC), 0 when not recorded.
+    pub(crate) waitsince: i64,
+    /// The M's thread id, for a running or in-syscall goroutine.
+    pub(crate) tid: Option<u32>,
+    pub(crate) gopc: u64,
+    /// Return addresses (and the saved pc), innermost first, as read.
+    pub(crate) pcs: Vec<u64>,
+    /// Where the stack walk ended early (`None`: it reached the end).
+    pub(crate) stack_note: Option<&'static str>,
+    pub(crate) waits_on: Option<WaitsOn>,
+    /// Changed while read, twice: only its id and status are kept.
+    pub(crate) torn: bool,
+}
+
+/// What [`read`] found, and what it could not read.
+#[derive(Debug, Default)]
+pub(crate) struct Read {
+    pub(crate) goroutines: Vec<RawG>,
+    /// Goroutines whose `g` could not be read (freed while read).
+    pub(crate) unreadable: usize,
+}
+
+fn u64_at(b: &[u8], off: u64) -> u64 {
+    let o = off as usize;
+    b.get(o..o + 8)
+        .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or_default()))
+}
+
+fn u32_at(b: &[u8], off: u64) -> u32 {
+    let o = off as usize;
+    b.get(o..o + 4)
+        .map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or_default()))
+}
+
+/// The fields of a `g` that say whether it moved.
+fn moved_key(b: &[u8], l: &Layout) -> (u32, u64, u64, u64, u64, u64) {
+    (
+        u32_at(b, l.status),
+        u64_at(b, l.goid),
+        u64_at(b, l.sched_sp),
+        u64_at(b, l.sched_pc),
+        u64_at(b, l.syscall_sp),
+        u64_at(b, l.waiting),
+    )
+}
+
+/// Unwinding by frame sizes: the binary's function table, and the
+/// executable's load bias (process address − binary address).
+pub(crate) struct Unwind<'t> {
+    pub(crate) table: &'t dyn super::FuncTable,
+    pub(crate) bias: u64,
+    /// Where every goroutine's stack begins (`runtime.goexit`, and
+    /// `runtime.mstart` for g0s), binary addresses: a walk ends there.
+    pub(crate) outermost: Vec<(u64, u64)>,
+}
+
+impl<'t> Unwind<'t> {
+    /// Unwinding with `table`, for an executable loaded at `bias`.
+    pub(crate) fn new(table: &'t dyn super::FuncTable, bias: u64) -> Self {
+        let outermost = ["runtime.goexit", "runtime.mstart"]
+            .iter()
+            .filter_map(|n| table.func_range(n))
+            .collect();
+        Unwind {
+            table,
+            bias,
+            outermost,
+        }
+    }
+}
+
+/// The part of a goroutine's stack a walk reads, copied in one read: from
+/// its saved SP up to the stack's top (at most [`STACK_COPY`] bytes).
+struct StackCopy {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+/// Bytes of a stack copied at most; deeper words are read one by one.
+const STACK_COPY: u64 = 16 * 1024;
+
+impl StackCopy {
+    fn new(mem: &dyn Memory, sp: u64, hi: u64) -> StackCopy {
+        let len = hi.saturating_sub(sp).min(STACK_COPY);
+        let mut bytes = vec![0u8; len as usize];
+        if len == 0 || mem.read(sp, &mut bytes).is_err() {
+            bytes.clear();
+        }
+        StackCopy { at: sp, bytes }
+    }
+
+    /// The word at `addr`: from the copy, else read.
+    fn word(&self, mem: &dyn Memory, addr: u64) -> std::io::Result<u64> {
+        if let Some(off) = addr.checked_sub(self.at)
+            && off + 8 <= self.bytes.len() as u64
+        {
+            return Ok(u64_at(&self.bytes, off));
+        }
+        mem.read_u64(addr)
+    }
+}
+
+/// Every goroutine of the process (dead ones skipped), in `allgs` order;
+/// stacks unwound by frame sizes with `unwind`, else by frame pointers.
+pub(crate) fn read(
+    mem: &dyn Memory,
+    l: &Layout,
+    roots: Roots,
+    unwind: Option<&Unwind<'_>>,
+) -> std::io::Result<Read> {
+    // The slice's pointer and length in one read: one moment's pair.
+    let mut hdr = [0u8; 16];
+    mem.read(roots.allgs, &mut hdr)?;
+    let ptr = u64_at(&hdr, 0);
+    let len = u64_at(&hdr, 8);
+    if len > MAX_GOROUTINES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("runtime.allgs's length reads {len}: not a goroutine count"),
+        ));
+    }
+    let mut raw = vec![0u8; len as usize * 8];
+    mem.read(ptr, &mut raw)?;
+    let gs: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect();
+    let sema = roots
+        .semtable
+        .map(|(at, size)| semaphore_waiters(mem, l, at, size))
+        .unwrap_or_default();
+    let mut out = Read::default();
+    let mut buf = vec![0u8; l.g_read as usize];
+    let mut again = vec![0u8; l.g_read as usize];
+    for &gp in &gs {
+        if gp == 0 || mem.read(gp, &mut buf).is_err() {
+            out.unreadable += 1;
+            continue;
+        }
+        let mut g = one(mem, l, gp, &buf, &sema, unwind);
+        // Read again: the same status and registers say the stack read in
+        // between belongs to them.
+        let mut torn = true;
+        for _ in 0..2 {
+            if mem.read(gp, &mut again).is_err() {
+                break;
+            }
+            if moved_key(&again, l) == moved_key(&buf, l) {
+                torn = false;
+                break;
+            }
+            std::mem::swap(&mut buf, &mut again);
+            g = one(mem, l, gp, &buf, &sema, unwind);
+        }
+        let Some(mut g) = g else { continue };
+        if torn {
+            g.torn = true;
+            g.pcs.clear();
+            g.waits_on = None;
+            g.stack_note = Some("changed while read");
+        }
+        out.goroutines.push(g);
+    }
+    Ok(out)
+}
+
+/// One goroutine from its `g` bytes; `None` for a dead one.
+fn one(
+    mem: &dyn Memory,
+    l: &Layout,
+    gp: u64,
+    b: &[u8],
+    sema: &HashMap<u64, u64>,
+    unwind: Option<&Unwind<'_>>,
+) -> Option<RawG> {
+    let st = status(u32_at(b, l.status));
+    if st == Status::Skip {
+        return None;
+    }
+    let lo = u64_at(b, l.stack_lo);
+    let hi = u64_at(b, l.stack_hi);
+    let m = u64_at(b, l.m);
+    let tid = match st {
+        Status::Running | Status::Syscall if m != 0 => mem
+            .read_u64(m + l.m_procid)
+            .ok()
+            .and_then(|t| u32::try_from(t).ok())
+            .filter(|&t| t != 0),
+        _ => None,
+    };
+    let reason = b.get(l.waitreason as usize).copied().unwrap_or(0);
+    let (pcs, stack_note) = match st {
+        Status::Running => (Vec::new(), Some("running: its saved registers are stale")),
+        Status::Syscall => match unwind {
+            Some(u) => walk_sp(
+                mem,
+                u,
+                u64_at(b, l.syscall_pc),
+                u64_at(b, l.syscall_sp),
+                lo,
+                hi,
+            ),
+            // Without frame sizes, its frames cannot be told apart: the
+            // frame pointer its thread holds has moved on.
+            None => (
+                vec![u64_at(b, l.syscall_pc)],
+                Some("in a system call: the frames above its entry need the binary's pclntab"),
+            ),
+        },
+        _ => match unwind {
+            Some(u) => walk_sp(mem, u, u64_at(b, l.sched_pc), u64_at(b, l.sched_sp), lo, hi),
+            None => walk(mem, u64_at(b, l.sched_pc), u64_at(b, l.sched_bp), lo, hi),
+        },
+    };
+    let waits_on = if st == Status::Waiting {
+        let s = u64_at(b, l.waiting);
+        match (s != 0).then(|| channels(mem, l, s)) {
+            Some(Some(c)) => Some(WaitsOn::Channels(c)),
+            // A sudog without a channel: newer runtimes (Go 1.27's does)
+            // point a goroutine at its semaphore's (or sync.Cond's) sudog.
+            Some(None) => mem
+                .read_u64(s + l.sudog_elem)
+                .ok()
+                .filter(|&a| a != 0)
+                .map(WaitsOn::Semaphore),
+            None => sema.get(&gp).map(|&a| WaitsOn::Semaphore(a)),
+        }
+    } else {
+        None
+    };
+    Some(RawG {
+        goid: u64_at(b, l.goid),
+        status: st,
+        reason,
+        waitsince: u64_at(b, l.waitsince) as i64,
+        tid,
+        gopc: u64_at(b, l.gopc),
+        pcs,
+        stack_note,
+        waits_on,
+        torn: false,
+    })
+}
+
+/// The frames from a saved `pc` and frame pointer `bp`, within the stack
+/// `[lo, hi)`: each frame's saved frame pointer is at `bp`, its return
+/// address at `bp + 8`.
+fn walk(
+    mem: &dyn Memory,
+    pc: u64,
+    mut bp: u64,
+    lo: u64,
+    hi: u64,
+) -> (Vec<u64>, Option<&'static str>) {
+    let mut pcs = vec![pc];
+    while pcs.len() < MAX_FRAMES {
+        if bp == 0 {
+            return (pcs, None);
+        }
+        if bp < lo || bp + 16 > hi || bp % 8 != 0 {
+            return (pcs, Some("a frame pointer left the goroutine's stack"));
+        }
+        let mut f = [0u8; 16];
+        if mem.read(bp, &mut f).is_err() {
+            return (pcs, Some("its stack could not be read"));
+        }
+        let next = u64::from_le_bytes(f[..8].try_into().unwrap_or_default());
+        let ret = u64::from_le_bytes(f[8..].try_into().unwrap_or_default());
+        if ret == 0 {
+            return (pcs, None);
+        }
+        pcs.push(ret);
+        // Frames grow toward higher addresses, strictly.
+        if next != 0 && next <= bp {
+            return (pcs, Some("a frame pointer went backwards"));
+        }
+        bp = next;
+    }
+    (pcs, Some("deeper than the frames read"))
+}
+
+/// The frames from a saved `pc` and `sp`, by the frame sizes of the
+/// binary's function table: each frame's return address is its frame size
+/// above its SP, and the caller's SP 8 bytes above that. Ends after
+/// `runtime.goexit`, where every goroutine starts.
+fn walk_sp(
+    mem: &dyn Memory,
+    u: &Unwind<'_>,
+    mut pc: u64,
+    mut sp: u64,
+    lo: u64,
+    hi: u64,
+) -> (Vec<u64>, Option<&'static str>) {
+    let mut pcs = vec![pc];
+    let copy = StackCopy::new(mem, sp, hi);
+    while pcs.len() < MAX_FRAMES {
+        let at = pc.wrapping_sub(u.bias);
+        let call = at.saturating_sub(1);
+        if u.outermost.iter().any(|&(a, b)| (a..b).contains(&call)) {
+            return (pcs, None);
+        }
+        let Some(delta) = u.table.sp_delta(at).and_then(|d| u64::try_from(d).ok()) else {
+            return (pcs, Some("a frame the binary's pclntab has no size for"));
+        };
+        let slot = sp + delta;
+        if slot < lo || slot + 8 > hi {
+            return (pcs, Some("a frame left the goroutine's stack"));
+        }
+        let Ok(ret) = copy.word(mem, slot) else {
+            return (pcs, Some("its stack could not be read"));
+        };
+        if ret == 0 {
+            return (pcs, None);
+        }
+        pcs.push(ret);
+        pc = ret;
+        sp = slot + 8;
+    }
+    (pcs, Some("deeper than the frames read"))
+}
+
+/// The channels of the sudog list starting at `s` (a select has one per
+/// case); `None` when none names a channel.
+fn channels(mem: &dyn Memory, l: &Layout, mut s: u64) -> Option<Vec<u64>> {
+    let mut v = Vec::new();
+    while s != 0 && v.len() < 64 {
+        let c = mem.read_u64(s + l.sudog_c).ok()?;
+        if c != 0 && !v.contains(&c) {
+            v.push(c);
+        }
+        s = mem.read_u64(s + l.sudog_waitlink).ok()?;
+    }
+    (!v.is_empty()).then_some(v)
+}
+
+/// Sudog fields the semaphore table's walk reads (stable across the
+/// supported versions: `g`, `next`, `prev` lead the struct).
+const SUDOG_G: u64 = 0;
+const SUDOG_NEXT: u64 = 8;
+const SUDOG_PREV: u64 = 16;
+/// `semaRoot.treap`, after its 8-byte `mutex`.
+const SEMAROOT_TREAP: u64 = 8;
+/// `semTabSize`.
+const SEMTAB: u64 = 251;
+
+/// `g` address → the semaphore address it sleeps on, from the runtime's
+/// semaphore table: each root's treap of waited-on addresses (`prev`,
+/// `next` its children), each with its list of waiters (`waitlink`).
+fn semaphore_waiters(mem: &dyn Memory, l: &Layout, at: u64, size: u64) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    if size == 0 || size % SEMTAB != 0 {
+        return out;
+    }
+    let stride = size / SEMTAB;
+    let mut table = vec![0u8; size as usize];
+    if mem.read(at, &mut table).is_err() {
+        return out;
+    }
+    // Bounded: a table changing under the reader cannot loop it.
+    let mut budget = 10_000_000usize;
+    for i in 0..SEMTAB {
+        let mut todo = vec![u64_at(&table, i * stride + SEMAROOT_TREAP)];
+        while let Some(node) = todo.pop() {
+            if node == 0 || budget == 0 {
+                continue;
+            }
+            budget -= 1;
+            let Ok(elem) = mem.read_u64(node + l.sudog_elem) else {
+                continue;
+            };
+            let mut w = node;
+            while w != 0 && budget > 0 {
+                budget -= 1;
+                if let Ok(g) = mem.read_u64(w + SUDOG_G) {
+                    out.insert(g, elem);
+                }
+                w = mem.read_u64(w + l.sudog_waitlink).unwrap_or(0);
+            }
+            todo.push(mem.read_u64(node + SUDOG_PREV).unwrap_or(0));
+            todo.push(mem.read_u64(node + SUDOG_NEXT).unwrap_or(0));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory made of a few regions.
+    struct Fixture(Vec<(u64, Vec<u8>)>);
+
+    impl Memory for Fixture {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            for (at, d) in &self.0 {
+                if addr >= *at && addr + buf.len() as u64 <= at + d.len() as u64 {
+                    let o = (addr - at) as usize;
+                    buf.copy_from_slice(&d[o..o + buf.len()]);
+                    return Ok(());
+                }
+            }
+            Err(std::io::Error::from_raw_os_error(libc::EFAULT))
+        }
+    }
+
+    fn put(d: &mut [u8], off: u64, v: u64) {
+        d[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    #[test]
+    fn frame_pointers_are_followed_within_the_stack_only() {
+        let (lo, hi) = (0x1000, 0x2000);
+        let mut stack = vec![0u8; 0x1000];
+        // bp 0x1100 → [0x1200, ret 0xaaa]; 0x1200 → [0, ret 0xbbb].
+        put(&mut stack, 0x100, 0x1200);
+        put(&mut stack, 0x108, 0xaaa);
+        put(&mut stack, 0x200, 0);
+        put(&mut stack, 0x208, 0xbbb);
+        let mem = Fixture(vec![(lo, stack.clone())]);
+        assert_eq!(
+            walk(&mem, 0x999, 0x1100, lo, hi),
+            (vec![0x999, 0xaaa, 0xbbb], None)
+        );
+        // A frame pointer out of the stack ends the walk, and says so.
+        put(&mut stack, 0x200, 0x9000);
+        let mem = Fixture(vec![(lo, stack.clone())]);
+        let (pcs, note) = walk(&mem, 0x999, 0x1100, lo, hi);
+        assert_eq!(pcs, [0x999, 0xaaa, 0xbbb]);
+        assert!(note.unwrap().contains("left"));
+        // Backwards: a loop is not walked.
+        put(&mut stack, 0x200, 0x1100);
+        let mem = Fixture(vec![(lo, stack)]);
+        let (pcs, note) = walk(&mem, 0x999, 0x1100, lo, hi);
+        assert_eq!(pcs.len(), 3);
+        assert!(note.unwrap().contains("backwards"));
+    }
+}

