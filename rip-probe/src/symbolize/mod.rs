@@ -1,6 +1,8 @@
 //! Symbolization with blazesym: user addresses of a live process, user
 //! addresses of a dead one through the ring's module table (file offsets
-//! and build-ids), and kernel addresses through kallsyms.
+//! and build-ids), and kernel addresses through kallsyms. Go binaries'
+//! code is named from their `.gopclntab` (module `gopclntab`), which stripped
+//! ones keep.
 //!
 //! Every distinct address is symbolized once per report, however many
 //! threads share it.
