@@ -151,7 +151,7 @@ pub fn leaks_text(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
             )?;
         }
     }
-    series(&r.series, w)
+    series(&r.series, r.traced.heap.is_some(), w)
 }
 
 fn one_stack(s: &LeakStack, w: &mut dyn Write) -> io::Result<()> {
@@ -206,8 +206,9 @@ fn one_stack(s: &LeakStack, w: &mut dyn Write) -> io::Result<()> {
 }
 
 /// The totals over the window, at most [`TEXT_POINTS`] rows evenly
-/// picked, the last always.
-fn series(points: &[LeakPoint], w: &mut dyn Write) -> io::Result<()> {
+/// picked, the last always; the heap's columns only when it was traced
+/// (a column of zeros would say nothing was allocated).
+fn series(points: &[LeakPoint], heap: bool, w: &mut dyn Write) -> io::Result<()> {
     if points.len() < 2 {
         return Ok(());
     }
@@ -216,10 +217,20 @@ fn series(points: &[LeakPoint], w: &mut dyn Write) -> io::Result<()> {
         w,
         "Outstanding over the window (acquired in it, not yet released):"
     )?;
+    let heap_cols = |a: &str, b: &str, c: &str| {
+        if heap {
+            format!(" {a:>11} {b:>11} {c:>11}")
+        } else {
+            String::new()
+        }
+    };
     writeln!(
         w,
-        "  {:>9} {:>11} {:>11} {:>11} {:>9} {:>11}",
-        "AT", "HEAP", "BLOCKS", "HEAP CALLS", "FDS", "MAPPED"
+        "  {:>9}{} {:>9} {:>11}",
+        "AT",
+        heap_cols("HEAP", "BLOCKS", "HEAP CALLS"),
+        "FDS",
+        "MAPPED"
     )?;
     let step = points.len().div_ceil(TEXT_POINTS);
     let picked = points
@@ -229,11 +240,13 @@ fn series(points: &[LeakPoint], w: &mut dyn Write) -> io::Result<()> {
     for (_, p) in picked {
         writeln!(
             w,
-            "  {:>9} {:>11} {:>11} {:>11} {:>9} {:>11}",
+            "  {:>9}{} {:>9} {:>11}",
             duration(p.at_ns),
-            bytes(p.heap_bytes),
-            p.heap_count,
-            p.heap_calls,
+            heap_cols(
+                &bytes(p.heap_bytes),
+                &p.heap_count.to_string(),
+                &p.heap_calls.to_string()
+            ),
             p.descriptors,
             bytes(p.mapped_bytes)
         )?;
