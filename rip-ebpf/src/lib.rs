@@ -10,6 +10,7 @@
 pub mod calls;
 pub mod contention;
 pub mod futex_ops;
+pub mod leaks;
 pub mod offcpu;
 
 /// `floor(log2(v))` for `v > 0`, by halving steps: BPF has no

@@ -242,7 +242,7 @@ fn switch_on(opts: &OffCpuConfig, tid: u32, now: u64) {
 /// The user `ip`, `sp` and `bp` of the current task at its last kernel
 /// entry (zeros for a kernel thread or unreadable registers).
 #[inline(always)]
-fn user_frame<const HELPER: bool>(cfg: &Config) -> (u64, u64, u64) {
+pub(crate) fn user_frame<const HELPER: bool>(cfg: &Config) -> (u64, u64, u64) {
     let off = &cfg.regs;
     if off.valid == 0 {
         return (0, 0, 0);

@@ -14,6 +14,7 @@ use crate::{
         self,
         calls::CallsArgs,
         dump::DumpArgs,
+        leaks::LeaksArgs,
         list::ListArgs,
         locks::LocksArgs,
         offcpu::OffCpuArgs,
@@ -65,6 +66,9 @@ enum Command {
     /// Sum the threads' time off the CPU by stack over a window (blocked
     /// and preempted), as text, folded stacks, an SVG flame graph or JSON.
     Offcpu(OffCpuArgs),
+    /// Find what a process acquired over a window and still holds:
+    /// descriptors, mappings and SysV shm, grouped by acquiring stack.
+    Leaks(LeaksArgs),
     /// Print a completion script for SHELL (bash, zsh, fish), e.g.
     /// `rip-probe completions bash > /usr/share/bash-completion/completions/rip-probe`.
     Completions {
@@ -108,6 +112,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::List(l)) => commands::list::run(&l, out),
         Some(Command::Calls(c)) => commands::calls::run(&c, out),
         Some(Command::Offcpu(o)) => commands::offcpu::run(&o, out),
+        Some(Command::Leaks(l)) => commands::leaks::run(&l, out),
         Some(Command::Completions { shell }) => {
             let shell = match shell {
                 Shell::Bash => clap_complete::Shell::Bash,

@@ -13,6 +13,7 @@ use serde::Serialize;
 pub mod cgroup;
 pub mod contention;
 mod hist;
+pub mod leaks;
 pub mod list;
 pub mod offcpu;
 pub mod original;

@@ -15,6 +15,10 @@ use rip_probe::model::{
     calls::{Bounds, CallsReport, FunctionCalls, OutlierRule, SlowCall},
     cgroup::CgroupReport,
     contention::LocksReport,
+    leaks::{
+        FdKind, HeapTracing, LeakLost, LeakPoint, LeakStack, LeakTotal, LeakTracing, LeaksReport,
+        ResourceKind,
+    },
     list::{ListReport, ListedProcess},
     offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
     original::{OriginalEntry, OriginalReport, OriginalSlot},
@@ -32,6 +36,11 @@ fn calls_schema() -> serde_json::Value {
 /// The schema of `rip-probe offcpu --json`.
 fn offcpu_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(OffCpuReport)).unwrap()
+}
+
+/// The schema of `rip-probe leaks --json`.
+fn leaks_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(LeaksReport)).unwrap()
 }
 
 /// The schema of `rip-probe --cgroup PATH --json`.
@@ -179,6 +188,89 @@ fn offcpu_report() -> OffCpuReport {
         }],
         warnings: vec!["process 42 exited during observation".into()],
     }
+}
+
+/// A `leaks` report with every optional part filled in.
+fn leaks_report() -> LeaksReport {
+    let f = frame();
+    LeaksReport {
+        schema: SCHEMA_VERSION,
+        process: ProcessInfo {
+            pid: 42,
+            exe: Some("/srv/app".into()),
+            comm: Some("app".into()),
+            alive: true,
+            lost: None,
+            ns_pid: Some(7),
+        },
+        window_ns: 2_000_000_000,
+        min_age_ns: 1_000_000,
+        traced: LeakTracing {
+            descriptors: true,
+            mappings: true,
+            shm: true,
+            heap: Some(HeapTracing {
+                allocator: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+                functions: vec!["malloc".into(), "free".into()],
+                calls: 1000,
+            }),
+        },
+        open_at_start: Some(4),
+        totals: vec![LeakTotal {
+            kind: ResourceKind::Fd,
+            count: 3,
+            bytes: 0,
+        }],
+        released: vec![LeakTotal {
+            kind: ResourceKind::Heap,
+            count: 900,
+            bytes: 90_000,
+        }],
+        stacks: vec![LeakStack {
+            kind: ResourceKind::Fd,
+            fd_kind: Some(FdKind::Socket),
+            call: "socket".into(),
+            count: 3,
+            bytes: 0,
+            oldest_ns: 1_500_000_000,
+            ids: vec![5, 6, 7],
+            targets: vec!["socket:[1234]".into()],
+            addrs: vec![0x1000, 0x2000],
+            frames: vec![f.clone(), f].into(),
+        }],
+        series: vec![LeakPoint {
+            at_ns: 100_000_000,
+            heap_count: 10,
+            heap_bytes: 1000,
+            descriptors: 3,
+            mappings: 1,
+            mapped_bytes: 4096,
+            heap_calls: 500,
+        }],
+        lost: LeakLost {
+            events: 1,
+            calls: 2,
+            unmatched_releases: 3,
+        },
+        warnings: vec!["1 event lost".into()],
+    }
+}
+
+#[test]
+fn a_leaks_report_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&leaks_schema()).expect("a valid schema");
+    let full = leaks_report();
+    let mut sparse = leaks_report();
+    sparse.traced.heap = None;
+    sparse.open_at_start = None;
+    sparse.stacks[0].fd_kind = None;
+    sparse.stacks.clear();
+    for r in [full, sparse] {
+        assert_valid(&validator, &r);
+    }
+    let mut v = json(&leaks_report());
+    v["stacks"][0]["kind"] = "gold".into();
+    assert!(!validator.is_valid(&v));
 }
 
 #[test]
@@ -363,6 +455,7 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
         .into_iter()
         .chain(objects_of(&calls_schema(), "CallsReport"))
         .chain(objects_of(&offcpu_schema(), "OffCpuReport"))
+        .chain(objects_of(&leaks_schema(), "LeaksReport"))
         .chain(objects_of(&list_schema(), "ListReport"))
         .chain(objects_of(&cgroup_schema(), "CgroupReport"))
         .chain(objects_of(&original_schema(), "OriginalReport"))
@@ -492,6 +585,7 @@ fn the_schema_covers_every_serialized_key() {
     keys(&json(&full_locks_report()), &mut names);
     keys(&json(&calls_report()), &mut names);
     keys(&json(&offcpu_report()), &mut names);
+    keys(&json(&leaks_report()), &mut names);
     let all: BTreeSet<String> = schema_objects().into_values().flatten().collect();
     let missing: Vec<_> = names.difference(&all).collect();
     assert!(missing.is_empty(), "{missing:?}");

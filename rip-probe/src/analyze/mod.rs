@@ -9,6 +9,7 @@ pub(crate) mod calls;
 pub(crate) mod contention;
 pub(crate) mod group;
 pub(crate) mod hist;
+pub(crate) mod leaks;
 pub(crate) mod offcpu;
 pub(crate) mod stacks;
 pub(crate) mod tasks;

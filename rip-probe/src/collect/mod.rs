@@ -7,6 +7,7 @@ mod error;
 #[cfg(test)]
 mod exec_mapping;
 pub mod kernel;
+pub mod leaks;
 pub mod locks;
 pub mod memory;
 pub(crate) mod namespaces;

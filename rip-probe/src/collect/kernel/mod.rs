@@ -11,6 +11,7 @@ pub mod calls;
 pub mod contention;
 mod error;
 pub mod features;
+pub mod leaks;
 mod near_names;
 pub mod offcpu;
 pub(crate) mod pidns;

@@ -1,0 +1,236 @@
+//! `rip-probe leaks`: from the table of what was still held at the end of
+//! the window (collect's, already filtered of what was released), the
+//! report's groups — by kind and acquiring stack, older than `--min-age`
+//! — its totals and its series. Computes only: the stacks' names and the
+//! descriptors' targets come from the stages below.
+
+use std::{collections::HashMap, sync::Arc};
+
+use crate::{
+    collect::leaks::{LeaksData, Table},
+    model::{
+        Frame,
+        leaks::{FdKind, LeakLost, LeakPoint, LeakStack, LeakTotal, LeaksReport, ResourceKind},
+    },
+};
+
+/// Descriptor numbers or addresses kept per group.
+const IDS: usize = 16;
+/// Descriptor targets kept per group.
+const TARGETS: usize = 4;
+
+/// What a descriptor is, from its `/proc/PID/fd` link (`socket:[…]`,
+/// `anon_inode:[eventfd]`, `/memfd:…`), else from the call that made it.
+pub(crate) fn fd_kind(target: Option<&str>, call: &str) -> FdKind {
+    if let Some(t) = target {
+        if t.starts_with("socket:") {
+            return FdKind::Socket;
+        }
+        if t.starts_with("pipe:") {
+            return FdKind::Pipe;
+        }
+        if t.starts_with("/memfd:") {
+            return FdKind::Memfd;
+        }
+        if let Some(anon) = t.strip_prefix("anon_inode:") {
+            let anon = anon.trim_start_matches('[').trim_end_matches(']');
+            return match anon {
+                "eventfd" => FdKind::Eventfd,
+                "eventpoll" => FdKind::Epoll,
+                "timerfd" => FdKind::Timerfd,
+                "signalfd" => FdKind::Signalfd,
+                "inotify" => FdKind::Inotify,
+                "pidfd" => FdKind::Pidfd,
+                _ => FdKind::Other,
+            };
+        }
+        if t.starts_with("/dev/") {
+            return FdKind::Device;
+        }
+        if t.starts_with('/') {
+            return FdKind::File;
+        }
+    }
+    match call {
+        "open" | "openat" | "openat2" | "creat" | "open_by_handle_at" => FdKind::File,
+        "socket" | "accept" | "accept4" | "socketpair" => FdKind::Socket,
+        "pipe" | "pipe2" => FdKind::Pipe,
+        "eventfd" | "eventfd2" => FdKind::Eventfd,
+        "epoll_create" | "epoll_create1" => FdKind::Epoll,
+        "memfd_create" => FdKind::Memfd,
+        "timerfd_create" => FdKind::Timerfd,
+        "signalfd" | "signalfd4" => FdKind::Signalfd,
+        "inotify_init" | "inotify_init1" => FdKind::Inotify,
+        "pidfd_open" => FdKind::Pidfd,
+        _ => FdKind::Other,
+    }
+}
+
+fn kind_of(t: Table) -> ResourceKind {
+    match t {
+        Table::Fd => ResourceKind::Fd,
+        Table::Mapping => ResourceKind::Mapping,
+        Table::Shm => ResourceKind::Shm,
+    }
+}
+
+/// Fills `report`'s totals, groups, series and losses from `data`, with
+/// `names` (each acquiring stack's frames, by stack); resources younger
+/// than `report.min_age_ns` at the end are left out.
+pub(crate) fn fill(
+    report: &mut LeaksReport,
+    data: &LeaksData,
+    names: &HashMap<Arc<[u64]>, Arc<[Frame]>>,
+) {
+    #[derive(Default)]
+    struct Acc {
+        count: u64,
+        bytes: u64,
+        oldest: u64,
+        ids: Vec<(u64, u64)>,
+        targets: Vec<String>,
+    }
+    let end = data.end_ns;
+    let mut groups: HashMap<(ResourceKind, Option<FdKind>, &'static str, usize), Acc> =
+        HashMap::new();
+    let mut add = |kind,
+                   fd: Option<FdKind>,
+                   id: u64,
+                   target: Option<&String>,
+                   h: &crate::collect::leaks::Held| {
+        let age = end.saturating_sub(h.at_ns);
+        if age < report.min_age_ns {
+            return;
+        }
+        let g = groups.entry((kind, fd, h.call, h.stack)).or_default();
+        g.count += 1;
+        g.bytes += h.bytes;
+        g.oldest = g.oldest.max(age);
+        g.ids.push((h.at_ns, id));
+        if let Some(t) = target
+            && g.targets.len() < TARGETS
+            && !g.targets.contains(t)
+        {
+            g.targets.push(t.clone());
+        }
+    };
+    for (&fd, h) in &data.fds {
+        let target = data.fd_targets.get(&fd);
+        let k = fd_kind(target.map(String::as_str), h.call);
+        add(ResourceKind::Fd, Some(k), fd as u64, target, h);
+    }
+    for (&addr, h) in &data.mappings {
+        add(ResourceKind::Mapping, None, addr, None, h);
+    }
+    for (&addr, h) in &data.shm {
+        add(ResourceKind::Shm, None, addr, None, h);
+    }
+    let mut totals: Vec<LeakTotal> = Vec::new();
+    let mut stacks: Vec<LeakStack> = groups
+        .into_iter()
+        .map(|((kind, fd_kind, call, stack), mut g)| {
+            match totals.iter_mut().find(|t| t.kind == kind) {
+                Some(t) => {
+                    t.count += g.count;
+                    t.bytes += g.bytes;
+                }
+                None => totals.push(LeakTotal {
+                    kind,
+                    count: g.count,
+                    bytes: g.bytes,
+                }),
+            }
+            // The oldest first: those are the likeliest leaks.
+            g.ids.sort_unstable();
+            let addrs = data
+                .stacks
+                .get(stack)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(Vec::new()));
+            LeakStack {
+                kind,
+                fd_kind,
+                call: call.to_string(),
+                count: g.count,
+                bytes: g.bytes,
+                oldest_ns: g.oldest,
+                ids: g.ids.iter().take(IDS).map(|&(_, id)| id).collect(),
+                targets: g.targets,
+                frames: names.get(&addrs).cloned().unwrap_or_else(|| {
+                    addrs
+                        .iter()
+                        .map(|&a| Frame {
+                            addr: a,
+                            ..Frame::default()
+                        })
+                        .collect()
+                }),
+                addrs: addrs.to_vec(),
+            }
+        })
+        .collect();
+    stacks.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.count.cmp(&a.count))
+            .then(a.kind.cmp(&b.kind))
+            .then(a.call.cmp(&b.call))
+            .then(a.addrs.cmp(&b.addrs))
+    });
+    totals.sort_by_key(|t| t.kind);
+    report.stacks = stacks;
+    report.totals = totals;
+    report.released = data
+        .released
+        .iter()
+        .map(|(&t, c)| LeakTotal {
+            kind: kind_of(t),
+            count: c.count,
+            bytes: c.bytes,
+        })
+        .collect();
+    report.open_at_start = data.open_at_start;
+    report.series = data
+        .series
+        .iter()
+        .map(|p| LeakPoint {
+            at_ns: p.at_ns,
+            descriptors: p.fds,
+            mappings: p.mappings,
+            mapped_bytes: p.mapped_bytes,
+            ..LeakPoint::default()
+        })
+        .collect();
+    report.lost = LeakLost {
+        events: data.dropped,
+        calls: data.calls_full,
+        unmatched_releases: data.unmatched_releases,
+    };
+    if data.dropped > 0 || data.calls_full > 0 {
+        report.warnings.push(format!(
+            "{} events lost (rip-probe's buffer was full) and {} calls not followed (table full): \
+             the report may miss resources and count some released ones as held",
+            data.dropped, data.calls_full
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_kinds_from_links_then_calls() {
+        assert_eq!(fd_kind(Some("socket:[123]"), "dup"), FdKind::Socket);
+        assert_eq!(
+            fd_kind(Some("anon_inode:[eventfd]"), "dup"),
+            FdKind::Eventfd
+        );
+        assert_eq!(fd_kind(Some("anon_inode:[eventpoll]"), "x"), FdKind::Epoll);
+        assert_eq!(fd_kind(Some("/memfd:buf (deleted)"), "x"), FdKind::Memfd);
+        assert_eq!(fd_kind(Some("/etc/hostname"), "dup"), FdKind::File);
+        assert_eq!(fd_kind(Some("/dev/null"), "openat"), FdKind::Device);
+        assert_eq!(fd_kind(None, "pipe2"), FdKind::Pipe);
+        assert_eq!(fd_kind(None, "dup"), FdKind::Other);
+    }
+}
