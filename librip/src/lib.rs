@@ -30,6 +30,7 @@
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 compile_error!("librip supports Linux on x86-64 only");
 
+pub mod alloc;
 mod capi;
 pub mod coroutine;
 mod error;

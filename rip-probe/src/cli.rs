@@ -14,6 +14,7 @@ use crate::{
         self,
         calls::CallsArgs,
         dump::DumpArgs,
+        leaks_ring::LeaksRingArgs,
         list::ListArgs,
         locks::LocksArgs,
         offcpu::OffCpuArgs,
@@ -65,6 +66,10 @@ enum Command {
     /// Sum the threads' time off the CPU by stack over a window (blocked
     /// and preempted), as text, folded stacks, an SVG flame graph or JSON.
     Offcpu(OffCpuArgs),
+    /// What is still allocated, by stack: the live allocations librip's
+    /// sampler (RIP_ALLOC_SAMPLE) keeps in a ring, read live or after the
+    /// process died, scaled to estimated bytes.
+    Leaks(LeaksRingArgs),
     /// Print a completion script for SHELL (bash, zsh, fish), e.g.
     /// `rip-probe completions bash > /usr/share/bash-completion/completions/rip-probe`.
     Completions {
@@ -108,6 +113,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::List(l)) => commands::list::run(&l, out),
         Some(Command::Calls(c)) => commands::calls::run(&c, out),
         Some(Command::Offcpu(o)) => commands::offcpu::run(&o, out),
+        Some(Command::Leaks(l)) => commands::leaks_ring::run(&l, out),
         Some(Command::Completions { shell }) => {
             let shell = match shell {
                 Shell::Bash => clap_complete::Shell::Bash,

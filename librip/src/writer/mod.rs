@@ -1,5 +1,6 @@
 //! The recorder: the process's one ring, its slots, and who snaps where.
 
+pub(crate) mod alloc;
 mod file;
 mod fork;
 mod header;
@@ -146,8 +147,14 @@ impl Ring {
             0 => pid_max(),
             n => n,
         };
-        let layout =
+        let mut layout =
             Layout::new(threads, opts.coroutine_slots, opts.depth).map_err(Error::BadOptions)?;
+        let sampler = alloc::config();
+        if let Some(cfg) = sampler {
+            layout = layout
+                .with_alloc_table(cfg.capacity)
+                .map_err(Error::BadOptions)?;
+        }
         let mut table = modules::ModuleTable::default();
         let image = header::build(&layout, &mut table);
         let created = file::create(&path, &image, layout.file_size, private_dir)?;
@@ -166,6 +173,9 @@ impl Ring {
         // fork, anonymous memory takes its place at the same addresses).
         let shm = unsafe { Shm::new(map.as_mut_ptr(), map.len()) };
         std::mem::forget(map);
+        if let Some(cfg) = sampler {
+            alloc::start(&created.file, &path, &shm, &layout, cfg)?;
+        }
         snap::set_mask(layout.depth);
         let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
         Ok(Ring {

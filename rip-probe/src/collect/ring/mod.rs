@@ -92,6 +92,8 @@ pub struct RingView {
     pub modules: Vec<ModuleMap>,
     /// Non-free slots.
     pub slots: Vec<RingSlot>,
+    /// The allocation sampler's table (librip::alloc), when the writer sampled.
+    pub allocations: Option<librip::reader::alloc::AllocTable>,
 }
 
 impl RingView {
@@ -123,6 +125,7 @@ impl RingView {
             dropped: 0,
             modules: Vec::new(),
             slots,
+            allocations: None,
         }
     }
 }

@@ -60,6 +60,7 @@ impl RingView {
                     task: s.task,
                 })
                 .collect(),
+            allocations: ring.allocations().cloned(),
         }
     }
 }
