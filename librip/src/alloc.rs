@@ -40,6 +40,11 @@ use std::{
 use crate::writer::alloc::REQUESTED_MEAN;
 pub use crate::writer::alloc::{SAMPLE_ENV, TABLE_ENV};
 
+/// The environment variable naming the ring a preloaded librip creates
+/// (`%p` is the pid); without it, the default path (with `.1`, `.2`, …
+/// when a program this process exec'd from already left one there).
+pub const RING_ENV: &str = "RIP_ALLOC_RING";
+
 unsafe extern "C" {
     fn rip_alloc_should_sample(size: usize) -> i32;
     fn rip_alloc_record(ptr: *mut u8, requested: usize, size: usize, caller: usize, skip: u32);
@@ -124,7 +129,12 @@ pub extern "C" fn rip_alloc_start_from_env() {
     if crate::writer::alloc::config().is_none() || crate::Ring::get().is_some() {
         return;
     }
-    match crate::Ring::create_default(crate::RingOptions::default()) {
+    let opts = crate::RingOptions::default();
+    let made = match std::env::var_os(RING_ENV) {
+        Some(path) => crate::Ring::create(path, opts),
+        None => crate::Ring::create_default_numbered(opts),
+    };
+    match made {
         Ok(_) => crate::writer::alloc::CREATED_AT_LOAD.store(true, Ordering::Relaxed),
         Err(e) => eprintln!(
             "librip: {SAMPLE_ENV} is set but no ring could be made, allocations are not sampled: {e}"

@@ -7,9 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::file;
 use crate::{
-    Error,
     format::{Layout, alloc},
     shm::Shm,
 };
@@ -91,19 +89,11 @@ pub(crate) fn config() -> Option<Config> {
     Some(Config { mean, capacity })
 }
 
-/// Reserves the table's pages (a store into it must never fault for lack
-/// of tmpfs space), writes its region header (magic last) and starts the
-/// sampler on it.
-pub(crate) fn start(
-    f: &std::fs::File,
-    path: &std::path::Path,
-    shm: &Shm,
-    layout: &Layout,
-    cfg: Config,
-) -> Result<(), Error> {
+/// Writes the table's region header (magic last) and starts the sampler on
+/// it. Its pages were reserved with the file's (a store into it never
+/// faults for lack of tmpfs space).
+pub(crate) fn start(shm: &Shm, layout: &Layout, cfg: Config) {
     let region = layout.alloc_region;
-    let size = alloc::region_size(layout.alloc_capacity);
-    file::reserve(f, region, size).map_err(|e| Error::io("reserve space for", path, e))?;
     use alloc::hdr;
     let at = |off: usize| region + off as u64;
     shm.store_u32(at(hdr::VERSION), alloc::VERSION, Ordering::Relaxed);
@@ -121,7 +111,6 @@ pub(crate) fn start(
     // SAFETY: the region lies inside the ring's mapping, which stays mapped
     // for the life of the process (anonymous memory after fork).
     unsafe { rip_alloc_configure(base, u64::from(layout.alloc_capacity), cfg.mean) };
-    Ok(())
 }
 
 /// Stops sampling (in a forked child, whose table is no longer the file).
