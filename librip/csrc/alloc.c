@@ -45,17 +45,21 @@
 
 /* The table in the ring file (null: sampling off), its capacity (a power
  * of two), the region header's counters and the sampling mean. */
-static uint64_t *volatile ra_entries;
+uint64_t *volatile rip_alloc_entries;
+#define ra_entries rip_alloc_entries
 static uint64_t *ra_header;
 static uint64_t ra_mask;
 static uint64_t ra_mean;
 
 /* Per-bucket counts of live sampled addresses (private memory). */
-#define RA_FILTER_BITS 15
-static uint16_t ra_filter[1u << RA_FILTER_BITS];
+uint8_t rip_alloc_filter[1u << RIP_ALLOC_FILTER_BITS];
+#define ra_filter rip_alloc_filter
 
 /* Bytes left before this thread's next sample (0: not drawn yet). */
-static __thread int64_t ra_left __attribute__((tls_model("initial-exec")));
+__thread int64_t rip_alloc_left __attribute__((tls_model("initial-exec")));
+#define ra_left rip_alloc_left
+/* The thread's id, once asked (0: not yet; reset in a forked child). */
+static __thread uint32_t ra_tid __attribute__((tls_model("initial-exec")));
 /* The thread's random state (0: not seeded). */
 static __thread uint64_t ra_rng __attribute__((tls_model("initial-exec")));
 /* Set while this thread is inside the sampler or the real allocator on
@@ -74,22 +78,25 @@ static uint64_t mix(uint64_t x)
 
 static uint64_t table_hash(uint64_t addr) { return mix(addr >> 4); }
 
-static unsigned filter_slot(uint64_t addr)
-{
-    return (unsigned)((addr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - RA_FILTER_BITS));
-}
+#define filter_slot rip_alloc_filter_slot
 
-/* The check word: a hash of the live state word and every other field, so
- * that a torn or reused entry fails it. */
+/* The check word: a hash of the live state word and the entry's other
+ * words up to its last recorded frame, so that a torn or reused entry
+ * fails it (docs/FORMAT.md). One multiply per word: it is computed for
+ * every sample. */
 static uint64_t check_of(const uint64_t *w, uint64_t state)
 {
-    uint64_t h = mix(state ^ 0x52495041u);
-    for (unsigned i = 1; i < RA_ENTRY_WORDS; i++) {
+    uint64_t n = w[RIP_ALLOC_THREAD_WORD] >> 32;
+    if (n > RIP_ALLOC_FRAMES)
+        n = RIP_ALLOC_FRAMES;
+    uint64_t h = state ^ 0x52495041u;
+    for (unsigned i = 1; i < RA_FRAME0 + n; i++) {
         if (i == RIP_ALLOC_CHECK_WORD)
             continue;
-        h = mix(h ^ w[i]);
+        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 32;
     }
-    return h;
+    return mix(h);
 }
 
 /* -ln(u) for u in (0, 1]: frexp and the atanh series of ln on [1, 2)
@@ -136,27 +143,39 @@ static int64_t draw(void)
     return (int64_t)d;
 }
 
-int rip_alloc_should_sample(size_t size)
+int rip_alloc_should_sample_slow(size_t size)
 {
     if (ra_entries == 0 || rip_alloc_busy)
         return 0;
     if (ra_mean == 1)
         return 1;
     int64_t left = ra_left;
-    if (left == 0)
-        left = draw();
-    left -= (int64_t)size;
-    if (left > 0) {
-        ra_left = left;
-        return 0;
+    if (left == 0) {
+        /* This thread's first allocation: draw its first distance. */
+        left = draw() - (int64_t)size;
+        if (left > 0) {
+            ra_left = left;
+            return 0;
+        }
     }
     ra_left = draw();
     return 1;
 }
 
+int rip_alloc_should_sample(size_t size) { return rip_alloc_sample_now(size); }
+
 /* Frames of the sampler itself (this file and the interposed function)
  * at most, above the allocator's caller. */
 #define RA_OWN_FRAMES 8
+
+/* Adds `d` to a bucket's count unless it is saturated (then it stays). */
+static void filter_add(unsigned slot, int d)
+{
+    uint8_t c = __atomic_load_n(&ra_filter[slot], __ATOMIC_RELAXED);
+    while (c != 255 && !__atomic_compare_exchange_n(&ra_filter[slot], &c, (uint8_t)(c + d), 1,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
 
 struct frames {
     uint64_t out[RIP_ALLOC_FRAMES + RA_OWN_FRAMES];
@@ -207,7 +226,9 @@ void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller
     }
     unsigned n = f.n - from < RIP_ALLOC_FRAMES ? f.n - from : RIP_ALLOC_FRAMES;
     memcpy(&w[RA_FRAME0], &f.out[from], n * sizeof(uint64_t));
-    w[RIP_ALLOC_THREAD_WORD] = (uint64_t)(uint32_t)syscall(SYS_gettid) | (uint64_t)n << 32;
+    if (ra_tid == 0)
+        ra_tid = (uint32_t)syscall(SYS_gettid);
+    w[RIP_ALLOC_THREAD_WORD] = (uint64_t)ra_tid | (uint64_t)n << 32;
 
     uint64_t h = table_hash(w[RIP_ALLOC_ADDR_WORD]);
     int placed = 0;
@@ -222,10 +243,10 @@ void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller
             continue;
         uint64_t live = claimed - RA_WRITING + RA_LIVE;
         w[RIP_ALLOC_CHECK_WORD] = check_of(w, live);
-        for (unsigned k = 1; k < RA_ENTRY_WORDS; k++)
+        for (unsigned k = 1; k < RA_FRAME0 + n; k++)
             __atomic_store_n(&e[k], w[k], __ATOMIC_RELAXED);
         __atomic_store_n(&e[0], live, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&ra_filter[filter_slot(w[RIP_ALLOC_ADDR_WORD])], 1, __ATOMIC_RELAXED);
+        filter_add(filter_slot(w[RIP_ALLOC_ADDR_WORD]), 1);
         placed = 1;
     }
     __atomic_fetch_add(&ra_header[placed ? RIP_ALLOC_HDR_SAMPLED : RIP_ALLOC_HDR_DROPPED], 1,
@@ -250,7 +271,7 @@ void rip_alloc_forget(void *ptr)
             continue;
         /* Only the owner of `ptr` frees it: nobody else moves this entry. */
         __atomic_store_n(&e[0], (st & ~3ULL) | RA_FREE, __ATOMIC_RELEASE);
-        __atomic_fetch_sub(&ra_filter[fs], 1, __ATOMIC_RELAXED);
+        filter_add(fs, -1);
         __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_FREED], 1, __ATOMIC_RELAXED);
         return;
     }
@@ -259,7 +280,10 @@ void rip_alloc_forget(void *ptr)
 void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
 {
     if (region == 0) {
+        /* In a forked child (its only thread is the forking one): stop,
+         * and forget the parent's thread id. */
         __atomic_store_n(&ra_entries, 0, __ATOMIC_RELEASE);
+        ra_tid = 0;
         return;
     }
     ra_header = region;

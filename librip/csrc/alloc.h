@@ -15,7 +15,7 @@
 #define RIP_ALLOC_ENTRY_SIZE 256
 #define RIP_ALLOC_FRAMES 24
 /* Entries an address may be placed in, from its hash on. */
-#define RIP_ALLOC_PROBE 32
+#define RIP_ALLOC_PROBE 16
 
 /* Words of the region header that change while the writer runs. */
 #define RIP_ALLOC_HDR_SAMPLED 5
@@ -32,9 +32,49 @@
 
 /* Nonzero while this thread is inside the sampler. */
 extern __thread int rip_alloc_busy __attribute__((tls_model("initial-exec")));
+/* Bytes this thread may still allocate before its next sample (0: none
+ * drawn yet). */
+extern __thread int64_t rip_alloc_left __attribute__((tls_model("initial-exec")));
+/* The table's entries (null: sampling off). */
+extern uint64_t *volatile rip_alloc_entries;
+/* Per-bucket counts of live sampled addresses, saturating at 255 (a
+ * saturated bucket stays so). 8 KiB: a free's look-up mostly hits the
+ * first-level cache. */
+#define RIP_ALLOC_FILTER_BITS 13
+extern uint8_t rip_alloc_filter[1u << RIP_ALLOC_FILTER_BITS];
 
 /* Whether an allocation of `size` bytes is to be sampled (counts it). */
 int rip_alloc_should_sample(size_t size);
+/* The same past the countdown: draws the next distance. */
+int rip_alloc_should_sample_slow(size_t size);
+
+/* The countdown inline (the interposer's every call): one TLS
+ * subtraction and a predictable branch. */
+static inline __attribute__((always_inline)) int rip_alloc_sample_now(size_t size)
+{
+    if (__builtin_expect(rip_alloc_entries == 0, 1))
+        return 0;
+    int64_t left = rip_alloc_left - (int64_t)size;
+    if (__builtin_expect(left > 0, 1)) {
+        rip_alloc_left = left;
+        return 0;
+    }
+    return rip_alloc_should_sample_slow(size);
+}
+
+static inline unsigned rip_alloc_filter_slot(uint64_t addr)
+{
+    return (unsigned)((addr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - RIP_ALLOC_FILTER_BITS));
+}
+
+/* Whether `ptr` may be in the table (inline: every free asks). */
+static inline __attribute__((always_inline)) int rip_alloc_maybe_sampled(const void *ptr)
+{
+    if (__builtin_expect(rip_alloc_entries == 0, 1))
+        return 0;
+    return __atomic_load_n(&rip_alloc_filter[rip_alloc_filter_slot((uint64_t)(uintptr_t)ptr)],
+                           __ATOMIC_RELAXED) != 0;
+}
 /* Records a sampled allocation with the stack from `caller` (the return
  * address of the interposed function) outwards; where `caller` is 0 or not
  * found, `skip` frames above rip_alloc_record are left out. */

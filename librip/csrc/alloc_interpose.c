@@ -106,7 +106,7 @@ static void resolve(void)
 static inline __attribute__((always_inline)) void *note_from(void *p, size_t requested,
                                                               uintptr_t caller)
 {
-    if (p != 0 && __builtin_expect(rip_alloc_should_sample(requested), 0)) {
+    if (__builtin_expect(rip_alloc_sample_now(requested), 0) && p != 0) {
         rip_alloc_busy = 1;
         size_t size = real.usable ? real.usable(p) : requested;
         rip_alloc_busy = 0;
@@ -132,11 +132,13 @@ __attribute__((visibility("default"))) void *calloc(size_t n, size_t size)
 
 __attribute__((visibility("default"))) void free(void *p)
 {
-    if (p == 0 || in_bootstrap(p))
-        return;
-    rip_alloc_forget(p);
-    if (__builtin_expect(!resolved, 0))
+    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0))
+        rip_alloc_forget(p);
+    if (__builtin_expect(!resolved || in_bootstrap(p), 0)) {
+        if (p == 0 || in_bootstrap(p))
+            return;
         resolve();
+    }
     real.free(p);
 }
 
@@ -154,7 +156,8 @@ __attribute__((visibility("default"))) void *realloc(void *p, size_t size)
     /* Forgotten first: once the real realloc returns, another thread may
      * be given the old address and sample it. A failed realloc leaves the
      * old block unsampled (a sample lost, never a false one). */
-    rip_alloc_forget(p);
+    if (rip_alloc_maybe_sampled(p))
+        rip_alloc_forget(p);
     void *q = real.realloc(p, size);
     return size ? note(q, size) : q;
 }

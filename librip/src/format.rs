@@ -149,7 +149,7 @@ pub mod alloc {
     /// Return addresses an entry holds.
     pub const FRAMES: u32 = 24;
     /// Entries an address may be placed in, from its hash on.
-    pub const PROBE: u32 = 32;
+    pub const PROBE: u32 = 16;
     /// Entries of a table when none are asked for.
     pub const DEFAULT_CAPACITY: u32 = 16384;
     /// The most entries a table may have (a power of two).
@@ -223,17 +223,22 @@ pub mod alloc {
     }
 
     /// The check word of an entry's words (`words[0]` is the live state
-    /// word; the check word itself is skipped): a torn or reused entry
-    /// fails it.
+    /// word): over words 1 to 7 (the check word itself, word 6, skipped)
+    /// and the `frame_count` frames, at most [`FRAMES`]. A torn or reused
+    /// entry fails it. `words` holds at least [`ENTRY_SIZE`] / 8 words.
     pub fn check(words: &[u64]) -> u64 {
         let check_word = entry::CHECK / 8;
-        let mut h = mix(words.first().copied().unwrap_or(0) ^ 0x5249_5041);
-        for (i, w) in words.iter().enumerate().skip(1) {
+        let n =
+            (words.get(entry::FRAME_COUNT / 8).copied().unwrap_or(0) >> 32).min(u64::from(FRAMES));
+        let end = (entry::FRAMES / 8 + n as usize).min(words.len());
+        let mut h = words.first().copied().unwrap_or(0) ^ 0x5249_5041;
+        for (i, w) in words.iter().enumerate().take(end).skip(1) {
             if i != check_word {
-                h = mix(h ^ w);
+                h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                h ^= h >> 32;
             }
         }
-        h
+        mix(h)
     }
 
     /// Bytes of a region with `capacity` entries.

@@ -75,6 +75,13 @@ impl AllocTable {
     }
 }
 
+/// Reads a table region on its own (its header then its entries), as
+/// found at the header's `alloc_region`: for tests and fuzzing.
+pub fn from_region_bytes(bytes: &[u8]) -> Result<Option<AllocTable>, ReadError> {
+    let len = bytes.len() as u64;
+    read(&super::source::Bytes(bytes), 0, len, 0, len)
+}
+
 fn bad(why: impl Into<String>) -> ReadError {
     ReadError::inconsistent(why)
 }
@@ -219,6 +226,80 @@ fn decode(e: &[u64], max_frames: u32) -> Decoded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A region of `n` entries at mean 1, each entry given as its words.
+    fn region(entries: &[Vec<u64>]) -> Vec<u8> {
+        let ew = (fmt::ENTRY_SIZE / 8) as usize;
+        let mut w = vec![0u64; (fmt::HEADER_SIZE / 8) as usize + ew * entries.len()];
+        w[0] = u64::from_le_bytes(fmt::MAGIC);
+        w[1] = u64::from(fmt::VERSION) | u64::from(fmt::ENTRY_SIZE) << 32;
+        w[2] = entries.len() as u64 | u64::from(fmt::FRAMES) << 32;
+        w[3] = 1;
+        for (i, e) in entries.iter().enumerate() {
+            let at = (fmt::HEADER_SIZE / 8) as usize + i * ew;
+            w[at..at + e.len()].copy_from_slice(e);
+        }
+        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// An entry in state `st`, generation 3, its check word right or not.
+    fn entry(st: u64, addr: u64, good_check: bool) -> Vec<u64> {
+        let mut e = vec![0u64; (fmt::ENTRY_SIZE / 8) as usize];
+        e[0] = 3 << 2 | st;
+        e[entry::ADDR / 8] = addr;
+        e[entry::SIZE / 8] = 48;
+        e[entry::REQUESTED / 8] = 40;
+        e[entry::TID / 8] = 77 | 2 << 32;
+        e[entry::FRAMES / 8] = 0x1234;
+        e[entry::FRAMES / 8 + 1] = 0x5678;
+        e[entry::CHECK / 8] = fmt::check(&e) ^ u64::from(!good_check);
+        e
+    }
+
+    #[test]
+    fn torn_entries_are_counted_not_returned() {
+        let bytes = region(&[
+            entry(state::LIVE, 0x1000, true),
+            entry(state::WRITING, 0x2000, true),
+            entry(state::LIVE, 0x3000, false),
+            entry(state::FREE, 0x4000, true),
+        ]);
+        let t = from_region_bytes(&bytes).unwrap().unwrap();
+        assert_eq!(t.torn, 2);
+        assert_eq!(
+            t.live,
+            [Allocation {
+                addr: 0x1000,
+                size: 48,
+                requested: 40,
+                tid: 77,
+                time_ns: 0,
+                frames: vec![0x1234, 0x5678],
+            }]
+        );
+        // A frame count beyond the entry's room is torn too.
+        let mut e = entry(state::LIVE, 0x1000, true);
+        e[entry::FRAME_COUNT / 8] = 999 << 32 | 77;
+        e[entry::CHECK / 8] = fmt::check(&e);
+        let t = from_region_bytes(&region(&[e])).unwrap().unwrap();
+        assert_eq!((t.torn, t.live.len()), (1, 0));
+    }
+
+    #[test]
+    fn bad_region_headers_are_errors_or_absent() {
+        let good = region(&[entry(state::LIVE, 0x1000, true)]);
+        // Magic not yet written: a table being set up.
+        let mut b = good.clone();
+        b[..8].fill(0);
+        assert_eq!(from_region_bytes(&b).unwrap(), None);
+        // Capacity past the region, version, frames, mean 0, truncation.
+        for (off, v) in [(16usize, 8u8), (8, 9), (20, 200), (24, 0)] {
+            let mut b = good.clone();
+            b[off] = v;
+            assert!(from_region_bytes(&b).is_err(), "byte {off} = {v}");
+        }
+        assert!(from_region_bytes(&good[..100]).is_err());
+    }
 
     #[test]
     fn the_estimator_scales_small_samples_up_and_leaves_large_ones() {
