@@ -296,3 +296,12 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
 /* Sampling state of the calling thread, for the fork child (the forking
  * thread continues with its countdown; nothing to reset) and for tests. */
 int rip_alloc_enabled(void) { return ra_entries != 0; }
+
+/* Changes the mean of future draws and restarts the calling thread's
+ * countdown (the bench compares means in one process; the region header
+ * keeps the mean the ring was made with). */
+void rip_alloc_bench_mean(uint64_t mean)
+{
+    ra_mean = mean ? mean : 1;
+    ra_left = 0;
+}

@@ -49,6 +49,16 @@ unsafe extern "C" {
     fn rip_alloc_should_sample(size: usize) -> i32;
     fn rip_alloc_record(ptr: *mut u8, requested: usize, size: usize, caller: usize, skip: u32);
     fn rip_alloc_forget(ptr: *mut u8);
+    fn rip_alloc_bench_mean(mean: u64);
+}
+
+/// Changes the sampling mean of later draws and restarts the calling
+/// thread's countdown; for the bench, which compares means in one process
+/// (the ring's table keeps the mean it was made with). Not part of the API.
+#[doc(hidden)]
+pub fn bench_mean(mean: u64) {
+    // SAFETY: plain stores into the sampler's private state.
+    unsafe { rip_alloc_bench_mean(mean) }
 }
 
 /// Asks for an allocation table with this mean distance between samples
@@ -77,8 +87,9 @@ const SKIP: u32 = 0;
 
 #[inline]
 fn note(p: *mut u8, requested: usize) -> *mut u8 {
-    // SAFETY: the C sampler takes any pointer; it records, never dereferences.
+    // SAFETY: the C sampler's countdown reads and writes only its own state.
     if !p.is_null() && unsafe { rip_alloc_should_sample(requested) } != 0 {
+        // SAFETY: it records the address, never dereferences it.
         unsafe { rip_alloc_record(p, requested, requested, 0, SKIP) };
     }
     p

@@ -50,6 +50,7 @@ pub use writer::{DEFAULT_COROUTINE_SLOTS, Ring, RingOptions};
 /// What the `snap!` expansion names; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::alloc::bench_mean;
     pub use crate::sites::cstr;
     pub use crate::snap::MASK;
 }

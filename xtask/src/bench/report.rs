@@ -46,6 +46,8 @@ pub struct Report {
     pub reading: Result<super::reading::ReadingResult, String>,
     /// The section of many at once (or why it failed).
     pub bulk: Result<String, String>,
+    /// The allocation sampler's section (or why it failed).
+    pub alloc: Result<String, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
 }
@@ -150,6 +152,11 @@ impl Report {
         match &self.bulk {
             Ok(section) => s.push_str(section),
             Err(e) => s.push_str(&format!("## Many at once\n\nNot measured: {e}\n")),
+        }
+        s.push('\n');
+        match &self.alloc {
+            Ok(section) => s.push_str(section),
+            Err(e) => s.push_str(&format!("## Allocation sampler\n\nNot measured: {e}\n")),
         }
         s.push('\n');
         self.commands(&mut s);
@@ -827,6 +834,7 @@ mod tests {
             stacks: Err("not measured in this sample".into()),
             reading: Err("not measured in this sample".into()),
             bulk: Err("not measured in this sample".into()),
+            alloc: Err("not measured in this sample".into()),
             notes: vec!["a note".into()],
         }
     }
