@@ -16,7 +16,7 @@ mod hist;
 pub mod list;
 pub mod offcpu;
 pub mod original;
-pub mod sampled;
+pub(crate) mod sampled;
 
 pub use hist::Bucket;
 

@@ -165,6 +165,7 @@ const EVIDENCE: &[&str] = &[
     "collect::locks::WAIT_KEY_ARGS",
     "collect::locks::WaitKey",
     "collect::offcpu::OffCpuData",
+    "collect::ring::AllocEvidence",
     "collect::stacks::threads::ThreadStacks",
     "collect::stacks::threads::UserStacks",
 ];

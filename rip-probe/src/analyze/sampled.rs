@@ -1,21 +1,19 @@
-//! The sampled live heap of a ring, grouped by allocating stack and scaled
-//! by the sampling estimator (librip::reader::alloc::estimated_bytes).
+//! The sampled live heap of a ring, grouped by allocating stack, each
+//! sample counted for the bytes librip's estimator says it stands for.
 
 use std::collections::HashMap;
 
-use librip::reader::alloc::{AllocTable, estimated_bytes};
+use crate::{collect::ring::AllocEvidence, model::sampled::SampledStack};
 
-use crate::model::sampled::SampledStack;
-
-/// Groups `table`'s live samples by stack, most estimated bytes first.
+/// Groups the live samples by stack, most estimated bytes first.
 /// `unix_ns` turns the writer's CLOCK_MONOTONIC times into wall-clock.
-pub(crate) fn stacks(table: &AllocTable, unix_ns: impl Fn(u64) -> u64) -> Vec<SampledStack> {
+pub(crate) fn stacks(table: &AllocEvidence, unix_ns: impl Fn(u64) -> u64) -> Vec<SampledStack> {
     let mut by: HashMap<&[u64], (u64, u64, f64, u64)> = HashMap::new();
     for a in &table.live {
         let e = by.entry(&a.frames).or_insert((0, 0, 0.0, u64::MAX));
         e.0 += 1;
         e.1 += a.requested;
-        e.2 += estimated_bytes(a.requested, table.mean);
+        e.2 += a.estimated_bytes;
         e.3 = e.3.min(a.time_ns);
     }
     let mut v: Vec<SampledStack> = by
@@ -39,14 +37,13 @@ pub(crate) fn stacks(table: &AllocTable, unix_ns: impl Fn(u64) -> u64) -> Vec<Sa
 
 #[cfg(test)]
 mod tests {
-    use librip::reader::alloc::{AllocTable, Allocation};
+    use crate::collect::ring::{AllocEvidence, LiveSample};
 
-    fn alloc(frames: &[u64], size: u64, t: u64) -> Allocation {
-        Allocation {
-            addr: t * 64,
-            size,
+    /// A sample weighed as librip's estimator does at mean 1000.
+    fn alloc(frames: &[u64], size: u64, t: u64) -> LiveSample {
+        LiveSample {
             requested: size,
-            tid: 1,
+            estimated_bytes: librip::reader::alloc::estimated_bytes(size, 1000),
             time_ns: t,
             frames: frames.to_vec(),
         }
@@ -54,9 +51,8 @@ mod tests {
 
     #[test]
     fn groups_by_stack_and_scales_by_the_estimator() {
-        let table = AllocTable {
+        let table = AllocEvidence {
             mean: 1000,
-            capacity: 16,
             sampled: 3,
             dropped: 0,
             freed: 0,

@@ -110,7 +110,12 @@ pub(crate) fn run(a: &LeaksRingArgs, out: &mut Sink) -> Result<()> {
         torn: table.torn,
         live_samples: table.live.len() as u64,
         sampled_bytes: table.live.iter().map(|a| a.requested).sum(),
-        estimated_bytes: table.estimated_bytes().round() as u64,
+        estimated_bytes: table
+            .live
+            .iter()
+            .map(|a| a.estimated_bytes)
+            .sum::<f64>()
+            .round() as u64,
         stacks,
         warnings,
     };

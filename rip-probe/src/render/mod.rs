@@ -19,5 +19,5 @@ pub use contention::locks;
 pub use folded::folded;
 pub use json::json;
 pub use offcpu::{offcpu_folded, offcpu_folded_lines, offcpu_svg, offcpu_text};
-pub use sampled::sampled_text;
+pub(crate) use sampled::sampled_text;
 pub use text::{escape, grouped, history, live};

@@ -25,7 +25,7 @@ fn bytes(n: u64) -> String {
 }
 
 /// Writes `h` as text.
-pub fn sampled_text(h: &SampledHeap, mut w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn sampled_text(h: &SampledHeap, mut w: &mut dyn Write) -> io::Result<()> {
     let p = &h.process;
     writeln!(
         w,

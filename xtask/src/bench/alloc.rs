@@ -32,7 +32,12 @@ pub fn run_alloc_only() -> Result<()> {
 
 /// One configuration: name, environment, whether librip is preloaded, and
 /// the divisor of `OPS` it runs.
-type Config = (&'static str, &'static [(&'static str, &'static str)], bool, u64);
+type Config = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    bool,
+    u64,
+);
 
 /// The configurations.
 const CONFIGS: [Config; 4] = [
