@@ -11,9 +11,16 @@ fn main() {
     // For dependents' build scripts (DEP_RIP_INCLUDE).
     println!("cargo:include={}", dir.join("include").display());
 
-    cc::Build::new()
-        .file(dir.join("csrc/rip.c"))
-        .include(dir.join("include"))
+    let mut c = cc::Build::new();
+    c.file(dir.join("csrc/rip.c"))
+        .file(dir.join("csrc/alloc.c"));
+    // The malloc family itself only with the feature: a Rust program that
+    // links librip (rip-probe reads rings through it) keeps its allocator.
+    let sampler = env::var_os("CARGO_FEATURE_SAMPLER").is_some();
+    if sampler {
+        c.file(dir.join("csrc/alloc_interpose.c"));
+    }
+    c.include(dir.join("include"))
         .opt_level(2)
         .warnings(true)
         .extra_warnings(true)
@@ -25,6 +32,12 @@ fn main() {
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
         dir.join("csrc/exports.map").display()
     );
+    if sampler {
+        println!(
+            "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+            dir.join("csrc/exports_sampler.map").display()
+        );
+    }
 
     // Built but not linked into the library: only the bench names it.
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets it"));

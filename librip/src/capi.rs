@@ -65,6 +65,12 @@ fn create(file: *const c_char, opts: RingOptions) -> bool {
     };
     match res {
         Ok(_) => true,
+        // RIP_ALLOC_SAMPLE with the interposer: the ring was made at load.
+        Err(Error::AlreadyCreated(_))
+            if crate::writer::alloc::CREATED_AT_LOAD.load(std::sync::atomic::Ordering::Relaxed) =>
+        {
+            true
+        }
         Err(e) => {
             report("no ring, the program runs untraced", &e);
             false

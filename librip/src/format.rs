@@ -127,6 +127,124 @@ pub mod hdr {
     pub const PID_NS: usize = 216;
     /// u64: inode of the writer's mount namespace (`/proc/self/ns/mnt`); 0: unknown.
     pub const MNT_NS: usize = 224;
+    /// u64: file offset of the allocation table's region ([`super::alloc`]);
+    /// 0: the ring has none (no sampler, or a writer older than it).
+    pub const ALLOC_REGION: usize = 232;
+    /// u64: bytes of that region.
+    pub const ALLOC_REGION_SIZE: usize = 240;
+}
+
+/// The allocation table: the sampled live allocations of the writer, a
+/// region of its own after the slots (see `docs/FORMAT.md`, "The
+/// allocation table"). The same layout is in `csrc/alloc.h`.
+pub mod alloc {
+    /// The region's first eight bytes.
+    pub const MAGIC: [u8; 8] = *b"RIPALLOC";
+    /// The table's own layout version.
+    pub const VERSION: u32 = 1;
+    /// Bytes of the region header; entry 0 follows it.
+    pub const HEADER_SIZE: u32 = 4096;
+    /// Bytes per entry.
+    pub const ENTRY_SIZE: u32 = 256;
+    /// Return addresses an entry holds.
+    pub const FRAMES: u32 = 24;
+    /// Entries an address may be placed in, from its hash on.
+    pub const PROBE: u32 = 16;
+    /// Entries of a table when none are asked for.
+    pub const DEFAULT_CAPACITY: u32 = 16384;
+    /// The most entries a table may have (a power of two).
+    pub const MAX_CAPACITY: u32 = 1 << 16;
+    /// The sampling mean when none is asked for: 512 KiB, like jemalloc's.
+    pub const DEFAULT_MEAN: u64 = 512 * 1024;
+
+    /// Byte offsets of the region header's fields.
+    pub mod hdr {
+        /// `[u8; 8]`: [`super::MAGIC`], written last.
+        pub const MAGIC: usize = 0;
+        /// u32: [`super::VERSION`].
+        pub const VERSION: usize = 8;
+        /// u32: bytes per entry.
+        pub const ENTRY_SIZE: usize = 12;
+        /// u32: entries (a power of two).
+        pub const CAPACITY: usize = 16;
+        /// u32: return addresses per entry.
+        pub const FRAMES: usize = 20;
+        /// u64: the sampling mean in bytes (1: every allocation).
+        pub const MEAN: usize = 24;
+        /// u32: entries probed from an address's hash.
+        pub const PROBE: usize = 32;
+        /// u64, live: allocations sampled and recorded.
+        pub const SAMPLED: usize = 40;
+        /// u64, live: sampled allocations dropped because their entries were taken.
+        pub const DROPPED: usize = 48;
+        /// u64, live: recorded allocations freed (removed).
+        pub const FREED: usize = 56;
+    }
+
+    /// Byte offsets inside an entry.
+    pub mod entry {
+        /// u64: generation << 2 | [`super::state`].
+        pub const STATE: usize = 0;
+        /// u64: the address malloc returned.
+        pub const ADDR: usize = 8;
+        /// u64: usable bytes (`malloc_usable_size`).
+        pub const SIZE: usize = 16;
+        /// u64: bytes asked for.
+        pub const REQUESTED: usize = 24;
+        /// u32: the allocating thread's id.
+        pub const TID: usize = 32;
+        /// u32: return addresses recorded.
+        pub const FRAME_COUNT: usize = 36;
+        /// u64: CLOCK_MONOTONIC ns of the allocation.
+        pub const TIME_NS: usize = 40;
+        /// u64: the check word ([`super::check`]).
+        pub const CHECK: usize = 48;
+        /// `[u64; FRAMES]`: return addresses, innermost (malloc's caller) first.
+        pub const FRAMES: usize = 64;
+    }
+
+    /// Entry states (the low two bits of the state word).
+    pub mod state {
+        /// Never used, or freed.
+        pub const FREE: u64 = 0;
+        /// Being written: a writer stopped here left it torn.
+        pub const WRITING: u64 = 1;
+        /// A live sampled allocation.
+        pub const LIVE: u64 = 2;
+    }
+
+    fn mix(mut x: u64) -> u64 {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^= x >> 33;
+        x
+    }
+
+    /// The check word of an entry's words (`words[0]` is the live state
+    /// word): over words 1 to 7 (the check word itself, word 6, skipped)
+    /// and the `frame_count` frames, at most [`FRAMES`]. A torn or reused
+    /// entry fails it. `words` holds at least [`ENTRY_SIZE`] / 8 words.
+    pub fn check(words: &[u64]) -> u64 {
+        let check_word = entry::CHECK / 8;
+        let n =
+            (words.get(entry::FRAME_COUNT / 8).copied().unwrap_or(0) >> 32).min(u64::from(FRAMES));
+        let end = (entry::FRAMES / 8 + n as usize).min(words.len());
+        let mut h = words.first().copied().unwrap_or(0) ^ 0x5249_5041;
+        for (i, w) in words.iter().enumerate().take(end).skip(1) {
+            if i != check_word {
+                h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                h ^= h >> 32;
+            }
+        }
+        mix(h)
+    }
+
+    /// Bytes of a region with `capacity` entries.
+    pub const fn region_size(capacity: u32) -> u64 {
+        HEADER_SIZE as u64 + capacity as u64 * ENTRY_SIZE as u64
+    }
 }
 
 /// Bits of the header's flags word.
@@ -289,6 +407,10 @@ pub struct Layout {
     pub coroutine_region: u64,
     /// The file's size.
     pub file_size: u64,
+    /// File offset of the allocation table's region (0: none).
+    pub alloc_region: u64,
+    /// Entries of the allocation table.
+    pub alloc_capacity: u32,
 }
 
 impl Layout {
@@ -322,7 +444,24 @@ impl Layout {
             thread_region,
             coroutine_region,
             file_size,
+            alloc_region: 0,
+            alloc_capacity: 0,
         })
+    }
+
+    /// This layout with an allocation table of `capacity` entries (a power
+    /// of two up to [`alloc::MAX_CAPACITY`]) after the slots.
+    pub fn with_alloc_table(mut self, capacity: u32) -> Result<Layout, String> {
+        if !capacity.is_power_of_two() || capacity > alloc::MAX_CAPACITY {
+            return Err(format!(
+                "an allocation table of {capacity} entries: a power of two up to {} is needed",
+                alloc::MAX_CAPACITY
+            ));
+        }
+        self.alloc_region = self.file_size;
+        self.alloc_capacity = capacity;
+        self.file_size = (self.alloc_region + alloc::region_size(capacity)).next_multiple_of(PAGE);
+        Ok(self)
     }
 
     /// Bytes per slot of `kind`.

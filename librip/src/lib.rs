@@ -30,6 +30,7 @@
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 compile_error!("librip supports Linux on x86-64 only");
 
+pub mod alloc;
 mod capi;
 pub mod coroutine;
 mod error;
@@ -49,6 +50,7 @@ pub use writer::{DEFAULT_COROUTINE_SLOTS, Ring, RingOptions};
 /// What the `snap!` expansion names; not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::alloc::bench_mean;
     pub use crate::sites::cstr;
     pub use crate::snap::MASK;
 }

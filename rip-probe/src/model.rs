@@ -17,6 +17,7 @@ pub mod leaks;
 pub mod list;
 pub mod offcpu;
 pub mod original;
+pub(crate) mod sampled;
 
 pub use hist::Bucket;
 

@@ -168,6 +168,7 @@ const EVIDENCE: &[&str] = &[
     "collect::leaks::LeaksData",
     "collect::leaks::Table",
     "collect::offcpu::OffCpuData",
+    "collect::ring::AllocEvidence",
     "collect::stacks::threads::ThreadStacks",
     "collect::stacks::threads::UserStacks",
 ];

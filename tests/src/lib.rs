@@ -213,6 +213,14 @@ pub fn build_librip_release() -> PathBuf {
     )
 }
 
+/// Builds librip's C libraries with the allocation sampler's interposer
+/// (the `sampler` feature, as `cargo xtask dist` ships them) optimized, in
+/// `target/nested-sampler`. Returns the directory holding `liblibrip.so`
+/// (for `LD_PRELOAD`) and `liblibrip.a`.
+pub fn build_librip_sampler() -> PathBuf {
+    cargo_release("nested-sampler", &["--lib", "--features", "sampler"])
+}
+
 /// Builds librip's `task_loops` runner optimized, with the `tokio`
 /// feature, in `target/nested-tokio` (apart from [`build_librip_release`],
 /// whose libraries C programs link without the feature). Returns its path.

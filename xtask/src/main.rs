@@ -65,6 +65,11 @@ enum Cmd {
         /// printed and written to target/bench/goroutines.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only"])]
         goroutines_only: bool,
+        /// Only the allocation sampler's rows (an allocation-heavy C
+        /// program untraced, with librip preloaded, sampling at 512 KiB and
+        /// at every call): printed and written to target/bench/alloc.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only"])]
+        alloc_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -112,6 +117,9 @@ fn main() {
             goroutines_only: true,
             ..
         } => bench::run_goroutines_only(),
+        Cmd::Bench {
+            alloc_only: true, ..
+        } => bench::run_alloc_only(),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

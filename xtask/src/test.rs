@@ -28,6 +28,7 @@ use crate::{
 /// or memory without bound.
 const FUZZ_TARGETS: [(&str, u32, bool); 7] = [
     ("reader", 9, false),
+    ("alloc_table", 3, false),
     ("ring_file", 6, false),
     ("maps", 5, false),
     ("sites", 5, false),

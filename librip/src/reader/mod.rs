@@ -7,6 +7,7 @@
 //! limits and to what the file really stores; every offset and count is
 //! bounds-checked; a corrupt file is a [`ReadError`], never a panic.
 
+pub mod alloc;
 mod error;
 mod find;
 mod open;
@@ -157,6 +158,7 @@ pub struct RingFile {
     header: Header,
     modules: Vec<Module>,
     snapshot: parse::Snapshot,
+    allocations: Option<alloc::AllocTable>,
 }
 
 impl RingFile {
@@ -212,6 +214,13 @@ impl RingFile {
             .iter()
             .rev()
             .find(|m| (m.start..m.end).contains(&addr))
+    }
+
+    /// The allocation table: the sampled allocations live at the time of
+    /// reading. `None` when the ring has none (its writer did not sample,
+    /// see [`crate::alloc`]) or it was still being set up.
+    pub fn allocations(&self) -> Option<&alloc::AllocTable> {
+        self.allocations.as_ref()
     }
 
     /// The live and exited slots, threads first, each with its entries

@@ -184,13 +184,23 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
     // Total work is bounded by what the file really holds: a sparse file
     // claiming gigabytes of used slots is refused before anything is
     // allocated for them.
+    let alloc_region = f.u64(hdr::ALLOC_REGION);
+    let alloc_size = if alloc_region == 0 {
+        0
+    } else {
+        f.u64(hdr::ALLOC_REGION_SIZE)
+    };
     let claimed = regions
         .iter()
-        .try_fold(header_size, |acc, r| {
-            r.slot_size
-                .checked_mul(u64::from(r.used))
-                .and_then(|b| b.checked_add(acc))
+        .try_fold(header_size.checked_add(alloc_size), |acc, r| {
+            let acc = acc?;
+            Some(
+                r.slot_size
+                    .checked_mul(u64::from(r.used))
+                    .and_then(|b| b.checked_add(acc)),
+            )
         })
+        .flatten()
         .ok_or_else(|| bad("used slots past 2^64 bytes"))?;
     let held = src
         .allocated()
@@ -212,11 +222,18 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
             .map(|r| copy_region(src, r).map(|w| (r, w)))
             .collect::<Result<_, _>>()?,
     };
+    let allocations = if alloc_region == 0 {
+        None
+    } else {
+        let slots_end = t_end.max(c_end).max(header_size);
+        super::alloc::read(src, alloc_region, alloc_size, slots_end, file_size)?
+    };
     Ok(RingFile {
         owner: 0,
         header,
         modules,
         snapshot,
+        allocations,
     })
 }
 

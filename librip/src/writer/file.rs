@@ -85,11 +85,14 @@ pub(crate) struct Created {
 }
 
 /// Creates `path` (in a private 0700 directory that is made or checked when
-/// `private_dir`) holding `header` followed by zeroes up to `size` bytes.
+/// `private_dir`) holding `header` followed by zeroes up to `size` bytes,
+/// the header's pages and the last `tail` bytes (the allocation table, which
+/// the header announces) reserved before the file gets its name.
 pub(crate) fn create(
     path: &Path,
     header: &[u8],
     size: u64,
+    tail: u64,
     private_dir: bool,
 ) -> Result<Created, Error> {
     let (dir_path, name) = split(path)?;
@@ -100,7 +103,7 @@ pub(crate) fn create(
     };
     let file = match tmpfile(&dir, &dir_path)? {
         Some(tmp) => {
-            prepare(&tmp, path, header, size)?;
+            prepare(&tmp, path, header, size, tail)?;
             link(&tmp, &dir, &name, path)?;
             let file = reopen(&dir, &name, path)?;
             let (a, b) = (meta(&tmp, path)?, meta(&file, path)?);
@@ -113,7 +116,7 @@ pub(crate) fn create(
             check(&file, path, 1)?;
             file
         }
-        None => create_excl(&dir, &name, path, header, size)?,
+        None => create_excl(&dir, &name, path, header, size, tail)?,
     };
     let on_tmpfs = is_tmpfs(&file);
     Ok(Created { file, on_tmpfs })
@@ -269,16 +272,26 @@ fn check(file: &File, path: &Path, links: u64) -> Result<(), Error> {
 }
 
 /// Sizes the file, reserves the header's pages and writes the header.
-fn prepare(file: &File, path: &Path, header: &[u8], size: u64) -> Result<(), Error> {
+fn prepare(file: &File, path: &Path, header: &[u8], size: u64, tail: u64) -> Result<(), Error> {
     check(file, path, 0)?;
-    size_and_reserve(file, path, size, header.len() as u64)?;
+    size_and_reserve(file, path, size, header.len() as u64, tail)?;
     file.write_all_at(header, 0)
         .map_err(|e| Error::io("write the header of", path, e))
 }
 
-fn size_and_reserve(file: &File, path: &Path, size: u64, header: u64) -> Result<(), Error> {
+fn size_and_reserve(
+    file: &File,
+    path: &Path,
+    size: u64,
+    header: u64,
+    tail: u64,
+) -> Result<(), Error> {
     file.set_len(size).map_err(|e| Error::io("size", path, e))?;
-    reserve(file, 0, header).map_err(|e| Error::io("reserve space for", path, e))
+    reserve(file, 0, header).map_err(|e| Error::io("reserve space for", path, e))?;
+    if tail > 0 {
+        reserve(file, size - tail, tail).map_err(|e| Error::io("reserve space for", path, e))?;
+    }
+    Ok(())
 }
 
 /// Allocates the pages backing `len` bytes at `off`, so later stores into
@@ -352,6 +365,7 @@ fn create_excl(
     path: &Path,
     header: &[u8],
     size: u64,
+    tail: u64,
 ) -> Result<File, Error> {
     let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_RDWR;
     let fd = open_at(dir.as_raw_fd(), name, flags).map_err(|err| match err.raw_os_error() {
@@ -361,7 +375,7 @@ fn create_excl(
     let file = File::from(fd);
     let fill = || -> Result<(), Error> {
         check(&file, path, 1)?;
-        size_and_reserve(&file, path, size, header.len() as u64)?;
+        size_and_reserve(&file, path, size, header.len() as u64, tail)?;
         let magic = format::MAGIC.len();
         file.write_all_at(&header[magic..], magic as u64)
             .and_then(|()| file.sync_data())
@@ -449,17 +463,17 @@ mod tests {
         let name = CString::new("a.ring").unwrap();
         let mut header = vec![7u8; 4096];
         header[..8].copy_from_slice(&format::MAGIC);
-        let f = create_excl(&dir, &name, &path, &header, 8192).unwrap();
+        let f = create_excl(&dir, &name, &path, &header, 8192, 0).unwrap();
         let m = f.metadata().unwrap();
         assert_eq!((m.len(), m.mode() & 0o7777, m.nlink()), (8192, 0o600, 1));
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[..4096], &header[..]);
-        let again = create_excl(&dir, &name, &path, &header, 8192);
+        let again = create_excl(&dir, &name, &path, &header, 8192, 0);
         assert!(matches!(again, Err(Error::Exists(_))));
         let target = base.join("target");
         std::os::unix::fs::symlink(&target, base.join("l.ring")).unwrap();
         let l = CString::new("l.ring").unwrap();
-        let linked = create_excl(&dir, &l, &base.join("l.ring"), &header, 8192);
+        let linked = create_excl(&dir, &l, &base.join("l.ring"), &header, 8192, 0);
         assert!(matches!(linked, Err(Error::Exists(_))));
         assert!(!target.exists());
         std::fs::remove_dir_all(&base).unwrap();

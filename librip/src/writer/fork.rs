@@ -29,6 +29,8 @@ pub(super) fn install() {
 }
 
 extern "C" fn after_fork_in_child() {
+    // First: the table below is about to become private memory.
+    super::alloc::stop();
     // SAFETY: the sink is always a valid target.
     unsafe { snap::set_cursor(snap::sink_seq()) };
     forget_tid();

@@ -97,6 +97,15 @@ pub(crate) fn build(layout: &Layout, table: &mut ModuleTable) -> Vec<u8> {
         (hdr::SINK_ADDR, crate::snap::sink_seq() as u64),
         (hdr::PID_NS, namespace_inode("pid")),
         (hdr::MNT_NS, namespace_inode("mnt")),
+        (hdr::ALLOC_REGION, layout.alloc_region),
+        (
+            hdr::ALLOC_REGION_SIZE,
+            if layout.alloc_region == 0 {
+                0
+            } else {
+                format::alloc::region_size(layout.alloc_capacity)
+            },
+        ),
     ];
     for (off, v) in u64s {
         put_u64(&mut h, off, v);

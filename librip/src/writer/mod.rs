@@ -1,5 +1,6 @@
 //! The recorder: the process's one ring, its slots, and who snaps where.
 
+pub(crate) mod alloc;
 mod file;
 mod fork;
 mod header;
@@ -110,6 +111,23 @@ impl Ring {
         Ring::create_at(file::default_path(), opts, true)
     }
 
+    /// [`Ring::create_default`], or when that path exists (an earlier
+    /// program this process exec'd from left its ring there), the same
+    /// path with `.1`, `.2`, … before `.ring`.
+    #[cfg(feature = "sampler")]
+    pub(crate) fn create_default_numbered(opts: RingOptions) -> Result<&'static Ring, Error> {
+        let first = file::default_path();
+        let mut res = Ring::create_at(first.clone(), opts, true);
+        for n in 1..64 {
+            if !matches!(res, Err(Error::Exists(_))) {
+                break;
+            }
+            let path = first.with_extension(format!("{n}.ring"));
+            res = Ring::create_at(path, opts, true);
+        }
+        res
+    }
+
     /// The default path of this process's ring.
     pub fn default_path() -> PathBuf {
         file::default_path()
@@ -146,11 +164,23 @@ impl Ring {
             0 => pid_max(),
             n => n,
         };
-        let layout =
+        let mut layout =
             Layout::new(threads, opts.coroutine_slots, opts.depth).map_err(Error::BadOptions)?;
+        let sampler = alloc::config();
+        if let Some(cfg) = sampler {
+            layout = layout
+                .with_alloc_table(cfg.capacity)
+                .map_err(Error::BadOptions)?;
+        }
         let mut table = modules::ModuleTable::default();
         let image = header::build(&layout, &mut table);
-        let created = file::create(&path, &image, layout.file_size, private_dir)?;
+        // The allocation table is reserved with the header: a reader
+        // holds a file to the bytes it stores, and the header announces it.
+        let tail = match layout.alloc_region {
+            0 => 0,
+            r => layout.file_size - r,
+        };
+        let created = file::create(&path, &image, layout.file_size, tail, private_dir)?;
         if !created.on_tmpfs && !WARNED.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "librip: warning: {} is not on tmpfs: snaps will dirty page cache that is written back to disk; use /dev/shm",
@@ -166,6 +196,9 @@ impl Ring {
         // fork, anonymous memory takes its place at the same addresses).
         let shm = unsafe { Shm::new(map.as_mut_ptr(), map.len()) };
         std::mem::forget(map);
+        if let Some(cfg) = sampler {
+            alloc::start(&shm, &layout, cfg);
+        }
         snap::set_mask(layout.depth);
         let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
         Ok(Ring {

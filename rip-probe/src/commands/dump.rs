@@ -199,7 +199,7 @@ pub(crate) fn run(a: &DumpArgs, out: &mut Sink) -> Result<()> {
 
 /// The ring of live process `pid`: the first mapped ring it wrote, else
 /// the first.
-fn ring_of(pid: u32) -> Result<RingView> {
+pub(crate) fn ring_of(pid: u32) -> Result<RingView> {
     if !discover::exists(format!("/proc/{pid}")) {
         return Err(if discover::hides_pids() {
             discover::Error::Hidden(pid)

@@ -39,9 +39,19 @@ const MARK_EVERY: Duration = Duration::from_millis(100);
 /// `rip-probe leaks`.
 #[derive(Debug, Args)]
 pub(crate) struct LeaksArgs {
+    /// A ring file written with librip's allocation sampler on
+    /// (RIP_ALLOC_SAMPLE): what was live in it, even after its process
+    /// died.
+    #[arg(required_unless_present = "pid", conflicts_with = "pid", value_name = "RING")]
+    ring: Option<std::path::PathBuf>,
     /// The process observed.
     #[arg(long, short)]
-    pid: u32,
+    pid: Option<u32>,
+    /// With --pid: read the live allocations librip's sampler keeps in
+    /// the process's ring (no tracing, no cost to the process) instead of
+    /// tracing a window.
+    #[arg(long, requires = "pid", conflicts_with_all = ["duration", "min_age", "no_heap", "json"])]
+    sampled: bool,
     /// How long to observe (e.g. 10s); without it, until Ctrl-C (or the
     /// process exits).
     #[arg(long, short, value_parser = parse_duration)]
@@ -60,21 +70,31 @@ pub(crate) struct LeaksArgs {
 }
 
 pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
+    let pid = match (&a.ring, a.pid) {
+        (Some(ring), _) => return super::leaks_ring::run_file(ring, out),
+        (None, Some(pid)) if a.sampled => return super::leaks_ring::run_pid(pid, out),
+        (None, Some(pid)) => pid,
+        (None, None) => {
+            return Err(Error::Usage(
+                "say what to look at: rip-probe leaks --pid PID (trace a window), --pid PID --sampled, or RING".into(),
+            ));
+        }
+    };
     if a.duration.is_some_and(|d| d.is_zero()) {
         return Err(Error::Usage(
             "leaks needs a window: give --duration a length, e.g. --duration 10s".into(),
         ));
     }
-    let target = Target::open(a.pid)?;
+    let target = Target::open(pid)?;
     privileges::check()?;
-    let threads = procfs::tids(a.pid)?.len();
-    let stacks = Stacks::new(a.pid).map_err(|e| Error::Usage(e.to_string()))?;
+    let threads = procfs::tids(pid)?.len();
+    let stacks = Stacks::new(pid).map_err(|e| Error::Usage(e.to_string()))?;
     let calls = traced_calls(true, true, true);
-    let open_at_start = open_descriptors(a.pid);
+    let open_at_start = open_descriptors(pid);
     let probe = timing::phase("attach leaks", || {
-        LeaksProbe::attach(a.pid, threads, &calls)
+        LeaksProbe::attach(pid, threads, &calls)
     })?;
-    let mut sym = StackSymbolizer::new(a.pid);
+    let mut sym = StackSymbolizer::new(pid);
     let c = LeaksCollector::new(probe, stacks, open_at_start);
     let mut s = Tracing {
         c,
@@ -84,7 +104,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
         marked: Instant::now(),
     };
     let mut observed = Window::new(a.duration, TICK).run(&mut s)?;
-    let data: LeaksData = timing::phase("read the rest", || s.c.finish(a.pid))?;
+    let data: LeaksData = timing::phase("read the rest", || s.c.finish(pid))?;
     let elapsed = Duration::from_nanos(data.end_ns.saturating_sub(data.start_ns));
     observed.elapsed = elapsed;
     let lost = observed.lost().cloned();
@@ -92,7 +112,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     if let Some(l) = &lost {
         warnings.push(format!(
             "{} after {}: what it held is as of then",
-            l.describe(a.pid),
+            l.describe(pid),
             duration(elapsed.as_nanos() as u64)
         ));
     }

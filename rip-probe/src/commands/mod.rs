@@ -8,6 +8,7 @@ pub(crate) mod calls;
 pub(crate) mod cgroup;
 pub(crate) mod dump;
 pub(crate) mod leaks;
+pub(crate) mod leaks_ring;
 pub(crate) mod list;
 pub(crate) mod locks;
 pub(crate) mod offcpu;

@@ -6,6 +6,7 @@
 //! Writes `docs/BENCHMARKS.md`, the chart `docs/bench-per-call.svg`, and
 //! the README's headline sentence.
 
+mod alloc;
 mod bulk;
 mod callgrind;
 mod calls;
@@ -51,6 +52,12 @@ pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
 /// Runs the goroutine rows alone (see [`goroutines`]).
 pub fn run_goroutines_only() -> Result<()> {
     goroutines::run_goroutines_only()
+}
+
+/// Runs the allocation sampler's rows alone and prints their section
+/// (also written to target/bench/alloc.md).
+pub fn run_alloc_only() -> Result<()> {
+    alloc::run_alloc_only()
 }
 
 /// Runs the user stacks comparison alone and prints its section (also
@@ -190,6 +197,11 @@ pub fn run_bench(quick: bool) -> Result<()> {
         eprintln!("    failed: {e}");
     }
 
+    let alloc = alloc::section(if quick { 3 } else { 7 }).map_err(|e| format!("{e:#}"));
+    if let Err(e) = &alloc {
+        eprintln!("    failed: {e}");
+    }
+
     step("bench: reading 100,000 live slots (rip-probe dump --json)");
     let reading = reading::run(&w, if quick { 3 } else { 7 }).map_err(|e| format!("{e:#}"));
     if let Err(e) = &reading {
@@ -246,6 +258,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
         reading,
         bulk,
         goroutines,
+        alloc,
         notes,
     };
     let docs = root().join("docs");

@@ -48,6 +48,8 @@ pub struct Report {
     pub bulk: Result<String, String>,
     /// The section of a Go program's goroutines (or why it failed).
     pub goroutines: Result<String, String>,
+    /// The allocation sampler's section (or why it failed).
+    pub alloc: Result<String, String>,
     /// Notes on how the run went (a daemon started, a run skipped).
     pub notes: Vec<String>,
 }
@@ -159,6 +161,11 @@ impl Report {
             Err(e) => s.push_str(&format!(
                 "## Every goroutine of a Go program\n\nNot measured: {e}\n"
             )),
+        }
+        s.push('\n');
+        match &self.alloc {
+            Ok(section) => s.push_str(section),
+            Err(e) => s.push_str(&format!("## Allocation sampler\n\nNot measured: {e}\n")),
         }
         s.push('\n');
         self.commands(&mut s);
@@ -837,6 +844,7 @@ mod tests {
             reading: Err("not measured in this sample".into()),
             bulk: Err("not measured in this sample".into()),
             goroutines: Err("not measured in this sample".into()),
+            alloc: Err("not measured in this sample".into()),
             notes: vec!["a note".into()],
         }
     }

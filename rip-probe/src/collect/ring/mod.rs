@@ -92,6 +92,39 @@ pub struct RingView {
     pub modules: Vec<ModuleMap>,
     /// Non-free slots.
     pub slots: Vec<RingSlot>,
+    /// The allocation sampler's table (librip::alloc), when the writer sampled.
+    pub allocations: Option<AllocEvidence>,
+}
+
+/// What the allocation sampler's table held when it was read: the live
+/// samples, each already weighed by librip's estimator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocEvidence {
+    /// The sampling mean in bytes (1: every allocation was recorded).
+    pub mean: u64,
+    /// Allocations recorded since the ring was made.
+    pub sampled: u64,
+    /// Of those, freed since.
+    pub freed: u64,
+    /// Samples the full table could not hold.
+    pub dropped: u64,
+    /// Entries found half-written, left out.
+    pub torn: u32,
+    /// The live samples.
+    pub live: Vec<LiveSample>,
+}
+
+/// One live sampled allocation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveSample {
+    /// Bytes asked for.
+    pub requested: u64,
+    /// The bytes it stands for (`librip::reader::alloc::estimated_bytes`).
+    pub estimated_bytes: f64,
+    /// When it was allocated (the writer's CLOCK_MONOTONIC, ns).
+    pub time_ns: u64,
+    /// Return addresses, the allocator's caller first.
+    pub frames: Vec<u64>,
 }
 
 impl RingView {
@@ -123,6 +156,7 @@ impl RingView {
             dropped: 0,
             modules: Vec::new(),
             slots,
+            allocations: None,
         }
     }
 }

@@ -60,6 +60,26 @@ impl RingView {
                     task: s.task,
                 })
                 .collect(),
+            allocations: ring.allocations().map(|t| super::AllocEvidence {
+                mean: t.mean,
+                sampled: t.sampled,
+                freed: t.freed,
+                dropped: t.dropped,
+                torn: t.torn,
+                live: t
+                    .live
+                    .iter()
+                    .map(|a| super::LiveSample {
+                        requested: a.requested,
+                        estimated_bytes: librip::reader::alloc::estimated_bytes(
+                            a.requested,
+                            t.mean,
+                        ),
+                        time_ns: a.time_ns,
+                        frames: a.frames.clone(),
+                    })
+                    .collect(),
+            }),
         }
     }
 }

@@ -1,0 +1,136 @@
+//! The allocation table's writer side: whether a new ring gets one, its
+//! region header, and pointing the C sampler (`csrc/alloc.c`) at it.
+//!
+//! A ring has a table only when asked: by `RIP_ALLOC_SAMPLE` in the
+//! environment, or by [`crate::alloc::sample_allocations`] before the ring
+//! is created. Linking librip alone never samples.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::{
+    format::{Layout, alloc},
+    shm::Shm,
+};
+
+/// The mean asked for by the Rust API (0: none; then the environment decides).
+pub(crate) static REQUESTED_MEAN: AtomicU64 = AtomicU64::new(0);
+
+/// Set when the interposer's constructor made the ring: the program's own
+/// `rip_create_ring` then finds it there and uses it.
+pub(crate) static CREATED_AT_LOAD: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The environment variable that turns the sampler on, with its mean.
+pub const SAMPLE_ENV: &str = "RIP_ALLOC_SAMPLE";
+/// The environment variable that sizes the table (entries, a power of two).
+pub const TABLE_ENV: &str = "RIP_ALLOC_TABLE";
+
+unsafe extern "C" {
+    fn rip_alloc_configure(region: *mut u64, capacity: u64, mean: u64);
+}
+
+/// What a new ring's table looks like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub(crate) mean: u64,
+    pub(crate) capacity: u32,
+}
+
+/// Parses a byte count: digits with an optional k, m or g suffix (powers
+/// of 1024), e.g. `512k`, `1` (every allocation), `4096`.
+pub(crate) fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0)
+}
+
+/// The table a new ring gets, if any; a bad variable is said once on
+/// stderr and leaves the sampler off.
+pub(crate) fn config() -> Option<Config> {
+    let mean = match REQUESTED_MEAN.load(Ordering::Relaxed) {
+        0 => {
+            let v = std::env::var(SAMPLE_ENV).ok()?;
+            if v.is_empty() || v == "0" || v == "off" {
+                return None;
+            }
+            let Some(m) = parse_bytes(&v) else {
+                eprintln!(
+                    "librip: {SAMPLE_ENV}={v:?} is not a byte count: use e.g. 512k (the mean distance between samples) or 1 (every allocation); allocations are not sampled"
+                );
+                return None;
+            };
+            m
+        }
+        m => m,
+    };
+    let capacity = match std::env::var(TABLE_ENV) {
+        Err(_) => alloc::DEFAULT_CAPACITY,
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n.is_power_of_two() && n <= alloc::MAX_CAPACITY => n,
+            _ => {
+                eprintln!(
+                    "librip: {TABLE_ENV}={v:?} is not a power of two up to {}: the table keeps its default {} entries",
+                    alloc::MAX_CAPACITY,
+                    alloc::DEFAULT_CAPACITY
+                );
+                alloc::DEFAULT_CAPACITY
+            }
+        },
+    };
+    Some(Config { mean, capacity })
+}
+
+/// Writes the table's region header (magic last) and starts the sampler on
+/// it. Its pages were reserved with the file's (a store into it never
+/// faults for lack of tmpfs space).
+pub(crate) fn start(shm: &Shm, layout: &Layout, cfg: Config) {
+    let region = layout.alloc_region;
+    use alloc::hdr;
+    let at = |off: usize| region + off as u64;
+    shm.store_u32(at(hdr::VERSION), alloc::VERSION, Ordering::Relaxed);
+    shm.store_u32(at(hdr::ENTRY_SIZE), alloc::ENTRY_SIZE, Ordering::Relaxed);
+    shm.store_u32(at(hdr::CAPACITY), layout.alloc_capacity, Ordering::Relaxed);
+    shm.store_u32(at(hdr::FRAMES), alloc::FRAMES, Ordering::Relaxed);
+    shm.store_u64(at(hdr::MEAN), cfg.mean, Ordering::Relaxed);
+    shm.store_u32(at(hdr::PROBE), alloc::PROBE, Ordering::Relaxed);
+    shm.store_u64(
+        at(hdr::MAGIC),
+        u64::from_le_bytes(alloc::MAGIC),
+        Ordering::Release,
+    );
+    let base = shm.base().wrapping_add(region as usize).cast::<u64>();
+    // SAFETY: the region lies inside the ring's mapping, which stays mapped
+    // for the life of the process (anonymous memory after fork).
+    unsafe { rip_alloc_configure(base, u64::from(layout.alloc_capacity), cfg.mean) };
+}
+
+/// Stops sampling (in a forked child, whose table is no longer the file).
+pub(crate) fn stop() {
+    // SAFETY: null turns the sampler off.
+    unsafe { rip_alloc_configure(std::ptr::null_mut(), 0, 0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("512k"), Some(512 * 1024));
+        assert_eq!(parse_bytes("1"), Some(1));
+        assert_eq!(parse_bytes("2M"), Some(2 << 20));
+        assert_eq!(parse_bytes(" 4096 "), Some(4096));
+        for bad in ["", "k", "0", "-1", "1.5k", "lots", "99999999999999999999g"] {
+            assert_eq!(parse_bytes(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,134 @@
+/*
+ * A program that knows nothing of librip, for the allocation sampler
+ * (run with LD_PRELOAD of librip's shared library, or linked with it).
+ *
+ *   alloc_leaks leak N SIZE   frees many allocations of mixed sizes made by
+ *                             churn() and leaks N of SIZE bytes from
+ *                             leak_here() (called by leak_path()); prints
+ *                             "ready" and waits for a line on stdin.
+ *   alloc_leaks storm T       T threads allocate and free (every member of
+ *                             the malloc family) while the main thread
+ *                             forks children that allocate, fork handlers
+ *                             that allocate, and exit; prints "storm ok"
+ *                             when all threads and children finished.
+ */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+__attribute__((noinline)) void churn(unsigned i)
+{
+	static const size_t sizes[] = { 16, 24, 32, 48, 64, 100, 128, 200, 256, 512, 1000, 4096, 20000 };
+	char *p = malloc(sizes[i % (sizeof sizes / sizeof sizes[0])]);
+	p[0] = (char)i;
+	sink += (unsigned long)p[0];
+	free(p);
+}
+
+__attribute__((noinline)) void *leak_here(size_t size)
+{
+	char *p = malloc(size);
+	memset(p, 1, size);
+	return p;
+}
+
+__attribute__((noinline)) void leak_path(size_t size)
+{
+	void *p = leak_here(size);
+	sink += (unsigned long)p & 1;
+}
+
+static int leak(unsigned n, size_t size)
+{
+	for (unsigned i = 0; i < n * 50; i++) {
+		churn(i);
+		if (i % 50 == 0)
+			leak_path(size);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	char line[16];
+	if (!fgets(line, sizeof line, stdin))
+		return 0;
+	return 0;
+}
+
+static void *storm_thread(void *arg)
+{
+	unsigned seed = (unsigned)(unsigned long)arg;
+	void *keep[64] = { 0 };
+	for (unsigned i = 0; i < 200000; i++) {
+		unsigned k = (seed = seed * 1103515245u + 12345u) >> 16;
+		void **slot = &keep[k % 64];
+		free(*slot);
+		switch (k % 7) {
+		case 0: *slot = malloc(k % 3000 + 1); break;
+		case 1: *slot = calloc(k % 10 + 1, 24); break;
+		case 2: *slot = realloc(malloc(32), k % 5000 + 1); break;
+		case 3: if (posix_memalign(slot, 64, k % 700 + 1)) *slot = 0; break;
+		case 4: *slot = aligned_alloc(32, 64 * (k % 9 + 1)); break;
+		case 5: *slot = memalign(128, k % 900 + 1); break;
+		default: *slot = valloc(k % 100 + 1); break;
+		}
+		if (*slot)
+			sink += malloc_usable_size(*slot) & 1;
+	}
+	for (unsigned i = 0; i < 64; i++)
+		free(keep[i]);
+	return 0;
+}
+
+static void *fork_handler_block;
+static void in_parent(void) { free(fork_handler_block); fork_handler_block = 0; }
+static void before(void) { fork_handler_block = malloc(77); }
+static void in_child(void) { free(fork_handler_block); fork_handler_block = malloc(99); }
+
+static int storm(unsigned threads)
+{
+	pthread_atfork(before, in_parent, in_child);
+	pthread_t t[64];
+	if (threads > 64)
+		threads = 64;
+	for (unsigned i = 0; i < threads; i++)
+		pthread_create(&t[i], 0, storm_thread, (void *)(unsigned long)(i + 1));
+	int forks = 0;
+	for (int f = 0; f < 20; f++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			/* The child allocates (its table is gone) and exits. */
+			for (unsigned i = 0; i < 1000; i++)
+				churn(i);
+			free(fork_handler_block);
+			_exit(0);
+		}
+		int status = 0;
+		if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+		    WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "child %d failed: status %d\n", f, status);
+			return 1;
+		}
+		forks++;
+	}
+	for (unsigned i = 0; i < threads; i++)
+		pthread_join(t[i], 0);
+	printf("storm ok %d forks\n", forks);
+	fflush(stdout);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 4 && strcmp(argv[1], "leak") == 0)
+		return leak((unsigned)atoi(argv[2]), (size_t)atol(argv[3]));
+	if (argc >= 3 && strcmp(argv[1], "storm") == 0)
+		return storm((unsigned)atoi(argv[2]));
+	fprintf(stderr, "usage: alloc_leaks leak N SIZE | storm THREADS\n");
+	return 2;
+}

@@ -1,0 +1,362 @@
+//! librip's allocation sampler (librip::alloc): preloaded into programs
+//! that know nothing of it (C, Debian's python3), linked into a C program,
+//! and used from Rust as the global allocator. Each leaks from one call
+//! path among many freed allocations; `rip-probe leaks` finds the path by
+//! function name live and after SIGKILL, with exact counts when every
+//! allocation is recorded and estimated bytes within sampling error
+//! otherwise. A multithreaded storm through every member of the malloc
+//! family, with fork() and allocating fork handlers, neither deadlocks nor
+//! leaves the table inconsistent; killed at random points, it leaves a
+//! table the reader reads, torn entries counted rather than returned.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use librip::reader::{ReadError, RingFile, alloc::AllocTable};
+use rip_tests::{Rng, TempDir, Workload, build_c, build_librip_sampler, librip_static, rip_probe};
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+const RUST_LEAKS: &str = env!("CARGO_BIN_EXE_rip-alloc-leaks");
+
+fn sampler_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(build_librip_sampler)
+}
+
+/// `tests/c/alloc_leaks.c`, unmodified.
+fn alloc_leaks() -> PathBuf {
+    build_c("alloc_leaks", &[])
+}
+
+/// The same program linked with librip's static library (the interposer
+/// comes with it).
+fn alloc_leaks_linked() -> PathBuf {
+    let link = librip_static(sampler_dir());
+    let mut extra: Vec<&str> = link.iter().map(String::as_str).collect();
+    extra.push("-lpthread");
+    build_c("alloc_leaks", &extra)
+}
+
+/// `cmd` with the sampler preloaded, at `mean`, writing `ring`.
+fn preloaded(mut cmd: Command, mean: &str, ring: &Path) -> Command {
+    cmd.env("LD_PRELOAD", sampler_dir().join("liblibrip.so"));
+    sampled(cmd, mean, ring)
+}
+
+fn sampled(mut cmd: Command, mean: &str, ring: &Path) -> Command {
+    cmd.env("RIP_ALLOC_SAMPLE", mean)
+        .env("RIP_ALLOC_RING", ring);
+    cmd
+}
+
+/// The stack blocks of `rip-probe leaks` text: each starts with its
+/// "… allocated from:" line.
+fn blocks(out: &str) -> Vec<String> {
+    out.split("\n\n")
+        .filter(|b| b.contains("allocated from:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The one block whose frames name `function`.
+fn block_naming(out: &str, function: &str) -> String {
+    let found: Vec<String> = blocks(out)
+        .into_iter()
+        .filter(|b| b.contains(function))
+        .collect();
+    assert_eq!(found.len(), 1, "one stack names {function}:\n{out}");
+    found.into_iter().next().unwrap()
+}
+
+fn leaks(args: &[&str]) -> String {
+    let (code, out, err) = rip_probe(CLI, args);
+    assert_eq!(code, 0, "rip-probe {args:?}: {err}");
+    out
+}
+
+fn table(ring: &Path) -> AllocTable {
+    RingFile::open(ring)
+        .unwrap_or_else(|e| panic!("{}: {e}", ring.display()))
+        .allocations()
+        .cloned()
+        .expect("the ring has an allocation table")
+}
+
+/// Kills the workload and waits for it.
+fn kill(w: &mut Workload) {
+    w.child.kill().expect("SIGKILL");
+    w.child.wait().expect("wait");
+}
+
+/// Every-call sampling: the leaking path is named with its exact count,
+/// live and after SIGKILL; the freed path never appears.
+#[test]
+fn preloaded_c_program_leak_found_live_and_after_sigkill() {
+    let dir = TempDir::new("/dev/shm", "alloc-c");
+    let ring = dir.join("c.ring");
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(["leak", "1000", "1000"]);
+    let mut w = Workload::start(preloaded(cmd, "1", &ring));
+    let pid = w.pid().to_string();
+
+    let live = leaks(&["leaks", "--pid", &pid, "--sampled"]);
+    assert!(live.contains("(running)"), "{live}");
+    assert!(live.contains("every allocation recorded"), "{live}");
+    let b = block_naming(&live, "leak_here");
+    assert!(b.starts_with("1000 live, 976.6 KiB allocated from:"), "{b}");
+    assert!(b.contains("leak_path") && b.contains("main"), "{b}");
+    assert!(
+        !live.contains("churn"),
+        "freed allocations are not leaks:\n{live}"
+    );
+
+    kill(&mut w);
+    let dead = leaks(&["leaks", ring.to_str().unwrap()]);
+    assert!(dead.contains("gone: what was live at its end"), "{dead}");
+    assert_eq!(block_naming(&dead, "leak_here"), b);
+    assert!(!dead.contains("churn"), "{dead}");
+    let t = table(&ring);
+    assert_eq!(t.mean, 1);
+    assert_eq!(t.torn, 0);
+    assert_eq!(t.dropped, 0);
+    assert_eq!(
+        t.live.iter().filter(|a| a.requested == 1000).count(),
+        1000,
+        "{:?}",
+        t.live.len()
+    );
+}
+
+/// Linked with librip's static library instead of preloaded: the same.
+#[test]
+fn linked_c_program_is_sampled_when_asked() {
+    let dir = TempDir::new("/dev/shm", "alloc-linked");
+    let ring = dir.join("l.ring");
+    let mut cmd = Command::new(alloc_leaks_linked());
+    cmd.args(["leak", "300", "777"]);
+    let mut w = Workload::start(sampled(cmd, "1", &ring));
+    let b = block_naming(
+        &leaks(&["leaks", "--pid", &w.pid().to_string(), "--sampled"]),
+        "leak_here",
+    );
+    assert!(b.starts_with("300 live, "), "{b}");
+    kill(&mut w);
+    let t = table(&ring);
+    assert_eq!(t.live.iter().filter(|a| a.requested == 777).count(), 300);
+
+    // Without RIP_ALLOC_SAMPLE, linking changes nothing: no ring is made.
+    let quiet = dir.join("none.ring");
+    let mut cmd = Command::new(alloc_leaks_linked());
+    cmd.args(["leak", "10", "10"]).env("RIP_ALLOC_RING", &quiet);
+    let mut w = Workload::start(cmd);
+    kill(&mut w);
+    assert!(!quiet.exists(), "a ring without RIP_ALLOC_SAMPLE");
+}
+
+/// At a sampling mean the leak is estimated, not counted: 20,000 leaks of
+/// 1,000 bytes at a mean of 16 KiB give about 1,184 samples (standard
+/// deviation 2.8 %); the estimate must be within 20 % (seven deviations).
+#[test]
+fn sampled_estimate_is_within_sampling_error() {
+    let dir = TempDir::new("/dev/shm", "alloc-est");
+    let ring = dir.join("e.ring");
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(["leak", "20000", "1000"]);
+    let mut w = Workload::start(preloaded(cmd, "16k", &ring));
+    kill(&mut w);
+    let t = table(&ring);
+    assert_eq!(t.mean, 16 * 1024);
+    let leaked: f64 = t
+        .live
+        .iter()
+        .filter(|a| a.requested == 1000)
+        .map(|a| librip::reader::alloc::estimated_bytes(a.requested, t.mean))
+        .sum();
+    let truth = 20_000_000.0;
+    assert!(
+        (leaked - truth).abs() < 0.2 * truth,
+        "estimated {leaked} bytes for {truth}"
+    );
+    let out = leaks(&["leaks", ring.to_str().unwrap()]);
+    let b = block_naming(&out, "leak_here");
+    assert!(b.starts_with("about "), "{b}");
+    assert!(out.contains("sampled every 16.0 KiB on average"), "{out}");
+}
+
+/// Waits for `child` to exit; a hang (a deadlock) fails after `limit`,
+/// which no load makes a healthy run reach.
+fn wait_or_hang(child: &mut std::process::Child, limit: Duration, what: &str) -> bool {
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.success();
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what} still running after {limit:?}: deadlocked");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Four threads through every member of the malloc family, every call
+/// sampled, while the main thread forks twenty children (with fork
+/// handlers that allocate and free): no deadlock, every child exits 0, and
+/// the table's books balance exactly (recorded − freed = live entries,
+/// none torn, none dropped): forked children never wrote to it.
+#[test]
+fn storm_with_fork_keeps_the_table_whole() {
+    let dir = TempDir::new("/dev/shm", "alloc-storm");
+    for (name, exe, preload) in [
+        ("preloaded", alloc_leaks(), true),
+        ("linked", alloc_leaks_linked(), false),
+    ] {
+        let ring = dir.join(&format!("{name}.ring"));
+        let mut cmd = Command::new(exe);
+        cmd.args(["storm", "4"]).stdout(Stdio::piped());
+        let mut cmd = if preload {
+            preloaded(cmd, "1", &ring)
+        } else {
+            sampled(cmd, "1", &ring)
+        };
+        let mut child = cmd.spawn().expect("spawn the storm");
+        let ok = wait_or_hang(&mut child, Duration::from_secs(600), name);
+        let mut out = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(ok && out.contains("storm ok 20 forks"), "{name}: {out}");
+        let t = table(&ring);
+        assert_eq!((t.torn, t.dropped), (0, 0), "{name}");
+        assert!(t.sampled > 800_000, "{name}: {} recorded", t.sampled);
+        assert_eq!(
+            t.sampled - t.freed,
+            t.live.len() as u64,
+            "{name}: recorded {} freed {} live {}",
+            t.sampled,
+            t.freed,
+            t.live.len()
+        );
+        // What the program never frees: stdio's buffer and the like.
+        assert!(t.live.len() < 20, "{name}: {:?}", t.live);
+    }
+}
+
+/// Killed at random points of the storm, the writer leaves a table the
+/// reader always reads: entries whole (inside the program's sizes, with a
+/// stack), or counted torn.
+#[test]
+fn killed_storms_leave_readable_tables() {
+    let dir = TempDir::new("/dev/shm", "alloc-kill");
+    let mut rng = Rng::new(u64::from(std::process::id()));
+    let exe = alloc_leaks();
+    let mut read = 0;
+    for i in 0..30 {
+        let ring = dir.join(&format!("k{i}.ring"));
+        let mut cmd = Command::new(&exe);
+        cmd.args(["storm", "3"]).stdout(Stdio::null());
+        let mut child = preloaded(cmd, "1", &ring).spawn().expect("spawn");
+        std::thread::sleep(Duration::from_micros(rng.below(300_000)));
+        child.kill().expect("SIGKILL");
+        child.wait().unwrap();
+        let t = match RingFile::open(&ring) {
+            Ok(r) => r.allocations().cloned().expect("a table"),
+            // Killed before the constructor made the ring.
+            Err(ReadError::NotFound(_)) => continue,
+            Err(e) => panic!("kill {i}: {e}"),
+        };
+        for a in &t.live {
+            assert!(a.addr != 0 && a.requested <= 20_000, "kill {i}: {a:?}");
+            assert!(!a.frames.is_empty(), "kill {i}: {a:?}");
+        }
+        read += 1;
+    }
+    assert!(read > 0, "no kill left a ring");
+}
+
+/// Debian's python3, unmodified, preloaded: 4,000 bytearrays of 10,000
+/// bytes kept, the process killed; the stack that made them is named and
+/// estimated within 20 % (mean 32 KiB: about 1,050 samples, deviation 2.6 %).
+#[test]
+fn preloaded_python_leak_found_after_sigkill() {
+    let dir = TempDir::new("/dev/shm", "alloc-py");
+    let ring = dir.join("py.ring");
+    let script = [
+        "import os, signal",
+        "keep = []",
+        "for i in range(40000):",
+        "    x = [0] * 50",
+        "    if i % 10 == 0:",
+        "        keep.append(bytearray(10000))",
+        "os.kill(os.getpid(), signal.SIGKILL)",
+    ]
+    .join("\n");
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.args(["-c", &script]);
+    let status = preloaded(cmd, "32k", &ring)
+        .status()
+        .expect("run /usr/bin/python3 (cargo xtask setup installs it)");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "python3 killed itself: {status:?}"
+    );
+    let out = leaks(&["leaks", ring.to_str().unwrap()]);
+    let b = block_naming(&out, "PyByteArray");
+    let first = b.lines().next().unwrap();
+    // "about 38.2 MiB live (1043 samples, 10.0 MiB) allocated from:"
+    let mib: f64 = first
+        .strip_prefix("about ")
+        .and_then(|r| r.strip_suffix(" allocated from:"))
+        .and_then(|r| r.split_once(" MiB live"))
+        .and_then(|(v, _)| v.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    let truth = 4000.0 * 10000.0 / (1024.0 * 1024.0);
+    assert!(
+        (mib - truth).abs() < 0.2 * truth,
+        "{first}: truth {truth:.1} MiB"
+    );
+}
+
+/// Rust, through librip::alloc::Sampled as the global allocator, every
+/// allocation recorded: the leaking function is named with its count.
+#[test]
+fn rust_global_allocator_leak_found_live() {
+    let dir = TempDir::new("/dev/shm", "alloc-rs");
+    let ring = dir.join("rs.ring");
+    let mut cmd = Command::new(RUST_LEAKS);
+    cmd.arg(&ring).args(["500", "1000"]);
+    let mut w = Workload::start(cmd);
+    let out = leaks(&["leaks", "--pid", &w.pid().to_string(), "--sampled"]);
+    let b = block_naming(&out, "leak_here");
+    assert!(b.starts_with("500 live, 488.3 KiB allocated from:"), "{b}");
+    assert!(b.contains("rip_alloc_leaks::main"), "{b}");
+    kill(&mut w);
+    let t = table(&ring);
+    assert_eq!(t.live.iter().filter(|a| a.requested == 1000).count(), 500);
+}
+
+/// A mean that is not a byte count is one line on stderr; the program runs
+/// unsampled, without a ring.
+#[test]
+fn bad_settings_are_said_once() {
+    let dir = TempDir::new("/dev/shm", "alloc-bad");
+    let ring = dir.join("bad.ring");
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(["leak", "1", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let out = preloaded(cmd, "lots", &ring).output().expect("run");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("RIP_ALLOC_SAMPLE=\"lots\" is not a byte count"),
+        "{err}"
+    );
+    assert!(!ring.exists());
+}
