@@ -42,7 +42,11 @@ pub(crate) struct LeaksArgs {
     /// A ring file written with librip's allocation sampler on
     /// (RIP_ALLOC_SAMPLE): what was live in it, even after its process
     /// died.
-    #[arg(required_unless_present = "pid", conflicts_with = "pid", value_name = "RING")]
+    #[arg(
+        required_unless_present = "pid",
+        conflicts_with = "pid",
+        value_name = "RING"
+    )]
     ring: Option<std::path::PathBuf>,
     /// The process observed.
     #[arg(long, short)]
@@ -91,9 +95,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     let stacks = Stacks::new(pid).map_err(|e| Error::Usage(e.to_string()))?;
     let calls = traced_calls(true, true, true);
     let open_at_start = open_descriptors(pid);
-    let probe = timing::phase("attach leaks", || {
-        LeaksProbe::attach(pid, threads, &calls)
-    })?;
+    let probe = timing::phase("attach leaks", || LeaksProbe::attach(pid, threads, &calls))?;
     let mut sym = StackSymbolizer::new(pid);
     let c = LeaksCollector::new(probe, stacks, open_at_start);
     let mut s = Tracing {
