@@ -233,6 +233,16 @@ extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::Relaxed);
 }
 
+/// For long work before a window (attaching uprobes one by one): arms
+/// the handler as a window does, if the CLI asked for it, and says which
+/// signal, if one came, asked rip-probe to stop. The work stops and undoes
+/// itself; a second signal ends rip-probe at once. Always `None` in the
+/// library API.
+pub(crate) fn stop_requested() -> Option<&'static str> {
+    arm();
+    interrupted()
+}
+
 /// The signal that asked the windows to end, if one came.
 fn interrupted() -> Option<&'static str> {
     match SIGNAL.load(Ordering::Relaxed) {

@@ -23,7 +23,8 @@ func readHere(buf []byte) int {
 
 func main() {
 	runtime.LockOSThread()
-	fmt.Println("ready", double(21)) // calls double
+	fmt.Println("double", double(21)) // calls double
+	fmt.Println("ready")
 	buf := make([]byte, 1)
 	for readHere(buf) > 0 {
 	}

@@ -272,7 +272,11 @@ fn without_uprobe_multi_each_function_gets_its_own_uprobe() {
         Command::new(CLI)
             .args(["calls", "--pid", &w.pid().to_string(), "--json"])
             .args(["--uprobe", "fn_00?", "--duration", "10m"])
-            .env("RIP_PROBE_UPROBE_MULTI", "0"),
+            .env("RIP_PROBE_UPROBE_MULTI", "0")
+            // 20 uprobes one by one: more than are attached without
+            // measuring the kernel's detach; allowed here whatever a
+            // loaded machine's grace periods cost.
+            .env("RIP_PROBE_ONE_BY_ONE_MAX", "20"),
     );
     run.wait_phase("attach uprobes");
     let links = links_held_by(run.child.id());
@@ -300,5 +304,130 @@ fn without_uprobe_multi_each_function_gets_its_own_uprobe() {
     for f in functions {
         assert_eq!(f["calls"].as_u64(), Some(2), "{f}");
     }
+    assert_gone(&progs);
+}
+
+/// One uprobe at a time, 1,000 functions are more than detach in the
+/// bound (each detach waits for a grace period of the kernel, about
+/// 100 ms here and longer under load): refused before any is attached,
+/// with one line giving the measured cost, the most allowed, and what
+/// to do.
+#[test]
+fn one_by_one_more_than_detach_in_time_are_refused() {
+    if !bpf_tests_enabled("one_by_one_more_than_detach_in_time_are_refused") {
+        return;
+    }
+    let w = workload();
+    let out = Command::new(CLI)
+        .args(["--pid", &w.pid().to_string(), "--uprobe", "fn_*"])
+        .args(["--duration", "0"])
+        .env("RIP_PROBE_UPROBE_MULTI", "0")
+        .env_remove("RIP_PROBE_ONE_BY_ONE_MAX")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty(), "no report");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    for part in [
+        "1000 uprobes one by one would take about ",
+        "each, measured; at most ",
+        "so none was attached (RIP_PROBE_UPROBE_MULTI=0 turns uprobe_multi links off)",
+        "narrow the pattern, use Linux 6.6 or later",
+        "RIP_PROBE_ONE_BY_ONE_MAX=1000",
+    ] {
+        assert!(err.contains(part), "{part:?} in {err}");
+    }
+    let most: usize = err
+        .split("at most ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the most allowed");
+    assert!((16..1000).contains(&most), "{err}");
+}
+
+/// Makes the calling thread real-time (SCHED_FIFO) until dropped: a test
+/// that must see a phase of rip-probe before it ends then wakes on time
+/// whatever else loads the CPUs.
+struct RealTime;
+
+impl RealTime {
+    fn new() -> RealTime {
+        let p = libc::sched_param { sched_priority: 1 };
+        // SAFETY: valid parameters for the calling thread.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+        assert_eq!(r, 0, "SCHED_FIFO (the test runs as root)");
+        RealTime
+    }
+}
+
+impl Drop for RealTime {
+    fn drop(&mut self) {
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as above.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
+    }
+}
+
+/// Ctrl-C while 1,000 uprobes are being attached one by one: the first
+/// SIGINT stops attaching, what was attached is detached, and rip-probe
+/// ends with one line saying how far it got (status 130, no report); no
+/// program or link of it is left. The SIGINT is sent once rip-probe holds
+/// uprobes (seen in its descriptors, by a real-time thread so that a
+/// loaded machine cannot hide the attaching from it).
+#[test]
+fn ctrl_c_while_attaching_one_by_one_stops_and_detaches() {
+    if !bpf_tests_enabled("ctrl_c_while_attaching_one_by_one_stops_and_detaches") {
+        return;
+    }
+    let w = workload();
+    let run = Background::spawn(
+        Command::new(CLI)
+            .args(["--pid", &w.pid().to_string(), "--uprobe", "fn_*"])
+            .args(["--duration", "10m"])
+            .env("RIP_PROBE_UPROBE_MULTI", "0")
+            .env("RIP_PROBE_ONE_BY_ONE_MAX", "1000"),
+    );
+    let pid = run.child.id();
+    let mut progs = Vec::new();
+    {
+        let _rt = RealTime::new();
+        loop {
+            let links = links_held_by(pid);
+            progs.extend(links.iter().map(|l| l.prog_id));
+            let uprobes = links
+                .iter()
+                .filter(|l| l.kind == "perf" && l.event == "uprobe")
+                .count();
+            if uprobes > 0 {
+                assert!(uprobes < 1000, "all attached before the test saw one");
+                break;
+            }
+            assert!(
+                std::fs::metadata(format!("/proc/{pid}/fdinfo")).is_ok(),
+                "rip-probe ended before attaching"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    progs.sort_unstable();
+    progs.dedup();
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(130), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "no report: {}", out.stdout);
+    let err = out.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let done = err
+        .split("SIGINT while attaching uprobes one by one: stopped after ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{err}"));
+    let attached: usize = done.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        (1..1000).contains(&attached) && done.contains("of 1000, and detached them"),
+        "{err}"
+    );
     assert_gone(&progs);
 }

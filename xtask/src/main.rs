@@ -57,6 +57,9 @@ enum Cmd {
         /// processes): printed and written to target/bench/bulk.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only"])]
         bulk_only: bool,
+        /// With --bulk-only: only its --cgroup row.
+        #[arg(long, requires = "bulk_only")]
+        cgroup_only: bool,
         /// Only the goroutine rows (rip-probe on a Go program with 100,000
         /// goroutines, beside its own pprof dump: time, pause, memory):
         /// printed and written to target/bench/goroutines.md.
@@ -101,8 +104,10 @@ fn main() {
             stacks_only: true, ..
         } => bench::run_stacks_only(),
         Cmd::Bench {
-            bulk_only: true, ..
-        } => bench::run_bulk_only(),
+            bulk_only: true,
+            cgroup_only,
+            ..
+        } => bench::run_bulk_only(cgroup_only),
         Cmd::Bench {
             goroutines_only: true,
             ..

@@ -26,13 +26,14 @@ use crate::{
 /// refused by its range check, or by the kernel at attach): what must not
 /// happen there is what the shipped binary would suffer, a panic, a hang
 /// or memory without bound.
-const FUZZ_TARGETS: [(&str, u32, bool); 6] = [
+const FUZZ_TARGETS: [(&str, u32, bool); 7] = [
     ("reader", 9, false),
     ("ring_file", 6, false),
     ("maps", 5, false),
     ("sites", 5, false),
     ("elf_symbols", 6, true),
     ("perf_map", 4, false),
+    ("gopclntab", 5, false),
 ];
 
 /// Fuzzes each target for a bounded time, from its committed corpus. New

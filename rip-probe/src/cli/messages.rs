@@ -29,6 +29,11 @@ pub(crate) fn exit_status(e: &Error) -> i32 {
     match e {
         Error::Usage(_) | Error::Args(_) | Error::Cgroup(_) => 2,
         Error::Kernel(k) if from_uprobe(k) => 2,
+        // As a shell reports a process a signal ended: 128 + its number.
+        Error::Kernel(kernel::Error::Interrupted { signal, .. }) => match *signal {
+            "SIGTERM" => 128 + libc::SIGTERM,
+            _ => 128 + libc::SIGINT,
+        },
         _ => 1,
     }
 }
@@ -150,7 +155,11 @@ fn kernel(e: &kernel::Error) -> String {
         K::Symbols { .. } => format!("--uprobe: {what}"),
         K::TooManyMatches { .. } => format!("--uprobe {what}; use a narrower pattern"),
         K::TooManyToTime { .. } => format!("{what}: narrow the pattern"),
-        K::TooManyOneByOne { .. } => format!("--uprobe {what}: narrow the pattern"),
+        K::TooManyOneByOne { count, .. } => format!(
+            "--uprobe {what}: narrow the pattern, use Linux 6.6 or later (uprobe_multi links), \
+             or set RIP_PROBE_ONE_BY_ONE_MAX={count} to wait for the detach"
+        ),
+        K::Interrupted { .. } => what,
         K::Capabilities(_)
         | K::KernelTooOld { .. }
         | K::Read { .. }

@@ -208,15 +208,21 @@ impl GoBinary {
         let f = std::fs::File::open(file.proc_path())
             .map_err(|e| GoError(format!("cannot read the binary: {}", e.kind())))?;
         let cache = object::ReadCache::new(f);
-        Self::parse(&cache)
+        Self::parse(&cache, Some(file))
     }
 
     /// Reads the Go tables of an ELF image held in memory.
     pub fn from_bytes(data: &[u8]) -> Result<Option<GoBinary>, GoError> {
-        Self::parse(data)
+        Self::parse(data, None)
     }
 
-    fn parse<'d, R: ReadRef<'d>>(data: R) -> Result<Option<GoBinary>, GoError> {
+    /// Reads the tables from ELF image `data`; the sections' bytes from
+    /// `file` when given (straight into the buffers kept, not through
+    /// `data`'s cache: a large binary's table is read once).
+    fn parse<'d, R: ReadRef<'d>>(
+        data: R,
+        file: Option<&RegularFile>,
+    ) -> Result<Option<GoBinary>, GoError> {
         let Ok(obj) = object::File::parse(data) else {
             return Ok(None);
         };
@@ -236,36 +242,65 @@ impl GoBinary {
         if pcln.size() > MAX_TABLE {
             return err(format!(".gopclntab is larger than {MAX_TABLE} bytes"));
         }
-        let pcln_addr = pcln.address();
-        let table_data = pcln
-            .data()
-            .map_err(|_| GoError(".gopclntab is not in the file".into()))?
-            .to_vec();
-        let mut image = Vec::new();
-        let mut total = 0u64;
-        for s in obj.sections() {
-            let keep = matches!(
-                s.kind(),
-                SectionKind::ReadOnlyData | SectionKind::Data | SectionKind::ReadOnlyString
-            ) && s.address() != 0
-                && s.address() != pcln_addr;
-            if !keep {
-                continue;
+        let read = |s: &object::Section<'d, '_, R>| -> Option<Vec<u8>> {
+            match file {
+                Some(f) => {
+                    let (off, n) = s.file_range()?;
+                    if off.checked_add(n)? > f.size {
+                        return None;
+                    }
+                    let mut v = vec![0; usize::try_from(n).ok()?];
+                    (f.read_at(off, &mut v).ok()? == v.len()).then_some(v)
+                }
+                None => s.data().ok().map(<[u8]>::to_vec),
             }
-            let Ok(d) = s.data() else { continue };
+        };
+        let pcln_addr = pcln.address();
+        let table_data =
+            read(&pcln).ok_or_else(|| GoError(".gopclntab is not in the file".into()))?;
+        let mut tab = Table::parse(table_data)?;
+        // The data sections, read when needed: the module data's (to find
+        // it), all for Go 1.16/1.17 (funcdata pointers may point anywhere),
+        // and go.func.*'s.
+        let sections: Vec<_> = obj
+            .sections()
+            .filter(|s| {
+                matches!(
+                    s.kind(),
+                    SectionKind::ReadOnlyData | SectionKind::Data | SectionKind::ReadOnlyString
+                ) && s.address() != 0
+                    && s.address() != pcln_addr
+            })
+            .collect();
+        let mut image: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut total = 0u64;
+        let mut load = |s: &object::Section<'d, '_, R>, image: &mut Vec<(u64, Vec<u8>)>| {
+            if image.iter().any(|(a, _)| *a == s.address()) {
+                return Ok(());
+            }
+            let Some(d) = read(s) else { return Ok(()) };
             total = total.saturating_add(d.len() as u64);
             if total > MAX_IMAGE {
                 return err(format!(
                     "the binary's data sections are larger than {MAX_IMAGE} bytes"
                 ));
             }
-            image.push((s.address(), d.to_vec()));
+            let at = image.partition_point(|(a, _)| *a < s.address());
+            image.insert(at, (s.address(), d));
+            Ok(())
+        };
+        for s in &sections {
+            let module_data = matches!(
+                s.name(),
+                Ok(".go.module" | ".noptrdata" | ".data" | ".data.rel.ro")
+            );
+            if module_data || tab.layout == Layout::V116 {
+                load(s, &mut image)?;
+            }
         }
-        image.sort_by_key(|&(a, _)| a);
         let version = buildinfo
             .and_then(|s| s.data().ok())
             .and_then(|d| build_version(d, &image));
-        let mut tab = Table::parse(table_data)?;
         let moduledata = find_moduledata(&image, pcln_addr, &tab);
         if tab.layout != Layout::V116 && tab.text == 0 {
             // Recent Go writes no text start in the table (it would need a
@@ -278,6 +313,25 @@ impl GoBinary {
                     );
                 }
             };
+        }
+        let mut candidates: Vec<u64> = Vec::new();
+        if tab.layout != Layout::V116 {
+            candidates.extend(
+                [".go.func", ".data.rel.ro.go.func"]
+                    .iter()
+                    .filter_map(|n| obj.section_by_name(n).map(|s| s.address())),
+            );
+            if let Some(m) = &moduledata {
+                candidates.extend(m.iter().skip(24).copied());
+            }
+            for &c in &candidates {
+                if let Some(s) = sections
+                    .iter()
+                    .find(|s| c >= s.address() && c - s.address() < s.size())
+                {
+                    load(s, &mut image)?;
+                }
+            }
         }
         let loads = obj
             .segments()
@@ -296,16 +350,32 @@ impl GoBinary {
             loads,
         };
         if bin.tab.layout != Layout::V116 {
-            let mut candidates: Vec<u64> = [".go.func", ".data.rel.ro.go.func"]
-                .iter()
-                .filter_map(|n| obj.section_by_name(n).map(|s| s.address()))
-                .collect();
-            if let Some(m) = &moduledata {
-                candidates.extend(m.iter().skip(24).copied());
-            }
             bin.gofunc = bin.pick_gofunc(&candidates);
+            // Funcdata is read only from go.func.*'s section from now on:
+            // the others are not kept (tens of MB in large binaries).
+            let keep = bin.gofunc;
+            bin.image
+                .retain(|(a, d)| keep.is_some_and(|g| g >= *a && g - a < d.len() as u64));
         }
         Ok(Some(bin))
+    }
+
+    /// A table alone, at virtual address `addr`, its funcdata read from
+    /// the table itself (as recent Go lays it out): for the fuzz target.
+    pub fn from_table(data: Vec<u8>, addr: u64) -> Result<GoBinary, GoError> {
+        let mut tab = Table::parse(data)?;
+        if tab.text == 0 {
+            tab.text = addr;
+        }
+        let gofunc = (tab.layout != Layout::V116).then_some(addr);
+        Ok(GoBinary {
+            version: None,
+            tab,
+            image: Vec::new(),
+            tab_addr: addr,
+            gofunc,
+            loads: Vec::new(),
+        })
     }
 
     /// The Go release that built the binary (`go1.19.8`), from
@@ -626,7 +696,11 @@ impl Table {
         if end <= entry {
             return None;
         }
-        let at = self.pcln.checked_add(off)?;
+        // A record inside the table (the checks below then cannot overflow).
+        let at = self
+            .pcln
+            .checked_add(off)
+            .filter(|&at| at < self.data.len())?;
         let d = &self.data;
         let (name_at, rest) = match self.layout {
             Layout::V116 => (at + 8, at + 12),
@@ -829,6 +903,45 @@ mod tests {
         assert_eq!(tab.pcvalue(10, 0x1000, 0x1014), None);
         assert_eq!(tab.pcvalue(10, 0x1000, 0xfff), None);
         assert_eq!(tab.pcvalue(0, 0x1000, 0x1000), None);
+    }
+
+    #[test]
+    fn the_fuzz_seeds_are_tables_of_one_function_with_an_inlined_call() {
+        // fuzz/corpus/gopclntab: an 8-byte address, then a table whose
+        // main.f has main.g inlined at [8, 16) (line 20; the call is on
+        // line 10) and a frame of 8 bytes from offset 4.
+        for seed in ["seed-go1.18", "seed-go1.20"] {
+            let path = format!(
+                "{}/../fuzz/corpus/gopclntab/{seed}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let data = std::fs::read(path).unwrap();
+            let (addr, table) = data.split_first_chunk::<8>().unwrap();
+            let addr = u64::from_le_bytes(*addr);
+            let bin = GoBinary::from_table(table.to_vec(), addr).unwrap();
+            let f = |function: &str, line| GoFrame {
+                function: function.into(),
+                file: "f.go".into(),
+                line,
+            };
+            assert_eq!(bin.frames_at(addr + 3), [f("main.f", 10)], "{seed}");
+            assert_eq!(
+                bin.frames_at(addr + 9),
+                [f("main.g", 20), f("main.f", 10)],
+                "{seed}"
+            );
+            assert_eq!(bin.frames_at(addr + 16), [], "{seed}");
+            assert_eq!(bin.sp_delta(addr + 3), Some(0));
+            assert_eq!(bin.sp_delta(addr + 4), Some(8));
+            let main_f = Func {
+                entry: addr,
+                end: addr + 16,
+                name: "main.f".into(),
+            };
+            assert_eq!(bin.func_at(addr + 15), Some(main_f.clone()));
+            assert_eq!(bin.func_by_name("main.f"), Some(main_f));
+            assert_eq!(bin.func_by_name("main.g"), None);
+        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Symbolization with blazesym: user addresses of a live process, user
 //! addresses of a dead one through the ring's module table (file offsets
-//! and build-ids), and kernel addresses through kallsyms.
+//! and build-ids), and kernel addresses through kallsyms. Go binaries'
+//! code is named from their `.gopclntab` (module `gopclntab`), which stripped
+//! ones keep.
 //!
 //! Every distinct address is symbolized once per report, however many
 //! threads share it.
@@ -9,7 +11,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     io::BufRead,
     path::{Path, PathBuf},
-    sync::{Mutex, OnceLock, mpsc},
+    sync::{Arc, Mutex, OnceLock, mpsc},
 };
 
 use librip::reader::{Follow, MapsLine, OpenError, RangeIndex, RegularFile};
@@ -65,6 +67,9 @@ pub(crate) struct Symbolizer {
     jit: jit::JitMaps,
     /// Separate debug files of binaries shipped without DWARF.
     split: debuginfo::SplitDebug,
+    /// The `.gopclntab` of the binaries seen, by device and inode (`None`:
+    /// not a Go binary, or one whose table cannot be read).
+    go: HashMap<(u64, u64), Option<Arc<gopclntab::GoBinary>>>,
 }
 
 impl Default for Symbolizer {
@@ -87,7 +92,55 @@ impl Symbolizer {
             sites: sites::SiteCache::default(),
             jit: jit::JitMaps::default(),
             split: debuginfo::SplitDebug::default(),
+            go: HashMap::new(),
         }
+    }
+
+    /// The Go tables of `file`, read once per file: Go binaries are named
+    /// from them (also stripped ones, which keep them for the runtime's
+    /// own tracebacks), like DWARF names others, inlined calls included.
+    fn go_binary(&mut self, file: &RegularFile, name: &str) -> Option<Arc<gopclntab::GoBinary>> {
+        if let Some(g) = self.go.get(&file.dev_ino) {
+            return g.clone();
+        }
+        let g = match gopclntab::GoBinary::from_file(file) {
+            Ok(g) => g.map(Arc::new),
+            Err(e) => {
+                self.warnings
+                    .insert(format!("{name}: its Go symbols are not read: {e}"));
+                None
+            }
+        };
+        self.go.insert(file.dev_ino, g.clone());
+        g
+    }
+
+    /// Names the `(address, file offset)` pairs of a Go binary's code
+    /// from its `.gopclntab` (`vaddr` turns a pair into the binary's
+    /// virtual address); returns the pairs it does not hold (a cgo
+    /// program's C code), left to blazesym.
+    fn go_names(
+        &mut self,
+        file: &RegularFile,
+        name: &str,
+        pairs: &[(u64, u64)],
+        vaddr: &dyn Fn(&gopclntab::GoBinary, u64) -> Option<u64>,
+        out: &mut HashMap<u64, Frame>,
+    ) -> Vec<(u64, u64)> {
+        let Some(go) = self.go_binary(file, name) else {
+            return pairs.to_vec();
+        };
+        pairs
+            .iter()
+            .filter(|&&(a, off)| {
+                let Some(f) = vaddr(&go, off).and_then(|v| go_frame(&go, a, v, name)) else {
+                    return true;
+                };
+                out.insert(a, f);
+                false
+            })
+            .copied()
+            .collect()
     }
 
     /// Loads what symbolizing will need for a live process — kallsyms and
@@ -238,6 +291,20 @@ impl Symbolizer {
         out: &mut HashMap<u64, Frame>,
     ) {
         let name = m.name.clone();
+        // The very file mapped, for its Go tables and its site table.
+        let mapped = if m.is_exec() {
+            librip::reader::open_mapped(pid, m)
+        } else {
+            None
+        };
+        let rest = match &mapped {
+            Some(f) => self.go_names(f, &name, pairs, &|g, off| g.vaddr_of_offset(off), out),
+            None => pairs.to_vec(),
+        };
+        if rest.is_empty() {
+            return;
+        }
+        let pairs = &rest[..];
         let file = crate::collect::procfs::code_path(pid, m);
         let syms = file.as_ref().and_then(|path| {
             let offsets: Vec<u64> = pairs.iter().map(|p| p.1).collect();
@@ -267,10 +334,7 @@ impl Symbolizer {
             self.split_lines(path, key, &name, pairs, out);
         }
         // A snap's site, from the site table of the very file mapped.
-        if !m.is_exec() {
-            return;
-        }
-        let Some(file) = librip::reader::open_mapped(pid, m) else {
+        let Some(file) = mapped else {
             return;
         };
         match self.sites.get(&file) {
@@ -362,9 +426,8 @@ impl Symbolizer {
         for (i, pairs) in by_module {
             let m = &mods[i];
             let name = m.path.display().to_string();
-            let offsets: Vec<u64> = pairs.iter().map(|p| p.1).collect();
-            let unresolved = |out: &mut HashMap<u64, Frame>| {
-                for &(a, off) in &pairs {
+            let unresolved = |out: &mut HashMap<u64, Frame>, pairs: &[(u64, u64)]| {
+                for &(a, off) in pairs {
                     out.insert(a, module_only(a, &name, off));
                 }
             };
@@ -382,10 +445,41 @@ impl Symbolizer {
                 self.warnings.insert(format!(
                     "{name}: {problem}; its addresses are shown as module+offset"
                 ));
-                unresolved(&mut out);
+                unresolved(&mut out, &pairs);
                 continue;
             }
             let Ok(file) = file else { continue };
+            // A Go binary's code is named from its .gopclntab; blazesym
+            // gets the rest.
+            let pairs = match self.opened.remove(&module_key(m)) {
+                Some(Ok(opened)) => {
+                    let rest = self.go_names(
+                        &opened,
+                        &name,
+                        &pairs,
+                        &|g, off| g.vaddr_of_offset(off),
+                        &mut out,
+                    );
+                    self.opened.insert(module_key(m), Ok(opened));
+                    for &(a, off) in &pairs {
+                        if let Some(f) = out.get_mut(&a)
+                            && !rest.contains(&(a, off))
+                        {
+                            f.module_offset = Some(off);
+                        }
+                    }
+                    rest
+                }
+                Some(e) => {
+                    self.opened.insert(module_key(m), e);
+                    pairs
+                }
+                None => pairs,
+            };
+            if pairs.is_empty() {
+                continue;
+            }
+            let offsets: Vec<u64> = pairs.iter().map(|p| p.1).collect();
             let src = Source::Elf(Elf::new(&file));
             match self.blaze.symbolize(&src, Input::FileOffset(&offsets)) {
                 Ok(syms) => {
@@ -400,7 +494,7 @@ impl Symbolizer {
                     // The parser's message may quote the file's bytes.
                     self.warnings
                         .insert(format!("{name}: cannot symbolize: not a readable ELF file"));
-                    unresolved(&mut out);
+                    unresolved(&mut out, &pairs);
                 }
             }
             // Snap sites from the binary's own table, if it matches the
@@ -452,19 +546,29 @@ impl Symbolizer {
                 return addrs.iter().map(|&a| (a, bare(a))).collect();
             }
         };
+        // A Go binary's code from its .gopclntab, the rest by blazesym.
+        let mut out = HashMap::new();
+        let pairs: Vec<(u64, u64)> = addrs.iter().map(|&a| (a, a)).collect();
+        let rest = self.go_names(&file, &name, &pairs, &|_, v| Some(v), &mut out);
+        if rest.is_empty() {
+            return out;
+        }
+        let addrs: Vec<u64> = rest.iter().map(|p| p.0).collect();
         let src = Source::Elf(Elf::new(file.proc_path()));
         match self.blaze.symbolize(&src, Input::VirtOffset(&addrs)) {
-            Ok(syms) => addrs
-                .iter()
-                .zip(syms)
-                .map(|(&a, s)| (a, to_frame(a, &s, None)))
-                .collect(),
+            Ok(syms) => out.extend(
+                addrs
+                    .iter()
+                    .zip(syms)
+                    .map(|(&a, s)| (a, to_frame(a, &s, None))),
+            ),
             Err(_) => {
                 self.warnings
                     .insert(format!("{name}: cannot symbolize: not a readable ELF file"));
-                addrs.iter().map(|&a| (a, bare(a))).collect()
+                out.extend(addrs.iter().map(|&a| (a, bare(a))));
             }
         }
+        out
     }
 
     /// Symbolizes kernel addresses through /proc/kallsyms.
@@ -645,6 +749,39 @@ fn module_only(addr: u64, module: &str, off: u64) -> Frame {
         module_offset: Some(off),
         ..Frame::default()
     }
+}
+
+/// The frame of `addr`, at virtual address `vaddr` of Go binary `go`:
+/// the function whose code it is, with the functions inlined there
+/// (outermost first, as DWARF's are shown), from the binary's
+/// `.gopclntab`. `None` when no Go function holds it.
+fn go_frame(go: &gopclntab::GoBinary, addr: u64, vaddr: u64, module: &str) -> Option<Frame> {
+    let mut frames = go.frames_at(vaddr);
+    let outer = frames.pop()?;
+    let known = outer.line != 0;
+    Some(Frame {
+        addr,
+        function: Some(outer.function),
+        file: known.then_some(outer.file),
+        line: known.then_some(outer.line),
+        module: Some(module.to_string()),
+        // Without a line, the offset in the function tells places apart.
+        function_offset: if known {
+            None
+        } else {
+            go.func_at(vaddr).map(|f| vaddr - f.entry)
+        },
+        inlined: frames
+            .into_iter()
+            .rev()
+            .map(|g| InlinedFrame {
+                function: g.function,
+                line: (g.line != 0).then_some(g.line),
+                file: Some(g.file),
+            })
+            .collect(),
+        ..Frame::default()
+    })
 }
 
 fn to_frame(addr: u64, s: &Symbolized<'_>, module: Option<(&str, u64)>) -> Frame {

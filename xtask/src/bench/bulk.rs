@@ -23,8 +23,9 @@ const FUNCTIONS: usize = 1000;
 /// `sleep` processes in the `--cgroup` row.
 const PROCESSES: usize = 100;
 
-/// Runs the rows and prints their section.
-pub fn run_bulk_only() -> Result<()> {
+/// Runs the rows (only the `--cgroup` one if `cgroup_only`) and prints
+/// their section.
+pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
     step("bench: cargo build --release -p rip-probe");
     exec(
         cargo().args(["build", "--release", "-p", "rip-probe"]),
@@ -34,7 +35,13 @@ pub fn run_bulk_only() -> Result<()> {
     let out = out_dir();
     std::fs::create_dir_all(&out)?;
     let maxrss = cc("tests/bench/maxrss.c", &out.join("maxrss"))?;
-    let s = section(&probe, &maxrss)?;
+    let s = if cgroup_only {
+        let mut s = String::new();
+        writeln!(s, "{}", cgroup_row(&probe, &maxrss)?)?;
+        s
+    } else {
+        section(&probe, &maxrss)?
+    };
     let md = out.join("bulk.md");
     std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;
     println!("{s}");
@@ -62,8 +69,12 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
     for (how, env) in [
         ("one uprobe_multi link", vec![]),
         (
-            "one uprobe per function (`RIP_PROBE_UPROBE_MULTI=0`)",
-            vec![("RIP_PROBE_UPROBE_MULTI", "0")],
+            "one uprobe per function (`RIP_PROBE_UPROBE_MULTI=0`, `RIP_PROBE_ONE_BY_ONE_MAX=1000`)",
+            // Past what detaches in 2 s: allowed, to measure it.
+            vec![
+                ("RIP_PROBE_UPROBE_MULTI", "0"),
+                ("RIP_PROBE_ONE_BY_ONE_MAX", "1000"),
+            ],
         ),
     ] {
         step(&format!("bench: {FUNCTIONS} uprobes, {how}"));
@@ -103,6 +114,15 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
         )?;
     }
 
+    writeln!(s, "{}", cgroup_row(probe, &maxrss)?)?;
+    Ok(s)
+}
+
+/// The `--cgroup` row: rip-probe over [`PROCESSES`] `sleep` processes
+/// in a cgroup of the bench's own; its wall time, peak RSS and peak RSS
+/// per process.
+fn cgroup_row(probe: &Path, maxrss: &Path) -> Result<String> {
+    let out = out_dir();
     step(&format!("bench: --cgroup over {PROCESSES} sleep processes"));
     let cg = Cgroup::new()?;
     let mut sleeps = Children(Vec::new());
@@ -121,27 +141,33 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
     ]);
     let json = out.join("bulk-cgroup.json");
     let u = proc::measure(
-        &maxrss,
+        maxrss,
         &args,
         &[],
         File::create(&json)?,
         File::create(out.join("bulk.stderr"))?,
     )?;
-    let reports: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json)?)
-        .context("--cgroup --json: not JSON")?;
-    let n = reports.as_array().map_or(0, Vec::len);
+    let text = std::fs::read_to_string(&json)?;
+    // One object: the cgroup, and one report per process.
+    let reports: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("--cgroup --json: not JSON: {}", text.trim()))?;
+    let n = reports["processes"].as_array().map_or(0, Vec::len);
     if !u.success || n != PROCESSES {
-        bail!("--cgroup reported {n} of {PROCESSES} processes");
+        let err = std::fs::read_to_string(out.join("bulk.stderr")).unwrap_or_default();
+        bail!(
+            "--cgroup reported {n} of {PROCESSES} processes: {}",
+            err.trim()
+        );
     }
-    writeln!(
-        s,
-        "| `--cgroup DIR --duration 1s --json` ({PROCESSES} `sleep` processes, {n} reports) | one session after another | | {:.2} s | {:.0} MiB |",
+    let mib = u.max_rss_kib as f64 / 1024.0;
+    let row = format!(
+        "| `--cgroup DIR --duration 1s --json` ({PROCESSES} `sleep` processes, {n} reports) | one session after another | | {:.2} s | {mib:.0} MiB ({:.2} MiB per process) |",
         u.wall.as_secs_f64(),
-        u.max_rss_kib as f64 / 1024.0
-    )?;
+        mib / PROCESSES as f64
+    );
     drop(sleeps);
     drop(cg);
-    Ok(s)
+    Ok(row)
 }
 
 fn words(w: &[&str]) -> Vec<String> {
@@ -208,14 +234,11 @@ struct Cgroup(PathBuf);
 
 impl Cgroup {
     fn new() -> Result<Cgroup> {
-        let mounts = std::fs::read_to_string("/proc/self/mounts")?;
-        let root = mounts
-            .lines()
-            .map(|l| l.split(' ').collect::<Vec<_>>())
-            .find(|f| f.get(2) == Some(&"cgroup2"))
-            .map(|f| f[1].to_string())
-            .context("no cgroup2 mount")?;
-        let dir = Path::new(&root).join(format!("rip-bench-{}", std::process::id()));
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let root = v2_mount(&mountinfo).context(
+            "no cgroup2 file system in /proc/self/mountinfo: mount one (mount -t cgroup2 none /sys/fs/cgroup)",
+        )?;
+        let dir = root.join(format!("rip-bench-{}", std::process::id()));
         std::fs::create_dir(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
         Ok(Cgroup(dir))
     }
@@ -236,5 +259,67 @@ impl Drop for Cgroup {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         eprintln!("could not remove {}", self.0.display());
+    }
+}
+
+/// Where the cgroup v2 hierarchy is mounted, from /proc/self/mountinfo's
+/// text: /sys/fs/cgroup, or e.g. /sys/fs/cgroup/unified on a host whose
+/// /sys/fs/cgroup is a tmpfs of v1 controllers. The mount point is field
+/// 5; the file system type follows the ` - ` separator.
+fn v2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        let (mount, fs) = l.split_once(" - ")?;
+        (fs.split(' ').next() == Some("cgroup2"))
+            .then(|| mount.split(' ').nth(4).map(unescape))
+            .flatten()
+    })
+}
+
+/// A mountinfo path with its octal escapes (`\040` for a space) undone.
+fn unescape(p: &str) -> PathBuf {
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b.get(i..i + 4) {
+            Some([b'\\', d @ ..]) if d.iter().all(|c| (b'0'..=b'7').contains(c)) => {
+                out.push(d.iter().fold(0u8, |n, c| n.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from(
+        String::from_utf8_lossy(&out).into_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v2_mount_is_found_where_v1_controllers_hold_sys_fs_cgroup() {
+        let info = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate
+27 25 0:24 / /sys/fs/cgroup/cpu rw shared:11 - cgroup cgroup rw,cpu
+";
+        assert_eq!(
+            v2_mount(info),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        // Optional fields before the separator do not shift the type.
+        let info = "30 1 0:26 / /sys/fs/cgroup rw shared:4 master:1 - cgroup2 cgroup2 rw\n";
+        assert_eq!(v2_mount(info), Some(PathBuf::from("/sys/fs/cgroup")));
+        let info = "31 1 0:27 / /mnt/my\\040cg rw - cgroup2 none rw\n";
+        assert_eq!(v2_mount(info), Some(PathBuf::from("/mnt/my cg")));
+        assert_eq!(
+            v2_mount("25 30 0:22 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n"),
+            None
+        );
     }
 }

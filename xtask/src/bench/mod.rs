@@ -42,9 +42,10 @@ pub fn out_dir() -> PathBuf {
 const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
 const HEADLINE_END: &str = "<!-- /bench-headline -->";
 
-/// Runs the rows of many at once alone (see [`bulk`]).
-pub fn run_bulk_only() -> Result<()> {
-    bulk::run_bulk_only()
+/// Runs the rows of many at once alone (see [`bulk`]), or only its
+/// `--cgroup` row.
+pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
+    bulk::run_bulk_only(cgroup_only)
 }
 
 /// Runs the goroutine rows alone (see [`goroutines`]).

@@ -13,8 +13,8 @@ use zerocopy::FromBytes;
 use super::{Error, MapOp, ProgramOp};
 use super::{
     missing, pidns, privileges, program, tracefs,
+    uprobe::Held,
     uprobe::{self, ProbeSite},
-    uprobe_multi::MultiLink,
 };
 use crate::{collect::Result, discover::Lacks};
 
@@ -34,7 +34,7 @@ pub struct CallsProbe {
     /// calls).
     in_flight: u32,
     /// The uprobe_multi links, two per binary (closing them detaches).
-    _links: Vec<MultiLink>,
+    _links: Vec<Held>,
 }
 
 impl CallsProbe {

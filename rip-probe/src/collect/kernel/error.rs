@@ -238,10 +238,10 @@ pub enum Error {
         max: usize,
     },
     /// More functions than a kernel without `uprobe_multi` links takes
-    /// one uprobe at a time (each costs a grace period to detach).
-    #[error(
-        "{count} {what}s one by one would take long to detach on this kernel (at most {max}; {why})"
-    )]
+    /// one uprobe at a time: each costs the kernel a grace period to
+    /// detach, one after the other, and all of them must detach within
+    /// a bound. None was attached.
+    #[error("{}", one_by_one(*count, what, *max, *each, why))]
     TooManyOneByOne {
         /// How many functions.
         count: usize,
@@ -249,8 +249,26 @@ pub enum Error {
         what: &'static str,
         /// The most attached one by one.
         max: usize,
+        /// What detaching one took, measured on this kernel (`None`: the
+        /// most was set by `RIP_PROBE_ONE_BY_ONE_MAX`).
+        each: Option<std::time::Duration>,
         /// Why the kernel took no `uprobe_multi` link.
         why: String,
+    },
+    /// A signal (Ctrl-C) stopped attaching uprobes one by one; the ones
+    /// attached were detached.
+    #[error(
+        "{signal} while attaching {what}s one by one: stopped after {attached} of {count}, and detached them"
+    )]
+    Interrupted {
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
+        /// `uprobe` or `uretprobe`.
+        what: &'static str,
+        /// How many were attached when it came.
+        attached: usize,
+        /// How many were to be.
+        count: usize,
     },
     /// More functions match than can be timed at once.
     #[error("{count} functions match, at most {max} can be timed at once")]
@@ -318,6 +336,31 @@ impl Error {
         });
         if denied { Error::NotPrivileged } else { e }
     }
+}
+
+/// [`Error::TooManyOneByOne`]'s text: how long detaching would take, the
+/// bound, and that nothing was attached.
+fn one_by_one(
+    count: usize,
+    what: &str,
+    max: usize,
+    each: Option<std::time::Duration>,
+    why: &str,
+) -> String {
+    use crate::util::timefmt::duration;
+    let cost = match each {
+        Some(each) => {
+            let total = each.saturating_mul(count.try_into().unwrap_or(u32::MAX));
+            format!(
+                "would take about {} to detach on this kernel ({} each, measured; at most {max} in {})",
+                duration(total.as_nanos() as u64),
+                duration(each.as_nanos() as u64),
+                duration(super::uprobe::DETACH_BUDGET.as_nanos() as u64),
+            )
+        }
+        None => format!("are more than RIP_PROBE_ONE_BY_ONE_MAX={max}"),
+    };
+    format!("{count} {what}s one by one {cost}, so none was attached ({why})")
 }
 
 #[cfg(test)]

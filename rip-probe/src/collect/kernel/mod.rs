@@ -61,7 +61,7 @@ pub struct KernelProbe {
     ids: Option<pidns::SharedIds>,
     /// `--uprobe`'s links, one per binary on a kernel with `uprobe_multi`
     /// (closing each detaches all its functions).
-    uprobe_links: Vec<uprobe_multi::MultiLink>,
+    uprobe_links: Vec<uprobe::Held>,
 }
 
 /// aya's parse of the kernel BTF, which loading the task iterator needs.

@@ -11,11 +11,19 @@ use std::{
     num::NonZeroU32,
     ops::ControlFlow,
     path::{Path, PathBuf},
+    sync::{
+        OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use aya::{
     Ebpf,
-    programs::{ProgramError, UProbe, uprobe::UProbeScope},
+    programs::{
+        ProgramError, UProbe,
+        uprobe::{UProbeLink, UProbeScope},
+    },
     sys::SyscallError,
 };
 use blazesym::{
@@ -34,10 +42,92 @@ use crate::{collect::Result, discover::Lacks};
 /// (each hit costs tens of microseconds): ask for a narrower pattern.
 pub const MAX_PROBES: usize = 2000;
 
-/// At most this many uprobes are attached one by one, on a kernel without
-/// `uprobe_multi` links: each costs the kernel a grace period when it is
-/// detached, which the kernel does not overlap.
-pub const MAX_SINGLE_PROBES: usize = 2000;
+/// Uprobes attached one by one (a kernel without `uprobe_multi` links)
+/// must all detach within this: each costs the kernel a grace period when
+/// it is detached (under a lock, so detaching from several threads does
+/// not overlap them), from about 7 ms (5.10) to 113 ms (6.1 PREEMPT_RT).
+pub const DETACH_BUDGET: Duration = Duration::from_secs(2);
+
+/// Up to this many uprobes one by one are attached without measuring
+/// what one costs to detach: they detach within [`DETACH_BUDGET`] on every
+/// kernel measured (16 × 113 ms on 6.1 PREEMPT_RT under emulation).
+pub const UNMEASURED_SINGLE_PROBES: usize = 16;
+
+/// Uprobes attached one by one and still held by this process (by every
+/// [`OneByOne`]): the budget is for all of them.
+static HELD_SINGLE: AtomicUsize = AtomicUsize::new(0);
+
+/// The most uprobes held one by one, whatever their detach costs, as
+/// `RIP_PROBE_ONE_BY_ONE_MAX=N` asks (a user who accepts the wait).
+fn one_by_one_max() -> Option<usize> {
+    std::env::var("RIP_PROBE_ONE_BY_ONE_MAX")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// What detaching one uprobe costs on this kernel: measured once per run,
+/// on `site`, by attaching and detaching it twice (the faster of the two:
+/// a grace period that began before is not its cost).
+fn detach_cost(prog: &mut UProbe, site: &ProbeSite, scope: UProbeScope) -> Result<Duration> {
+    static COST: OnceLock<Duration> = OnceLock::new();
+    if let Some(c) = COST.get() {
+        return Ok(*c);
+    }
+    let mut best = Duration::MAX;
+    for _ in 0..2 {
+        let id = prog
+            .attach(site.file_offset, &site.binary, scope)
+            .map_err(|e| {
+                super::privileges::uprobe_error(format!("a uprobe to {}", site.name), e)
+            })?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| Error::program(ProgramOp::TakeLink, &site.name, e))?;
+        let t = Instant::now();
+        drop(link);
+        best = best.min(t.elapsed());
+    }
+    Ok(*COST.get_or_init(|| best))
+}
+
+/// Uprobes attached one by one, held as their links: dropping it detaches
+/// them (one grace period each).
+pub(crate) struct OneByOne {
+    links: Vec<UProbeLink>,
+}
+
+impl OneByOne {
+    fn push(&mut self, link: UProbeLink) {
+        self.links.push(link);
+        HELD_SINGLE.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for OneByOne {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OneByOne({} uprobes)", self.links.len())
+    }
+}
+
+impl Drop for OneByOne {
+    fn drop(&mut self) {
+        let n = self.links.len();
+        // Detached here, one grace period each.
+        self.links.clear();
+        HELD_SINGLE.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// What holds attached uprobes: dropping it detaches them.
+#[derive(Debug)]
+pub(crate) enum Held {
+    /// One `uprobe_multi` link for many functions of a binary.
+    Multi(#[allow(dead_code, reason = "held for its drop, which detaches")] MultiLink),
+    /// Uprobes attached one by one.
+    Single(#[allow(dead_code, reason = "held for its drop, which detaches")] OneByOne),
+}
 
 /// A function chosen for probing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,22 +304,25 @@ pub(crate) fn cut(text: &str) -> String {
 }
 
 /// Attaches `fn_entry` to every site, firing only for `pid`; dropping
-/// what it returns (with `ebpf`) detaches them.
-pub(crate) fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<Vec<MultiLink>> {
+/// what it returns detaches them.
+pub(crate) fn attach(ebpf: &mut Ebpf, pid: u32, sites: &[ProbeSite]) -> Result<Vec<Held>> {
     attach_program(ebpf, names::FN_ENTRY, false, pid, sites)
 }
 
 /// Attaches program `name` of `ebpf` (a uretprobe if `ret`) to every site,
 /// firing only for process `pid`: one `uprobe_multi` link per binary where
 /// the kernel has them (one attach and one detach for any number of
-/// functions), else one uprobe per site, at most [`MAX_SINGLE_PROBES`].
+/// functions), else one uprobe per site, as many as detach within
+/// [`DETACH_BUDGET`] (or `RIP_PROBE_ONE_BY_ONE_MAX`). A SIGINT or SIGTERM
+/// while attaching one by one (when the CLI catches them) stops it: what
+/// was attached is detached and [`Error::Interrupted`] returned.
 pub(crate) fn attach_program(
     ebpf: &mut Ebpf,
     name: &str,
     ret: bool,
     pid: u32,
     sites: &[ProbeSite],
-) -> Result<Vec<MultiLink>> {
+) -> Result<Vec<Held>> {
     let what = if ret { "uretprobe" } else { "uprobe" };
     // The kernel refuses an event on an exited thread: once the leader
     // exited, a live thread names the process (uprobes filter by its memory).
@@ -248,7 +341,7 @@ pub(crate) fn attach_program(
         }
         let offsets: Vec<u64> = group.iter().map(|s| s.file_offset).collect();
         match uprobe_multi::attach(ebpf, name, ret, scoped, binary, &offsets) {
-            Ok(Bulk::Linked(link)) => links.push(link),
+            Ok(Bulk::Linked(link)) => links.push(Held::Multi(link)),
             Ok(Bulk::Unsupported) => single.extend(group),
             Err(e) => {
                 let op = format!(
@@ -271,33 +364,72 @@ pub(crate) fn attach_program(
     if single.is_empty() {
         return Ok(links);
     }
-    if single.len() > MAX_SINGLE_PROBES {
-        let why = uprobe_multi::refused().unwrap_or_default();
-        return Err(Error::TooManyOneByOne {
-            count: single.len(),
-            what,
-            max: MAX_SINGLE_PROBES,
-            why,
-        }
-        .into());
-    }
     let prog: &mut UProbe = super::program(ebpf, name)?;
     prog.load()
         .map_err(|e| Error::program(ProgramOp::Load, name, e))?;
     let scope = UProbeScope::OneProcess(scoped_nz);
-    // One by one, many take seconds: say how far it got, on a terminal.
-    let progress = single.len() >= 100 && std::io::stderr().is_terminal();
     let n = single.len();
-    for (i, s) in single.into_iter().enumerate() {
-        if progress && i % 50 == 0 {
-            eprint!("\rrip-probe: attaching {what}s one by one: {i}/{n}\x1b[K");
+    // The budget is for every uprobe this run holds one by one (`calls`
+    // attaches entries and returns).
+    let held = HELD_SINGLE.load(Ordering::Relaxed);
+    let (max, each) = match one_by_one_max() {
+        Some(max) => (max, None),
+        None if held + n <= UNMEASURED_SINGLE_PROBES => (UNMEASURED_SINGLE_PROBES, None),
+        None => {
+            let each = detach_cost(prog, single[0], scope)?;
+            let fit = DETACH_BUDGET.as_nanos() / each.as_nanos().max(1);
+            let fit = usize::try_from(fit).unwrap_or(usize::MAX);
+            (fit.max(UNMEASURED_SINGLE_PROBES), Some(each))
         }
-        prog.attach(s.file_offset, &s.binary, scope)
+    };
+    if held + n > max {
+        let why = uprobe_multi::refused().unwrap_or_default();
+        return Err(Error::TooManyOneByOne {
+            count: held + n,
+            what,
+            max,
+            each,
+            why,
+        }
+        .into());
+    }
+    // One by one, many take seconds: say how far it got, on a terminal.
+    let progress = n >= 100 && std::io::stderr().is_terminal();
+    let mut attached = OneByOne {
+        links: Vec::with_capacity(n),
+    };
+    for (i, s) in single.into_iter().enumerate() {
+        if let Some(signal) = crate::window::stop_requested() {
+            if progress {
+                eprint!("\rrip-probe: {signal}: detaching the {i} {what}s attached\x1b[K");
+            }
+            drop(attached);
+            if progress {
+                eprint!("\r\x1b[K");
+            }
+            return Err(Error::Interrupted {
+                signal,
+                what,
+                attached: i,
+                count: n,
+            }
+            .into());
+        }
+        if progress && i % 50 == 0 {
+            eprint!("\rrip-probe: attaching {what}s one by one (Ctrl-C stops): {i}/{n}\x1b[K");
+        }
+        let id = prog
+            .attach(s.file_offset, &s.binary, scope)
             .map_err(|e| super::privileges::uprobe_error(format!("a {what} to {}", s.name), e))?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| Error::program(ProgramOp::TakeLink, name, e))?;
+        attached.push(link);
     }
     if progress {
         eprint!("\r\x1b[K");
     }
+    links.push(Held::Single(attached));
     Ok(links)
 }
 
