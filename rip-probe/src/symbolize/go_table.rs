@@ -86,10 +86,24 @@ mod tests {
             let b = binary::GoBinary::parse(&full, None)
                 .unwrap()
                 .expect("a Go binary");
-            let table = layout::table(&b.version)
+            let layout_table = layout::table(&b.version)
                 .unwrap_or_else(|| panic!("no layout table for {}", b.version));
-            assert_eq!(from_dwarf, table, "{}", b.version);
-            assert!(layout::reasons(&b.version).is_some(), "{}", b.version);
+            assert_eq!(from_dwarf, layout_table, "{}", b.version);
+            // The wait reasons, by number, are the binary's own words.
+            let (at, size) = b.wait_reasons.expect("runtime.waitReasonStrings");
+            let hdrs = binary::read_vaddr(&file, at, size as usize).unwrap();
+            let words: Vec<String> = hdrs
+                .chunks_exact(16)
+                .map(|h| {
+                    let ptr = u64::from_le_bytes(h[..8].try_into().unwrap());
+                    let len = u64::from_le_bytes(h[8..].try_into().unwrap()) as usize;
+                    let s = binary::read_vaddr(&file, ptr, len).unwrap_or_default();
+                    String::from_utf8(s).unwrap()
+                })
+                .collect();
+            let table: Vec<&str> = layout::reasons(&b.version).unwrap().to_vec();
+            assert_eq!(words, table, "{}", b.version);
+            let table = layout::table(&b.version).unwrap();
             // The root found in runtime.forEachG's code is the symbol's.
             let symbol = file
                 .symbols()

@@ -139,7 +139,7 @@ fn version(file: &object::File<'_>) -> Option<String> {
 }
 
 /// `len` bytes of the file at virtual address `addr`.
-fn read_vaddr(file: &object::File<'_>, addr: u64, len: usize) -> Option<Vec<u8>> {
+pub(crate) fn read_vaddr(file: &object::File<'_>, addr: u64, len: usize) -> Option<Vec<u8>> {
     file.sections().find_map(|s| {
         let off = addr.checked_sub(s.address())?;
         let d = s.data().ok()?;

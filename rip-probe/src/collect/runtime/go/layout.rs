@@ -271,29 +271,30 @@ const REASONS_1_19: &[&str] = &[
     "debug call",
 ];
 
-/// Go 1.27's wait reasons.
+/// Go 1.27's wait reasons, in the order of its `waitReason` constants (its
+/// `waitReasonStrings` literal lists them in another).
 const REASONS_1_27: &[&str] = &[
     "",
     "GC assist marking",
     "IO wait",
-    "chan receive (nil chan)",
-    "chan send (nil chan)",
     "dumping heap",
     "garbage collection",
     "garbage collection scan",
     "panicwait",
-    "select",
-    "select (no cases)",
     "GC assist wait",
     "GC sweep wait",
     "GC scavenge wait",
-    "chan receive",
-    "chan send",
     "finalizer wait",
     "force gc (idle)",
     "GOMAXPROCS updater (idle)",
     "semacquire",
     "sleep",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "select (no cases)",
+    "select",
+    "chan receive",
+    "chan send",
     "sync.Cond.Wait",
     "sync.Mutex.Lock",
     "sync.RWMutex.RLock",
@@ -390,6 +391,10 @@ mod tests {
             ("IO wait", "chan receive", "semacquire", "sleep")
         );
         let r27 = reasons("go1.27.3").unwrap();
+        assert_eq!(
+            (r27[18], r27[19], r27[20]),
+            ("select", "chan receive", "chan send")
+        );
         assert_eq!(r27[22], "sync.Mutex.Lock");
         assert_eq!(r27[25], "sync.WaitGroup.Wait");
     }

@@ -134,7 +134,7 @@ fn load_bias(bin: &GoBinary, exe: &PathBuf, maps: Option<&ProcessMaps>) -> Optio
 /// The runtime's `waitReasonStrings` (an array of Go strings), read from
 /// the process: the wait reasons in its own words, whatever its version.
 fn wait_reasons(mem: &dyn Memory, at: u64, size: u64) -> Option<Vec<String>> {
-    if size == 0 || size % 16 != 0 || size > 16 * 256 {
+    if size == 0 || !size.is_multiple_of(16) || size > 16 * 256 {
         return None;
     }
     let mut hdrs = vec![0u8; size as usize];

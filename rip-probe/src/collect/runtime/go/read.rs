@@ -301,7 +301,7 @@ fn walk(
         if bp == 0 {
             return (pcs, None);
         }
-        if bp < lo || bp + 16 > hi || bp % 8 != 0 {
+        if bp < lo || bp + 16 > hi || !bp.is_multiple_of(8) {
             return (pcs, Some("a frame pointer left the goroutine's stack"));
         }
         let mut f = [0u8; 16];
@@ -392,7 +392,7 @@ const SEMTAB: u64 = 251;
 /// `next` its children), each with its list of waiters (`waitlink`).
 fn semaphore_waiters(mem: &dyn Memory, l: &Layout, at: u64, size: u64) -> HashMap<u64, u64> {
     let mut out = HashMap::new();
-    if size == 0 || size % SEMTAB != 0 {
+    if size == 0 || !size.is_multiple_of(SEMTAB) {
         return out;
     }
     let stride = size / SEMTAB;
