@@ -10,6 +10,7 @@ pub(crate) mod contention;
 pub(crate) mod group;
 pub(crate) mod hist;
 pub(crate) mod offcpu;
+pub(crate) mod python;
 pub(crate) mod stacks;
 pub(crate) mod tasks;
 pub(crate) mod waits;

@@ -266,6 +266,7 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         task_groups: Vec::new(),
         warnings,
         deadlocks: Vec::new(),
+        python: None,
     }
 }
 
@@ -400,6 +401,7 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
         task_groups: Vec::new(),
         warnings,
         deadlocks: Vec::new(),
+        python: None,
     }
 }
 
@@ -488,6 +490,7 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
         task_groups: Vec::new(),
         warnings,
         deadlocks: Vec::new(),
+        python: None,
     }
 }
 

@@ -144,6 +144,7 @@ pub fn full_report() -> Report {
         }],
         warnings: vec!["w".into()],
         deadlocks: vec![vec![2]],
+        python: None,
     }
 }
 

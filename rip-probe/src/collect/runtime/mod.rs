@@ -9,6 +9,7 @@
 //! the process.
 
 pub(crate) mod librip;
+pub(crate) mod python;
 
 use std::collections::HashMap;
 
