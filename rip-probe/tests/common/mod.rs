@@ -120,6 +120,20 @@ pub fn full_report() -> Report {
             exited: false,
             frames: stack(),
             stack_samples: Some(StackSamples { count: 3, total: 4 }),
+            python: Some(PythonThread {
+                ident: 7,
+                frames: vec![Frame {
+                    addr: 0x7000,
+                    function: Some("worker".into()),
+                    file: Some("app.py".into()),
+                    line: Some(9),
+                    python: true,
+                    ..Frame::default()
+                }],
+                merged: true,
+                note: Some("not merged".into()),
+                holds_gil: true,
+            }),
         }],
         tasks: vec![Coroutine {
             origin: Origin::Librip,
@@ -144,7 +158,11 @@ pub fn full_report() -> Report {
         }],
         warnings: vec!["w".into()],
         deadlocks: vec![vec![2]],
-        python: None,
+        python: Some(Python {
+            version: "3.11".into(),
+            gil: "held".into(),
+            gil_holder: Some(2),
+        }),
     }
 }
 
