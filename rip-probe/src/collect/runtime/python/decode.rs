@@ -94,12 +94,12 @@ pub fn line_at(table: &[u8], first_line: i32, offset: u64) -> Option<u32> {
         match code {
             15 => has_line = false,
             14 => {
-                line += signed_varint(table, &mut i)?;
+                line = line.checked_add(signed_varint(table, &mut i)?)?;
                 for _ in 0..3 {
                     varint(table, &mut i)?;
                 }
             }
-            13 => line += signed_varint(table, &mut i)?,
+            13 => line = line.checked_add(signed_varint(table, &mut i)?)?,
             10..=12 => {
                 line += i64::from(code) - 10;
                 i += 2;
