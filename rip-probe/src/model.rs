@@ -54,6 +54,43 @@ pub struct Report {
     /// Threads waiting for each other's locks in a cycle, each cycle once,
     /// smallest tid first, in wait order (`--pid` only).
     pub deadlocks: Vec<Vec<u32>>,
+    /// The CPython interpreter the process runs, when rip read it
+    /// (`--pid`). Absent from JSON when the process runs none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<Python>,
+}
+
+/// A CPython interpreter read from outside (its threads' Python frames
+/// are in their stacks, see [`Thread::python`]).
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct Python {
+    /// `major.minor`, e.g. `3.11`.
+    pub version: String,
+    /// Who holds the main interpreter's GIL: `held` (by `gil_holder`),
+    /// `free`, or `changing` (two reads disagreed, or named no thread
+    /// state of the process, so no holder is claimed).
+    pub gil: String,
+    /// The thread holding the GIL, when two reads agreed that it does.
+    pub gil_holder: Option<u64>,
+}
+
+/// What CPython says of one thread.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PythonThread {
+    /// `threading`'s ident of the thread (`pthread_self()`).
+    pub ident: u64,
+    /// Its Python frames, innermost first, read at report time. When
+    /// `merged`, they are also in the thread's `frames`, in place of the
+    /// native evaluation frames that run them.
+    pub frames: Vec<Frame>,
+    /// The Python frames are merged into the thread's native stack (it
+    /// was unwound at report time and had one `_PyEval_EvalFrameDefault`
+    /// per run of Python frames).
+    pub merged: bool,
+    /// Why they were not merged, or not read.
+    pub note: Option<String>,
+    /// The thread holds the GIL (two reads agreed).
+    pub holds_gil: bool,
 }
 
 /// Rewrites every frame of `stacks` with `f`, once per distinct shared
@@ -236,6 +273,11 @@ pub struct Thread {
     pub frames: Arc<[Frame]>,
     /// For a stack sampled on CPU: how many samples had it.
     pub stack_samples: Option<StackSamples>,
+    /// What CPython says of the thread, when the process runs a CPython
+    /// rip reads and the thread has a thread state. Absent from JSON
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonThread>,
 }
 
 impl Thread {
@@ -260,6 +302,7 @@ impl Thread {
             waits_for: None,
             frames: Default::default(),
             stack_samples: None,
+            python: None,
         }
     }
 }
@@ -393,6 +436,11 @@ pub struct Frame {
     /// Functions inlined at this address, outermost first; the last one is
     /// where the address really is.
     pub inlined: Vec<InlinedFrame>,
+    /// A Python frame (CPython's, read from the interpreter): `function`
+    /// is the code's qualified name, `file` and `line` its source; `addr`
+    /// is the code object's address. Absent from JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub python: bool,
 }
 
 /// A function inlined into a [`Frame`].

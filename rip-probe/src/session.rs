@@ -355,6 +355,12 @@ impl Session {
                 })
             })
             .flatten();
+        // Python frames are read while the native stacks are unwound, at
+        // the same moment of the blocked threads.
+        let python = match (&maps, self.target.lost()) {
+            (Some(m), None) => timing::phase("read python", || read_python(pid, view, m)),
+            _ => None,
+        };
         let locks = self.collect_locks(&tasks);
         // Checked again after the snapshot: if the pid was reused while the
         // iterator ran, its records may describe a stranger.
@@ -418,12 +424,29 @@ impl Session {
         if let Some((user, frames)) = &stacks {
             analyze::stacks::attach(&mut report, user, frames);
         }
+        match python {
+            Some(Ok(snap)) if !lost_now => analyze::python::merge(&mut report, &snap),
+            Some(Err(why)) => report.warnings.push(why),
+            _ => {}
+        }
         if let (Some(l), false) = (&locks, lost_now) {
             timing::phase("locks", || lock_waits(&mut report, l, &lock_names));
         }
         self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
     }
+}
+
+/// The CPython interpreter of process `pid` (its files seen through
+/// `/proc/VIEW`), read (`Err`: one was found but is not read, and why);
+/// `None` when it runs none.
+fn read_python(
+    pid: u32,
+    view: u32,
+    maps: &ProcessMaps,
+) -> Option<std::result::Result<crate::collect::runtime::python::Snapshot, String>> {
+    use crate::collect::{memory::ProcessMemory, runtime::python::Python};
+    Some(Python::detect(view, maps)?.map(|p| p.read(&ProcessMemory::new(pid))))
 }
 
 /// How often a session's window drains its programs and looks at the

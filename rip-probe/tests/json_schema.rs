@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
 
-use common::{frame, full_locks_report, full_report};
+use common::{frame, full_locks_report, full_report_with_python};
 use rip_probe::model::{
     Bucket, ProcessInfo, Report, SCHEMA_VERSION,
     calls::{Bounds, CallsReport, FunctionCalls, OutlierRule, SlowCall},
@@ -355,7 +355,7 @@ fn json<R: serde::Serialize>(r: &R) -> serde_json::Value {
 
 /// Sample reports: every optional part filled in, and every part empty.
 fn reports() -> Vec<Report> {
-    let full = full_report();
+    let full = full_report_with_python();
     let mut empty = full.clone();
     empty.threads.clear();
     empty.tasks.clear();
@@ -398,7 +398,7 @@ fn every_report_validates_against_the_models_schema() {
         assert_valid(&validator, &r);
     }
     // And the check can fail: a report with a field of the wrong type.
-    let mut v = json(&full_report());
+    let mut v = json(&full_report_with_python());
     v["threads"][0]["tid"] = "one".into();
     assert!(!validator.is_valid(&v));
 }
@@ -581,7 +581,7 @@ fn the_schema_covers_every_serialized_key() {
         }
     }
     let mut names = BTreeSet::new();
-    keys(&json(&full_report()), &mut names);
+    keys(&json(&full_report_with_python()), &mut names);
     keys(&json(&full_locks_report()), &mut names);
     keys(&json(&calls_report()), &mut names);
     keys(&json(&offcpu_report()), &mut names);

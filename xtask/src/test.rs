@@ -26,7 +26,7 @@ use crate::{
 /// refused by its range check, or by the kernel at attach): what must not
 /// happen there is what the shipped binary would suffer, a panic, a hang
 /// or memory without bound.
-const FUZZ_TARGETS: [(&str, u32, bool); 8] = [
+const FUZZ_TARGETS: [(&str, u32, bool); 9] = [
     ("reader", 9, false),
     ("alloc_table", 3, false),
     ("ring_file", 6, false),
@@ -35,6 +35,7 @@ const FUZZ_TARGETS: [(&str, u32, bool); 8] = [
     ("elf_symbols", 6, true),
     ("perf_map", 4, false),
     ("gopclntab", 5, false),
+    ("python_decode", 4, false),
 ];
 
 /// Fuzzes each target for a bounded time, from its committed corpus. New

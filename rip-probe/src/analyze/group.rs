@@ -120,7 +120,14 @@ pub(crate) struct StackKey<'a>(&'a [Frame]);
 
 impl PartialEq for StackKey<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len() && self.0.iter().zip(other.0).all(|(a, b)| a.addr == b.addr)
+        // A Python frame's address is its code object's: its line tells
+        // the places in it apart.
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(other.0)
+                .all(|(a, b)| a.addr == b.addr && (!a.python || a.line == b.line))
     }
 }
 
@@ -131,6 +138,9 @@ impl Hash for StackKey<'_> {
         self.0.len().hash(h);
         for f in self.0 {
             f.addr.hash(h);
+            if f.python {
+                f.line.hash(h);
+            }
         }
     }
 }
@@ -256,6 +266,7 @@ mod tests {
             exited: false,
             frames: Default::default(),
             stack_samples: None,
+            python: None,
         }
     }
 

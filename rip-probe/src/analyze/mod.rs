@@ -11,6 +11,7 @@ pub(crate) mod group;
 pub(crate) mod hist;
 pub(crate) mod leaks;
 pub(crate) mod offcpu;
+pub(crate) mod python;
 pub(crate) mod sampled;
 pub(crate) mod stacks;
 pub(crate) mod tasks;

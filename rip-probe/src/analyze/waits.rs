@@ -462,6 +462,7 @@ mod tests {
                 })
                 .collect(),
             stack_samples: None,
+            python: None,
         }
     }
 
@@ -485,6 +486,7 @@ mod tests {
             task_groups: Vec::new(),
             warnings: Vec::new(),
             deadlocks: Vec::new(),
+            python: None,
         }
     }
 

@@ -271,6 +271,7 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         task_groups: Vec::new(),
         warnings,
         deadlocks: Vec::new(),
+        python: None,
     }
 }
 
@@ -408,6 +409,7 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
         task_groups: Vec::new(),
         warnings,
         deadlocks: Vec::new(),
+        python: None,
     }
 }
 
@@ -499,6 +501,7 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
         task_groups: Vec::new(),
         warnings,
         deadlocks: Vec::new(),
+        python: None,
     }
 }
 

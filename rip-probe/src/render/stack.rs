@@ -64,12 +64,13 @@ pub(super) fn write(
             )?;
             n += 1;
         }
-        writeln!(
-            w,
-            "{indent}#{n:<2} {:<#14x} {}",
-            f.addr,
-            describe(f.function.as_deref(), f.file.as_deref(), f.line, f)
-        )?;
+        let describe = describe(f.function.as_deref(), f.file.as_deref(), f.line, f);
+        if f.python {
+            // A Python frame has no code address of its own.
+            writeln!(w, "{indent}#{n:<2} {:<14} {describe}", "python")?;
+        } else {
+            writeln!(w, "{indent}#{n:<2} {:<#14x} {describe}", f.addr)?;
+        }
         n += 1;
     }
     Ok(())

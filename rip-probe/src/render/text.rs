@@ -187,6 +187,18 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
             "no ring: locations are the user pc at kernel entry (or --uprobe hits)"
         )?;
     }
+    if let Some(py) = &r.python {
+        let gil = match (py.gil.as_str(), py.gil_holder) {
+            ("held", Some(tid)) => format!("the GIL is held by tid {tid}"),
+            ("free", _) => "the GIL is free".to_string(),
+            _ => "the GIL is changing hands (two reads differ): no holder claimed".to_string(),
+        };
+        writeln!(
+            w,
+            "python {}: threads and frames read from the interpreter; {gil}",
+            py.version
+        )?;
+    }
     if let Some(lost) = &p.lost {
         writeln!(w, "warning: {lost}")?;
     }
@@ -611,7 +623,41 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
         };
         writeln!(w, "  {:<8} kernel: {}{more}", "", frames.join(" ← "))?;
     }
+    if let Some(py) = &t.python {
+        python_line(py, w)?;
+    }
     Ok(())
+}
+
+/// A Python thread's line under its row: whether it holds the GIL, and
+/// its Python frames when they are not in its stack (why not, then).
+fn python_line(py: &crate::model::PythonThread, w: &mut impl Write) -> io::Result<()> {
+    let gil = if py.holds_gil { " [holds the GIL]" } else { "" };
+    if py.merged && gil.is_empty() {
+        return Ok(());
+    }
+    let frames: Vec<String> = if py.merged {
+        Vec::new()
+    } else {
+        py.frames
+            .iter()
+            .map(|f| {
+                let name = f.function.as_deref().unwrap_or("??");
+                match (&f.file, f.line) {
+                    (Some(file), Some(line)) => {
+                        format!("{name} ({}:{line})", crate::model::short_path(file))
+                    }
+                    _ => name.to_string(),
+                }
+            })
+            .collect()
+    };
+    let note = py
+        .note
+        .as_ref()
+        .map(|n| format!(" — not in the stack above: {n}"))
+        .unwrap_or_default();
+    writeln!(w, "  {:<8} python:{gil} {}{note}", "", frames.join(" ← "))
 }
 
 /// The grouped dump view (like the original `read_rip`): each location

@@ -133,6 +133,7 @@ pub fn full_report() -> Report {
             exited: false,
             frames: stack(),
             stack_samples: Some(StackSamples { count: 3, total: 4 }),
+            python: None,
         }],
         tasks: vec![
             Coroutine {
@@ -201,6 +202,7 @@ pub fn full_report() -> Report {
         ],
         warnings: vec!["w".into()],
         deadlocks: vec![vec![2]],
+        python: None,
     }
 }
 
@@ -262,4 +264,32 @@ pub fn full_locks_report() -> contention::LocksReport {
         }],
         warnings: vec!["w".into()],
     }
+}
+
+/// [`full_report`] with a CPython interpreter read: its threads' Python
+/// parts filled in (the text views' fixtures have none).
+pub fn full_report_with_python() -> Report {
+    let mut r = full_report();
+    for t in &mut r.threads {
+        t.python = Some(PythonThread {
+            ident: 7,
+            frames: vec![Frame {
+                addr: 0x7000,
+                function: Some("worker".into()),
+                file: Some("app.py".into()),
+                line: Some(9),
+                python: true,
+                ..Frame::default()
+            }],
+            merged: true,
+            note: Some("not merged".into()),
+            holds_gil: true,
+        });
+    }
+    r.python = Some(Python {
+        version: "3.11".into(),
+        gil: "held".into(),
+        gil_holder: Some(2),
+    });
+    r
 }

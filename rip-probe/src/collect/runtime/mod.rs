@@ -10,6 +10,7 @@
 
 pub(crate) mod go;
 pub(crate) mod librip;
+pub(crate) mod python;
 
 use std::collections::HashMap;
 

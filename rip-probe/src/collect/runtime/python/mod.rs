@@ -1,0 +1,377 @@
+//! CPython, read from outside: `_PyRuntime` found by its dynamic symbol
+//! (in the executable, as in Debian's stripped static build, or in
+//! `libpython3.x.so`), its interpreters, their thread states and each
+//! thread's chain of interpreter frames, all with `process_vm_readv`
+//! while the interpreter runs. Layouts per version live in [`offsets`];
+//! the byte formats of names and line tables in [`decode`].
+//!
+//! What is read is a copy taken while the target moves: each thread's
+//! chain is read until two reads agree, else it is marked as changing.
+
+pub mod decode;
+mod offsets;
+
+use std::collections::{HashMap, HashSet};
+
+use librip::reader::open_mapped;
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use self::offsets::{Entry, Gil, Offsets};
+use crate::{
+    collect::memory::{Memory, ProcessMemory},
+    discover::maps::ProcessMaps,
+};
+
+/// Most interpreters, threads and frames walked: a chain longer than
+/// this is a cycle read from a moving target.
+const MAX_INTERPRETERS: usize = 64;
+const MAX_THREADS: usize = 1 << 20;
+const MAX_FRAMES: usize = 4096;
+/// How often a thread's frame chain is read before it is called changing.
+const READS: usize = 4;
+
+/// A CPython interpreter found in a process.
+#[derive(Debug)]
+pub(crate) struct Python {
+    /// `major.minor`, e.g. `3.11`.
+    pub(crate) version: String,
+    runtime: u64,
+    offsets: &'static Offsets,
+}
+
+/// One Python thread state, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PyThread {
+    /// The kernel's thread id (`native_thread_id`).
+    pub(crate) tid: u64,
+    /// `threading`'s ident (`pthread_self()`).
+    pub(crate) ident: u64,
+    /// Address of the thread state (what the GIL's `last_holder` names).
+    pub(crate) tstate: u64,
+    /// Frames, innermost first; `None` when two reads never agreed.
+    pub(crate) frames: Option<Vec<PyFrame>>,
+}
+
+/// One Python frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PyFrame {
+    /// Address of its code object (what tells functions apart).
+    pub(crate) code: u64,
+    /// The code's qualified name (`Class.method`).
+    pub(crate) function: Option<String>,
+    /// The code's file.
+    pub(crate) file: Option<String>,
+    /// The line running (for an outer frame: of the call).
+    pub(crate) line: Option<u32>,
+    /// The outermost frame of one native evaluation call
+    /// (`_PyEval_EvalFrameDefault`): the next frame out is run by the next
+    /// such native frame.
+    pub(crate) entry: bool,
+}
+
+/// What the GIL said, read twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GilState {
+    /// Locked by this thread state both times.
+    Held(u64),
+    /// Unlocked both times.
+    Free,
+    /// The two reads differ (it changed hands), or it was unreadable.
+    Changing,
+}
+
+/// Everything read of the interpreter at one moment.
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    /// `major.minor`.
+    pub(crate) version: String,
+    /// Thread states of every interpreter.
+    pub(crate) threads: Vec<PyThread>,
+    /// The main interpreter's GIL.
+    pub(crate) gil: GilState,
+}
+
+impl Python {
+    /// The CPython interpreter of the process whose files are seen
+    /// through `/proc/VIEW` and whose memory `maps` lists, if it runs one.
+    /// `Err` says why a CPython found is not read (its version).
+    pub(crate) fn detect(view: u32, maps: &ProcessMaps) -> Option<Result<Python, String>> {
+        let files = maps.file_backed().ok()?;
+        let mut seen = HashSet::new();
+        for m in files.iter().filter(|m| m.offset == 0) {
+            let base = m.name.rsplit('/').next().unwrap_or("");
+            if !(base.starts_with("python") || base.starts_with("libpython"))
+                || !seen.insert(&m.name)
+            {
+                continue;
+            }
+            let Some((runtime, version)) = symbols(view, m) else {
+                continue;
+            };
+            let mem = ProcessMemory::new(view);
+            // Py_Version: PY_VERSION_HEX (3.11 and later).
+            let Some(hex) = version.and_then(|a| mem.read_u32(a).ok()) else {
+                return Some(Err(
+                    "a CPython older than 3.11 (no Py_Version): only 3.11 and 3.12 are read".into(),
+                ));
+            };
+            let (major, minor) = ((hex >> 24) as u8, (hex >> 16) as u8);
+            let version = format!("{major}.{minor}");
+            return Some(match offsets::for_version(major, minor) {
+                Some(offsets) => Ok(Python {
+                    version,
+                    runtime,
+                    offsets,
+                }),
+                None => Err(format!(
+                    "CPython {version}: not read (rip reads 3.11 and 3.12)"
+                )),
+            });
+        }
+        None
+    }
+
+    /// Reads every thread state and its frames, and the GIL before and
+    /// after.
+    pub(crate) fn read(&self, mem: &impl Memory) -> Snapshot {
+        let gil = self.gil(mem);
+        let mut names = Names::default();
+        let mut threads = Vec::new();
+        for tstate in self.thread_states(mem) {
+            let o = self.offsets;
+            let (Ok(tid), Ok(ident)) = (
+                mem.read_u64(tstate + o.tstate_native_thread_id),
+                mem.read_u64(tstate + o.tstate_thread_id),
+            ) else {
+                continue;
+            };
+            let mut last = None;
+            let mut frames = None;
+            for _ in 0..READS {
+                let now = self.frames(mem, tstate, &mut names);
+                if now.is_some() && now == last {
+                    frames = now;
+                    break;
+                }
+                last = now;
+            }
+            threads.push(PyThread {
+                tid,
+                ident,
+                tstate,
+                frames,
+            });
+        }
+        let again = self.gil(mem);
+        Snapshot {
+            version: self.version.clone(),
+            threads,
+            gil: if gil == again {
+                gil
+            } else {
+                GilState::Changing
+            },
+        }
+    }
+
+    /// The thread states of every interpreter.
+    fn thread_states(&self, mem: &impl Memory) -> Vec<u64> {
+        let o = self.offsets;
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut interp = mem
+            .read_u64(self.runtime + o.runtime_interpreters_head)
+            .unwrap_or(0);
+        for _ in 0..MAX_INTERPRETERS {
+            if interp == 0 {
+                break;
+            }
+            let mut t = mem.read_u64(interp + o.interp_threads_head).unwrap_or(0);
+            while t != 0 && out.len() < MAX_THREADS && seen.insert(t) {
+                out.push(t);
+                t = mem.read_u64(t + o.tstate_next).unwrap_or(0);
+            }
+            interp = mem.read_u64(interp + o.interp_next).unwrap_or(0);
+        }
+        out
+    }
+
+    /// One read of a thread's frame chain, innermost first.
+    fn frames(&self, mem: &impl Memory, tstate: u64, names: &mut Names) -> Option<Vec<PyFrame>> {
+        let o = self.offsets;
+        let cframe = mem.read_u64(tstate + o.tstate_cframe).ok()?;
+        if cframe == 0 {
+            return Some(Vec::new());
+        }
+        let mut frame = mem.read_u64(cframe + o.cframe_current_frame).ok()?;
+        let mut out: Vec<PyFrame> = Vec::new();
+        let mut seen = HashSet::new();
+        while frame != 0 {
+            if out.len() >= MAX_FRAMES || !seen.insert(frame) {
+                return None;
+            }
+            let mut head = [0u8; 80];
+            mem.read(frame, &mut head).ok()?;
+            let word = |off: u64| {
+                let off = off as usize;
+                u64::from_le_bytes(head[off..off + 8].try_into().expect("8 bytes"))
+            };
+            let owner = head[o.frame_owner as usize];
+            match o.entry {
+                Entry::CStackOwner(cstack) if owner == cstack => {
+                    // The shim below the frames of one native call.
+                    if let Some(last) = out.last_mut() {
+                        last.entry = true;
+                    }
+                }
+                _ => {
+                    let code = word(o.frame_code);
+                    let instr = word(o.frame_prev_instr);
+                    let info = names.code(mem, o, code)?;
+                    let offset = instr.checked_sub(code + o.code_adaptive);
+                    let line = offset
+                        .and_then(|off| decode::line_at(&info.linetable, info.first_line, off));
+                    let entry = match o.entry {
+                        Entry::IsEntry(at) => head[at as usize] != 0,
+                        Entry::CStackOwner(_) => false,
+                    };
+                    out.push(PyFrame {
+                        code,
+                        function: info.name.clone(),
+                        file: info.file.clone(),
+                        line,
+                        entry,
+                    });
+                }
+            }
+            frame = word(o.frame_previous);
+        }
+        // The outermost frame is always run by a native call of its own.
+        if let Some(last) = out.last_mut() {
+            last.entry = true;
+        }
+        Some(out)
+    }
+
+    /// The GIL: who holds it, read once.
+    fn gil(&self, mem: &impl Memory) -> GilState {
+        let o = self.offsets;
+        let at = match o.gil {
+            Gil::Runtime {
+                locked,
+                last_holder,
+            } => Some((self.runtime + locked, self.runtime + last_holder)),
+            Gil::Interpreter {
+                pointer,
+                locked,
+                last_holder,
+            } => mem
+                .read_u64(self.runtime + o.runtime_interpreters_head)
+                .and_then(|i| mem.read_u64(i + pointer))
+                .ok()
+                .filter(|&g| g != 0)
+                .map(|g| (g + locked, g + last_holder)),
+        };
+        let Some((locked, holder)) = at else {
+            return GilState::Changing;
+        };
+        match (mem.read_u32(locked), mem.read_u64(holder)) {
+            (Ok(0), Ok(_)) => GilState::Free,
+            (Ok(_), Ok(h)) if h != 0 => GilState::Held(h),
+            _ => GilState::Changing,
+        }
+    }
+}
+
+/// `_PyRuntime` and `Py_Version` of the binary mapped by `m` (its first
+/// mapping), as addresses in the process.
+fn symbols(pid: u32, m: &librip::reader::MapsLine) -> Option<(u64, Option<u64>)> {
+    let file = open_mapped(pid, m)?;
+    let f = std::fs::File::open(file.proc_path()).ok()?;
+    let cache = object::read::ReadCache::new(f);
+    let elf = object::File::parse(&cache).ok()?;
+    let base_va = elf
+        .segments()
+        .filter(|s| s.file_range().0 == 0)
+        .map(|s| s.address())
+        .min()
+        .unwrap_or(0);
+    let bias = m.start.checked_sub(base_va)?;
+    let mut runtime = None;
+    let mut version = None;
+    for s in elf.dynamic_symbols() {
+        match s.name() {
+            Ok("_PyRuntime") => runtime = Some(s.address() + bias),
+            Ok("Py_Version") => version = Some(s.address() + bias),
+            _ => {}
+        }
+    }
+    Some((runtime?, version))
+}
+
+/// What a code object says, read once per snapshot.
+struct Code {
+    name: Option<String>,
+    file: Option<String>,
+    first_line: i32,
+    linetable: Vec<u8>,
+}
+
+/// Code objects and strings already read, by address.
+#[derive(Default)]
+struct Names {
+    code: HashMap<u64, std::rc::Rc<Code>>,
+}
+
+/// Longest line table read.
+const MAX_LINETABLE: u64 = 1 << 20;
+
+impl Names {
+    fn code(&mut self, mem: &impl Memory, o: &Offsets, addr: u64) -> Option<std::rc::Rc<Code>> {
+        if let Some(c) = self.code.get(&addr) {
+            return Some(c.clone());
+        }
+        let mut head = vec![0u8; o.code_adaptive as usize];
+        mem.read(addr, &mut head).ok()?;
+        let word = |off: u64| {
+            let off = off as usize;
+            u64::from_le_bytes(head[off..off + 8].try_into().expect("8 bytes"))
+        };
+        let fl = o.code_firstlineno as usize;
+        let first_line = i32::from_le_bytes(head[fl..fl + 4].try_into().expect("4 bytes"));
+        let table = word(o.code_linetable);
+        // A bytes object: ob_size at 16, the bytes at 32.
+        let len = mem.read_u64(table + 16).ok()?;
+        if len > MAX_LINETABLE {
+            return None;
+        }
+        let mut linetable = vec![0u8; len as usize];
+        mem.read(table + 32, &mut linetable).ok()?;
+        let code = std::rc::Rc::new(Code {
+            name: string(mem, o, word(o.code_qualname)),
+            file: string(mem, o, word(o.code_filename)),
+            first_line,
+            linetable,
+        });
+        self.code.insert(addr, code.clone());
+        Some(code)
+    }
+}
+
+/// The `str` object at `addr`.
+fn string(mem: &impl Memory, o: &Offsets, addr: u64) -> Option<String> {
+    // ob_refcnt, ob_type, length, hash, state.
+    let mut head = [0u8; 40];
+    mem.read(addr, &mut head).ok()?;
+    let length = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+    let state = u32::from_le_bytes(head[32..36].try_into().expect("4 bytes"));
+    let h = decode::StrHeader::new(length, state);
+    let mut data = vec![0u8; h.byte_len()? as usize];
+    let at = if h.ascii {
+        o.ascii_size
+    } else {
+        o.compact_size
+    };
+    mem.read(addr + at, &mut data).ok()?;
+    h.decode(&data)
+}

@@ -1,0 +1,266 @@
+//! CPython threads read from outside, for real: a program this test writes
+//! parks threads in `Lock.acquire`, an `RLock` held across `time.sleep`,
+//! `RLock.acquire`, `Condition.wait`, `queue.Queue.get`, `time.sleep` and
+//! a socket `recv`, and burns the GIL in one more; `rip-probe --pid`
+//! must show each thread's Python function in place of the native
+//! `_PyEval_EvalFrameDefault` frames, in text and JSON, on Debian's
+//! stripped 3.11 (the executable holds libpython) and on 3.12 built with
+//! `--enable-shared` (libpython3.12.so). Both interpreters are on every
+//! machine of the project's kind (Debian's python3.11, which `cargo xtask
+//! setup` installs, and the image's pyenv builds, which it checks).
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rip_tests::{TempDir, bpf_tests_enabled, rip_probe_json, rip_probe_ok};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+/// Each role's thread runs this function, and what it parks in.
+const ROLES: [(&str, &str); 7] = [
+    ("lock-w", "lock_waiter"),
+    ("rholder", "rlock_holder"),
+    ("rlock-w", "rlock_waiter"),
+    ("cond-w", "cond_waiter"),
+    ("q-get", "queue_getter"),
+    ("sleeper", "sleeper"),
+    ("recv", "receiver"),
+];
+
+const PROGRAM: &str = r#"
+import threading, time, queue, socket
+lock = threading.Lock(); lock.acquire()
+rlock = threading.RLock()
+cond = threading.Condition()
+q = queue.Queue()
+a, b = socket.socketpair()
+held = threading.Event()
+tids = {}
+def lock_waiter():
+    lock.acquire()
+def rlock_holder():
+    with rlock:
+        held.set()
+        time.sleep(100000)
+def rlock_waiter():
+    held.wait()
+    rlock.acquire()
+def cond_waiter():
+    with cond:
+        cond.wait()
+def queue_getter():
+    q.get()
+def sleeper():
+    time.sleep(100000)
+def receiver():
+    a.recv(10)
+def burner():
+    while True:
+        pass
+def run(name, f):
+    tids[name] = threading.get_native_id()
+    f()
+roles = [("lock-w", lock_waiter), ("rholder", rlock_holder), ("rlock-w", rlock_waiter),
+         ("cond-w", cond_waiter), ("q-get", queue_getter), ("sleeper", sleeper),
+         ("recv", receiver), ("burner", burner)]
+for name, f in roles:
+    threading.Thread(target=run, args=(name, f), name=name, daemon=True).start()
+while len(tids) < len(roles):
+    time.sleep(0.01)
+for name, tid in tids.items():
+    print(name, tid, flush=True)
+print("ready", flush=True)
+time.sleep(100000)
+"#;
+
+/// The Python program, killed on drop.
+struct Program(Child);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the program under `python`; its role → tid once it is ready.
+fn start(python: &str, dir: &TempDir) -> (Program, HashMap<String, u32>) {
+    assert!(
+        std::path::Path::new(python).exists(),
+        "{python} is missing: run `cargo xtask setup`"
+    );
+    let script = dir.join("threads.py");
+    std::fs::write(&script, PROGRAM).unwrap();
+    let mut child = Program(
+        Command::new(python)
+            .arg(&script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{python}: {e}")),
+    );
+    let mut tids = HashMap::new();
+    let out = BufReader::new(child.0.stdout.take().unwrap());
+    for line in out.lines() {
+        let line = line.unwrap();
+        if line == "ready" {
+            return (child, tids);
+        }
+        let (name, tid) = line.split_once(' ').unwrap();
+        tids.insert(name.to_string(), tid.parse().unwrap());
+    }
+    panic!("{python} ended before it was ready");
+}
+
+fn names(frames: &Value) -> Vec<String> {
+    frames
+        .as_array()
+        .unwrap_or_else(|| panic!("frames: {frames}"))
+        .iter()
+        .map(|f| f["function"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+fn thread(report: &Value, tid: u32) -> &Value {
+    report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .unwrap_or_else(|| panic!("tid {tid} not in the report"))
+}
+
+/// Whether every parked role's thread is blocked with its Python frames
+/// merged into its native stack, its role's function among them.
+fn all_parked(report: &Value, tids: &HashMap<String, u32>) -> bool {
+    ROLES.iter().all(|(role, function)| {
+        let t = thread(report, tids[*role]);
+        t["state"] == "sleeping"
+            && t["python"]["merged"] == true
+            && names(&t["frames"]).iter().any(|n| n == function)
+    })
+}
+
+/// The report once every parked thread is seen parked: polled, since a
+/// thread printed its tid before it reached its wait.
+fn parked_report(pid: u32, tids: &HashMap<String, u32>) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = rip_probe_json(
+            CLI,
+            &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+        );
+        if all_parked(&report, tids) {
+            return report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the threads never all showed parked: {report}"
+        );
+    }
+}
+
+fn check(python: &str, version: &str) {
+    let dir = TempDir::new("/tmp", "rip-python-threads");
+    let (program, tids) = start(python, &dir);
+    let pid = program.0.id();
+    let report = parked_report(pid, &tids);
+    assert_eq!(report["python"]["version"], version, "{report}");
+    // Every thread of the process has a thread state: the main one and
+    // the eight started.
+    let with_python = report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["python"].is_object())
+        .count();
+    assert_eq!(with_python, 9, "{report}");
+    for (role, function) in ROLES {
+        let t = thread(&report, tids[role]);
+        let n = names(&t["frames"]);
+        let at = n.iter().position(|f| f == function).unwrap();
+        // Merged: the role's function is called from `run`, and from
+        // `threading`'s bootstrap, in place of the eval loop's frames,
+        // which are all gone.
+        assert_eq!(n[at + 1], "run", "{role}: {n:?}");
+        assert!(
+            n.contains(&"Thread._bootstrap".to_string()),
+            "{role}: {n:?}"
+        );
+        assert!(
+            !n.contains(&"_PyEval_EvalFrameDefault".to_string()),
+            "{role}: {n:?}"
+        );
+        // Native frames stay around them: the thread starts in libc.
+        assert_eq!(n.last().unwrap(), "clone3", "{role}: {n:?}");
+        let frame = t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == function)
+            .unwrap();
+        assert_eq!(frame["python"], true);
+        assert!(frame["file"].as_str().unwrap().ends_with("threads.py"));
+        assert!(frame["line"].as_u64().unwrap() > 1, "{frame}");
+    }
+    // Library functions by their qualified names, where each waits.
+    let frames = |role: &str| names(&thread(&report, tids[role])["frames"]);
+    assert!(frames("cond-w").contains(&"Condition.wait".into()));
+    let q = frames("q-get");
+    assert!(
+        q.contains(&"Queue.get".into()) && q.contains(&"Condition.wait".into()),
+        "{q:?}"
+    );
+    // The burner ran: its Python frames are there, apart from its sampled
+    // native stack, and say why.
+    let burner = &thread(&report, tids["burner"])["python"];
+    assert_eq!(names(&burner["frames"])[..2], ["burner", "run"], "{burner}");
+    // The GIL is claimed held only by a thread of the process.
+    let gil = &report["python"];
+    if gil["gil"] == "held" {
+        let holder = gil["gil_holder"].as_u64().unwrap();
+        assert!(
+            report["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["tid"] == holder),
+            "{gil}"
+        );
+    } else {
+        assert!(gil["gil_holder"].is_null(), "{gil}");
+    }
+    // Text shows the Python frames in the stacks, marked as such.
+    let text = rip_probe_ok(CLI, &["--pid", &pid.to_string(), "--duration", "0"]);
+    for (_, function) in ROLES {
+        assert!(
+            text.contains(&format!(" python         {function} at ")),
+            "{function}: {text}"
+        );
+    }
+    assert!(text.contains(&format!("python {version}: ")), "{text}");
+}
+
+/// Debian's python3.11: stripped, libpython linked into the executable.
+#[test]
+fn debians_stripped_python_3_11() {
+    if !bpf_tests_enabled("debians_stripped_python_3_11") {
+        return;
+    }
+    check("/usr/bin/python3.11", "3.11");
+}
+
+/// CPython 3.12 built with `--enable-shared`: `_PyRuntime` in
+/// libpython3.12.so.
+#[test]
+fn shared_python_3_12() {
+    if !bpf_tests_enabled("shared_python_3_12") {
+        return;
+    }
+    check("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+}
