@@ -199,7 +199,7 @@ pub fn main() -> i32 {
     raise_open_files_limit();
     // The first Ctrl-C (or SIGTERM) ends the window and the report is
     // printed, as perf's and bpftrace's are; a second ends rip-probe.
-    crate::window::catch_interrupts();
+    crate::util::interrupt::catch_interrupts();
     let stdout = std::io::stdout();
     // Reports of 100,000 threads are hundreds of megabytes of JSON: large
     // writes keep the syscalls few.

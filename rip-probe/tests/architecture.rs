@@ -169,6 +169,9 @@ const EVIDENCE: &[&str] = &[
     "collect::leaks::Table",
     "collect::offcpu::OffCpuData",
     "collect::ring::AllocEvidence",
+    "collect::runtime::python::GilState",
+    "collect::runtime::python::PyFrame",
+    "collect::runtime::python::Snapshot",
     "collect::stacks::threads::ThreadStacks",
     "collect::stacks::threads::UserStacks",
 ];

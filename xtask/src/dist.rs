@@ -164,10 +164,6 @@ fn build_librip(version: &str) -> Result<PathBuf> {
                 "-p",
                 "librip",
                 "--lib",
-                // The allocation sampler's interposer (it samples only
-                // when RIP_ALLOC_SAMPLE is set).
-                "--features",
-                "sampler",
                 "--crate-type",
                 "staticlib,cdylib",
                 "--target-dir",

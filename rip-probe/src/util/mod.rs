@@ -3,6 +3,7 @@
 
 pub(crate) mod background;
 pub(crate) mod demangle;
+pub(crate) mod interrupt;
 pub(crate) mod progress;
 pub(crate) mod timefmt;
 pub(crate) mod timing;

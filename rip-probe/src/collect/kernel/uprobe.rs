@@ -399,7 +399,7 @@ pub(crate) fn attach_program(
         links: Vec::with_capacity(n),
     };
     for (i, s) in single.into_iter().enumerate() {
-        if let Some(signal) = crate::window::stop_requested() {
+        if let Some(signal) = crate::util::interrupt::stop_requested() {
             if progress {
                 eprint!("\rrip-probe: {signal}: detaching the {i} {what}s attached\x1b[K");
             }
