@@ -339,6 +339,9 @@ mod tests {
         };
         window.run(&mut fake).unwrap();
         assert_eq!(sigint_action(), before);
-        assert_ne!(before, on_signal as *const () as libc::sighandler_t);
+        assert_ne!(
+            before,
+            crate::util::interrupt::on_signal as *const () as libc::sighandler_t
+        );
     }
 }

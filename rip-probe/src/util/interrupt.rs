@@ -55,7 +55,7 @@ pub(crate) fn arm() {
     });
 }
 
-extern "C" fn on_signal(sig: libc::c_int) {
+pub(crate) extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::Relaxed);
 }
 
