@@ -205,7 +205,12 @@ fn a_go_programs_futexes_are_go_runtime_waits() {
     assert!(text.contains("Go runtime: idle M"), "{text}");
     // The goroutines blocked in sync.Mutex.Lock are reported as such (the
     // runtime's own words); no thread's futex may be read as a glibc lock.
-    for word in ["waits for mutex", "waits for rwlock", "reader(s)", "held by"] {
+    for word in [
+        "waits for mutex",
+        "waits for rwlock",
+        "reader(s)",
+        "held by",
+    ] {
         assert!(!text.contains(word), "`{word}` in a Go report:\n{text}");
     }
 }
