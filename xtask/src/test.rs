@@ -184,9 +184,12 @@ pub fn run_tests(loaded: bool) -> Result<()> {
     step("container image from the Containerfile (where a builder exists)");
     crate::dist::build_image(&crate::dist::stage_dir(), true)?;
 
-    step(
-        "cargo fuzz run reader, ring_file, maps, sites, elf_symbols, perf_map (35 s in all, the committed corpora plus scratch ones)",
-    );
+    let names: Vec<&str> = FUZZ_TARGETS.iter().map(|t| t.0).collect();
+    let seconds: u32 = FUZZ_TARGETS.iter().map(|t| t.1).sum();
+    step(&format!(
+        "cargo fuzz run {} ({seconds} s in all, the committed corpora plus scratch ones)",
+        names.join(", ")
+    ));
     fuzz_reader()?;
 
     eprintln!(
