@@ -9,8 +9,8 @@ use rip_tests::{TempDir, check_whole, facts, privileged_tests_enabled, read_ring
 const WRITER: &str = env!("CARGO_BIN_EXE_ring-writer");
 
 /// Tids are far above 4, and 10 threads want slots: the 4 slots go to the
-/// first four, the others' snaps are dropped and counted, and the file
-/// stays its size.
+/// first four, the others' snaps are dropped and counted (a lower bound),
+/// and the file stays its size.
 #[test]
 fn threads_beyond_the_slot_count_snap_into_the_sink() {
     let dir = TempDir::new("/dev/shm", "overflow");
@@ -29,11 +29,12 @@ fn threads_beyond_the_slot_count_snap_into_the_sink() {
     let layout = librip::format::Layout::new(4, 0, 32).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), layout.file_size);
     let ring = read_ring(&path);
-    assert!(
-        ring.header().dropped_snaps >= 600,
-        "{}",
-        ring.header().dropped_snaps
-    );
+    // The six slotless threads snapped 600 times. Their shared counter is
+    // incremented without atomics (a snap stays ten instructions), so
+    // snaps made at the same moment on two CPUs may count once: the count
+    // is a lower bound, and a busy machine interleaves them more.
+    let dropped = ring.header().dropped_snaps;
+    assert!((1..=600).contains(&dropped), "{dropped}");
     let slots: Vec<_> = ring.slots().collect();
     assert_eq!(slots.len(), 4);
     for s in &slots {
