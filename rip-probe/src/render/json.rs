@@ -8,6 +8,10 @@ use std::io::{self, Write};
 /// threads is tens of megabytes pretty-printed; pipe it to `jq` to read
 /// it).
 pub fn json<R: serde::Serialize + ?Sized>(report: &R, mut w: impl Write) -> io::Result<()> {
-    serde_json::to_writer(&mut w, report).map_err(io::Error::other)?;
-    writeln!(w)
+    // serde_json writes a report in millions of small pieces: into a
+    // buffer of this type, not through the caller's writer (often `dyn`).
+    let mut b = io::BufWriter::with_capacity(1 << 16, &mut w);
+    serde_json::to_writer(&mut b, report).map_err(io::Error::other)?;
+    writeln!(b)?;
+    b.flush()
 }

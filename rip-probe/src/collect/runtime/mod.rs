@@ -90,10 +90,12 @@ pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
 /// Names the frames of `coroutines`, each by its runtime, from the native
 /// addresses the symbolize stage named.
 pub(crate) fn name_frames(coroutines: &mut [Coroutine], native: &HashMap<u64, Frame>) {
+    // Goroutines share stacks by the thousand: each is named once.
+    let mut named = go::Named::default();
     for c in coroutines {
         match c.origin {
             Origin::Librip | Origin::Tokio => librip::Librip::name_frames(c, native),
-            Origin::Go => go::Go::name_frames(c, native),
+            Origin::Go => go::Go::name_shared(c, native, &mut named),
         }
     }
 }

@@ -179,11 +179,20 @@ impl<'a> Runtime<'a> for Go<'a> {
             Clock::Now(ns) => Some(ns),
             Clock::PostMortem => None,
         };
+        // Goroutines parked at one place share one stack: made once, and
+        // named once by the symbolize stage.
+        let mut stacks: HashMap<&[u64], Arc<[Frame]>> = HashMap::new();
         let mut v: Vec<Coroutine> = self
             .snap
             .goroutines
             .iter()
-            .filter_map(|g| coroutine(g, &self.snap.reasons, now))
+            .filter_map(|g| {
+                let stack = stacks
+                    .entry(&g.pcs)
+                    .or_insert_with(|| g.pcs.iter().map(|&pc| at_call(pc)).collect())
+                    .clone();
+                coroutine(g, stack, &self.snap.reasons, now)
+            })
             .collect();
         v.sort_by_key(|c| c.id);
         v
@@ -200,6 +209,19 @@ impl<'a> Runtime<'a> for Go<'a> {
     }
 
     fn name_frames(c: &mut Coroutine, native: &HashMap<u64, Frame>) {
+        Go::name_shared(c, native, &mut Named::default());
+    }
+}
+
+/// Stacks already named, by the address of the stack they were named
+/// from: goroutines that share a stack share its named copy.
+#[derive(Default)]
+pub(crate) struct Named(HashMap<usize, Arc<[Frame]>>);
+
+impl Go<'_> {
+    /// [`Runtime::name_frames`], naming each shared stack once (`named`
+    /// holds them across the goroutines of a report).
+    pub(crate) fn name_shared(c: &mut Coroutine, native: &HashMap<u64, Frame>, named: &mut Named) {
         let name = |f: &mut Frame| {
             if let Some(n) = native.get(&f.addr) {
                 *f = n.clone();
@@ -209,9 +231,16 @@ impl<'a> Runtime<'a> for Go<'a> {
             name(&mut l.frame);
         }
         if let Some(g) = &mut c.go {
-            let mut stack = g.stack.to_vec();
-            stack.iter_mut().for_each(name);
-            g.stack = stack.into();
+            let key = g.stack.as_ptr() as usize;
+            g.stack = named
+                .0
+                .entry(key)
+                .or_insert_with(|| {
+                    let mut stack = g.stack.to_vec();
+                    stack.iter_mut().for_each(name);
+                    stack.into()
+                })
+                .clone();
             if let Some(f) = &mut g.created_by {
                 name(f);
             }
@@ -220,7 +249,12 @@ impl<'a> Runtime<'a> for Go<'a> {
 }
 
 /// One goroutine in the model; `None` for a status no runtime uses.
-fn coroutine(g: &RawG, reasons: &[String], now: Option<u64>) -> Option<Coroutine> {
+fn coroutine(
+    g: &RawG,
+    stack: Arc<[Frame]>,
+    reasons: &[String],
+    now: Option<u64>,
+) -> Option<Coroutine> {
     let status = match g.status {
         Status::Running => GoStatus::Running,
         Status::Runnable => GoStatus::Runnable,
@@ -244,7 +278,6 @@ fn coroutine(g: &RawG, reasons: &[String], now: Option<u64>) -> Option<Coroutine
         }
         _ => None,
     };
-    let stack: Arc<[Frame]> = g.pcs.iter().map(|&pc| at_call(pc)).collect();
     let waits_on = g.waits_on.as_ref().map(|w| match w {
         WaitsOn::Channels(c) => GoWaitsOn {
             kind: GoWaitKind::Channel,

@@ -144,6 +144,10 @@ impl StackCopy {
     }
 }
 
+/// Goroutines read per batch: their `g`s, stacks and sudogs are read
+/// with a few `process_vm_readv` calls, and held only for the batch.
+const BATCH: usize = 4096;
+
 /// Every goroutine of the process (dead ones skipped), in `allgs` order;
 /// stacks unwound by frame sizes with `unwind`, else by frame pointers.
 pub(crate) fn read(
@@ -174,38 +178,173 @@ pub(crate) fn read(
         .map(|(at, size)| semaphore_waiters(mem, l, at, size))
         .unwrap_or_default();
     let mut out = Read::default();
-    let mut buf = vec![0u8; l.g_read as usize];
-    let mut again = vec![0u8; l.g_read as usize];
-    for &gp in &gs {
-        if gp == 0 || mem.read(gp, &mut buf).is_err() {
+    for batch in gs.chunks(BATCH) {
+        read_batch(mem, l, batch, &sema, unwind, &mut out);
+    }
+    Ok(out)
+}
+
+/// The goroutines of `gs` (a batch of `allgs`) into `out`: every `g`
+/// read, then what their walks will read (stacks, sudogs) read ahead, the
+/// goroutines made from those copies, then every `g` read again. A `g`
+/// whose status or registers moved meanwhile is read again alone, then
+/// marked torn (its stack dropped) if it moved again.
+fn read_batch(
+    mem: &dyn Memory,
+    l: &Layout,
+    gs: &[u64],
+    sema: &HashMap<u64, u64>,
+    unwind: Option<&Unwind<'_>>,
+    out: &mut Read,
+) {
+    let g_len = l.g_read as usize;
+    let regions: Vec<(u64, usize)> = gs.iter().map(|&gp| (gp, g_len)).collect();
+    let mut first = vec![0u8; g_len * gs.len()];
+    let read = mem.read_scattered(&regions, &mut first);
+    let mut ahead = Prefetched::new(mem);
+    // What the walks will read: each stack from its saved SP up (as
+    // `walk_sp` copies it), each waiting goroutine's first sudog.
+    let sudog_len = [l.sudog_c, l.sudog_waitlink, l.sudog_elem]
+        .into_iter()
+        .max()
+        .unwrap_or(0) as usize
+        + 8;
+    let mut wants = Vec::new();
+    let mut sudogs = Vec::new();
+    for (i, b) in first.chunks_exact(g_len).enumerate() {
+        if !read[i] || gs[i] == 0 {
+            continue;
+        }
+        let st = status(u32_at(b, l.status));
+        let hi = u64_at(b, l.stack_hi);
+        let sp = match st {
+            Status::Syscall => u64_at(b, l.syscall_sp),
+            Status::Waiting | Status::Runnable => u64_at(b, l.sched_sp),
+            _ => 0,
+        };
+        if unwind.is_some() && sp != 0 && hi > sp {
+            wants.push((sp, hi.saturating_sub(sp).min(STACK_COPY) as usize));
+        }
+        let s = u64_at(b, l.waiting);
+        if st == Status::Waiting && s != 0 {
+            sudogs.push((s, sudog_len));
+        }
+    }
+    wants.extend_from_slice(&sudogs);
+    ahead.fetch(&wants);
+    // The sudogs of a select: one per case, linked by `waitlink`.
+    for _ in 0..MAX_SUDOGS {
+        let next: Vec<(u64, usize)> = sudogs
+            .iter()
+            .filter_map(|&(s, _)| ahead.read_u64(s + l.sudog_waitlink).ok())
+            .filter(|&n| n != 0 && !ahead.has(n))
+            .map(|n| (n, sudog_len))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        ahead.fetch(&next);
+        sudogs = next;
+    }
+    let mut again = vec![0u8; g_len * gs.len()];
+    let reread = mem.read_scattered(&regions, &mut again);
+    for (i, &gp) in gs.iter().enumerate() {
+        if !read[i] || gp == 0 {
             out.unreadable += 1;
             continue;
         }
-        let mut g = one(mem, l, gp, &buf, &sema, unwind);
-        // Read again: the same status and registers say the stack read in
-        // between belongs to them.
-        let mut torn = true;
-        for _ in 0..2 {
-            if mem.read(gp, &mut again).is_err() {
-                break;
+        let mut buf = first[i * g_len..(i + 1) * g_len].to_vec();
+        let now = &again[i * g_len..(i + 1) * g_len];
+        let g = if reread[i] && moved_key(now, l) == moved_key(&buf, l) {
+            one(&ahead, l, gp, &buf, sema, unwind)
+        } else {
+            // It moved (or could not be read again): alone, from its
+            // latest bytes, and once more to see it hold still.
+            if reread[i] {
+                buf.copy_from_slice(now);
             }
-            if moved_key(&again, l) == moved_key(&buf, l) {
-                torn = false;
-                break;
-            }
-            std::mem::swap(&mut buf, &mut again);
-            g = one(mem, l, gp, &buf, &sema, unwind);
+            let g = one(mem, l, gp, &buf, sema, unwind);
+            let mut check = vec![0u8; g_len];
+            let held =
+                mem.read(gp, &mut check).is_ok() && moved_key(&check, l) == moved_key(&buf, l);
+            g.map(|mut g| {
+                if !held {
+                    g.torn = true;
+                    g.pcs.clear();
+                    g.waits_on = None;
+                    g.stack_note = Some("changed while read");
+                }
+                g
+            })
+        };
+        if let Some(g) = g {
+            out.goroutines.push(g);
         }
-        let Some(mut g) = g else { continue };
-        if torn {
-            g.torn = true;
-            g.pcs.clear();
-            g.waits_on = None;
-            g.stack_note = Some("changed while read");
-        }
-        out.goroutines.push(g);
     }
-    Ok(out)
+}
+
+/// Sudogs of one goroutine followed at most (a select's cases).
+const MAX_SUDOGS: usize = 64;
+
+/// Regions of a process's memory read ahead in batches, served to the
+/// reads that follow them; any other read goes to the process.
+struct Prefetched<'m> {
+    mem: &'m dyn Memory,
+    /// `(start, length, offset in bytes)` of each region read whole,
+    /// sorted by start.
+    regions: Vec<(u64, usize, usize)>,
+    bytes: Vec<u8>,
+}
+
+impl<'m> Prefetched<'m> {
+    fn new(mem: &'m dyn Memory) -> Self {
+        Prefetched {
+            mem,
+            regions: Vec::new(),
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Reads `at` ahead (those that cannot be read are left to the
+    /// process's own reads, which fail the same way).
+    fn fetch(&mut self, at: &[(u64, usize)]) {
+        let mut buf = vec![0u8; at.iter().map(|&(_, n)| n).sum()];
+        let ok = self.mem.read_scattered(at, &mut buf);
+        let base = self.bytes.len();
+        let mut off = 0;
+        for (i, &(addr, n)) in at.iter().enumerate() {
+            if ok[i] && n > 0 {
+                self.regions.push((addr, n, base + off));
+            }
+            off += n;
+        }
+        self.bytes.extend_from_slice(&buf);
+        self.regions.sort_unstable_by_key(|r| r.0);
+    }
+
+    /// The region whose start is the last at or below `addr`.
+    fn region(&self, addr: u64) -> Option<(u64, usize, usize)> {
+        let i = self.regions.partition_point(|r| r.0 <= addr);
+        i.checked_sub(1).map(|i| self.regions[i])
+    }
+
+    /// Whether a region starts at `addr`.
+    fn has(&self, addr: u64) -> bool {
+        self.region(addr).is_some_and(|r| r.0 == addr)
+    }
+}
+
+impl Memory for Prefetched<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if let Some((start, len, off)) = self.region(addr) {
+            let from = (addr - start) as usize;
+            if from + buf.len() <= len {
+                buf.copy_from_slice(&self.bytes[off + from..off + from + buf.len()]);
+                return Ok(());
+            }
+        }
+        self.mem.read(addr, buf)
+    }
 }
 
 /// One goroutine from its `g` bytes; `None` for a dead one.
@@ -449,6 +588,123 @@ mod tests {
 
     fn put(d: &mut [u8], off: u64, v: u64) {
         d[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// A live process in miniature: fixed regions, and `g`s whose bytes
+    /// depend on how often each was read (the last version repeats): a
+    /// goroutine that moves while it is read.
+    struct Moving {
+        fixed: Fixture,
+        gs: HashMap<u64, Vec<Vec<u8>>>,
+        reads: std::cell::RefCell<HashMap<u64, usize>>,
+    }
+
+    impl Memory for Moving {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            let Some(versions) = self.gs.get(&addr) else {
+                return self.fixed.read(addr, buf);
+            };
+            let mut reads = self.reads.borrow_mut();
+            let n = reads.entry(addr).or_default();
+            let g = &versions[(*n).min(versions.len() - 1)];
+            *n += 1;
+            buf.copy_from_slice(&g[..buf.len()]);
+            Ok(())
+        }
+    }
+
+    /// Every frame 16 bytes, the walk's end at `runtime.goexit`.
+    struct Frames;
+
+    impl super::super::FuncTable for Frames {
+        fn func_range(&self, name: &str) -> Option<(u64, u64)> {
+            (name == "runtime.goexit").then_some((0x9000, 0x9100))
+        }
+        fn sp_delta(&self, _pc: u64) -> Option<i32> {
+            Some(0x10)
+        }
+    }
+
+    /// A `g` waiting (chan receive) on the stack `[0x10000, 0x12000)`,
+    /// parked with `sp` and `pc`.
+    fn g_bytes(l: &Layout, goid: u64, sp: u64, pc: u64) -> Vec<u8> {
+        let mut b = vec![0u8; l.g_read as usize];
+        put(&mut b, l.stack_lo, 0x10000);
+        put(&mut b, l.stack_hi, 0x12000);
+        put(&mut b, l.sched_sp, sp);
+        put(&mut b, l.sched_pc, pc);
+        put(&mut b, l.goid, goid);
+        b[l.status as usize..l.status as usize + 4].copy_from_slice(&4u32.to_le_bytes());
+        b[l.waitreason as usize] = 14;
+        b
+    }
+
+    /// Goroutines that move while read: one holds still (its stack read
+    /// ahead with the others'), one moves once (read again alone, its
+    /// latest stack kept), one moves on every read (marked torn, its stack
+    /// dropped, never a stack of mixed moments).
+    #[test]
+    fn goroutines_that_move_while_read_are_read_again_or_marked_torn() {
+        let l = super::super::layout::table("go1.19.8").unwrap();
+        let mut stack = vec![0u8; 0x2000];
+        // From sp 0x11000: a return into 0x1001 at +0x10, then one into
+        // goexit at +0x28. From sp 0x11800: 0x2001, then goexit.
+        put(&mut stack, 0x1010, 0x1001);
+        put(&mut stack, 0x1028, 0x9001);
+        put(&mut stack, 0x1810, 0x2001);
+        put(&mut stack, 0x1828, 0x9001);
+        let mut allgs = vec![0u8; 16];
+        put(&mut allgs, 0, 0x200);
+        put(&mut allgs, 8, 3);
+        let mut list = vec![0u8; 24];
+        put(&mut list, 0, 0x1000);
+        put(&mut list, 8, 0x2000);
+        put(&mut list, 16, 0x3000);
+        let still = g_bytes(&l, 1, 0x11000, 0x500);
+        let (a, b) = (
+            g_bytes(&l, 2, 0x11000, 0x500),
+            g_bytes(&l, 2, 0x11800, 0x600),
+        );
+        let (c, d) = (
+            g_bytes(&l, 3, 0x11000, 0x500),
+            g_bytes(&l, 3, 0x11800, 0x600),
+        );
+        let mem = Moving {
+            fixed: Fixture(vec![(0x100, allgs), (0x200, list), (0x10000, stack)]),
+            gs: HashMap::from([
+                (0x1000, vec![still]),
+                // Moves between the first read and the second, then holds.
+                (0x2000, vec![a, b]),
+                // Moves on every read.
+                (0x3000, vec![c.clone(), d.clone(), c.clone(), d, c]),
+            ]),
+            reads: Default::default(),
+        };
+        let u = Unwind::new(&Frames, 0);
+        let roots = Roots {
+            allgs: 0x100,
+            semtable: None,
+        };
+        let r = read(&mem, &l, roots, Some(&u)).unwrap();
+        let by_id = |id| r.goroutines.iter().find(|g| g.goid == id).unwrap();
+        let g1 = by_id(1);
+        assert_eq!(
+            (g1.pcs.clone(), g1.torn, g1.stack_note),
+            (vec![0x500, 0x1001, 0x9001], false, None)
+        );
+        let g2 = by_id(2);
+        assert!(!g2.torn, "it held still once read again");
+        assert_eq!(
+            g2.pcs,
+            [0x600, 0x2001, 0x9001],
+            "the stack of its latest registers"
+        );
+        let g3 = by_id(3);
+        assert!(g3.torn);
+        assert!(g3.pcs.is_empty());
+        assert_eq!(g3.stack_note, Some("changed while read"));
+        assert_eq!(g3.status, Status::Waiting, "its id and status are kept");
+        assert_eq!(r.unreadable, 0);
     }
 
     #[test]
