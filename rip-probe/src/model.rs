@@ -693,6 +693,23 @@ pub struct WaitedOn {
     pub object: GoWaitsOn,
     /// Members waiting on it.
     pub count: usize,
+    /// A channel the members wait to receive on or to send on: who else,
+    /// of the goroutines read, waits on it (absent for other objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_peers: Option<ChannelPeers>,
+}
+
+/// Who else waits on a channel a group waits on, among the goroutines
+/// read: a count of what was seen, not of what may come (code that is not
+/// running now may still send or receive on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ChannelPeers {
+    /// Goroutines parked on the other side: in `chan send` on it for a
+    /// group that receives, in `chan receive` on it for one that sends.
+    pub other_side: usize,
+    /// Goroutines parked in a `select` with a case on it (whether to send
+    /// or to receive, the runtime's sudog does not say).
+    pub in_select: usize,
 }
 
 /// A [`Group`]'s shared state: its members' thread or coroutine state.

@@ -304,6 +304,13 @@ fn check(go: &Path, flags: &[&str], tag: &str) {
         .expect("a group of the receivers");
     assert_eq!(g["count"], COUNTS[0]);
     assert_eq!(g["waits_on"][0]["count"], COUNTS[0]);
+    // Nothing sends on the receivers' channel, and the report says what it
+    // saw: no goroutine parked sending on it, none in a select on it.
+    assert_eq!(
+        g["waits_on"][0]["channel_peers"],
+        serde_json::json!({"other_side": 0, "in_select": 0}),
+        "{g}"
+    );
     assert!(
         g["location"].as_str().unwrap().ends_with("main.receiver"),
         "{g}"
@@ -317,6 +324,14 @@ fn check(go: &Path, flags: &[&str], tag: &str) {
         "{text}"
     );
     assert!(text.contains("record no owner"), "{text}");
+    assert!(
+        text.contains("no goroutine waits to send on it (of those read"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no goroutine waits to receive on it (of those read"),
+        "{text}"
+    );
     // And the folded stacks hold the goroutines'.
     let folded = rip_probe_ok(EXE, &["--pid", &pid, "--duration", "0", "--folded"]);
     let line = folded

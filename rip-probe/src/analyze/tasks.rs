@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use super::group::{Place, sorted};
 use crate::model::{
-    Coroutine, CoroutineState, Frame, GoStatus, GoWaitsOn, Group, GroupState, LocationSource,
-    Origin, WaitedOn,
+    ChannelPeers, Coroutine, CoroutineState, Frame, GoStatus, GoWaitKind, GoWaitsOn, Group,
+    GroupState, LocationSource, Origin, WaitedOn,
 };
 
 /// Keeps the tasks idle at least `min_ns` (since their last poll ended, or
@@ -84,16 +84,32 @@ fn waits_in(stack: &[Frame]) -> Option<&Frame> {
 /// wait on (channels, semaphores) with how many wait on each. Most
 /// populated first.
 fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
-    type Key = (GoStatus, Option<String>, Vec<Place>, Option<Place>);
-    let mut map: HashMap<Key, (Group, HashMap<GoWaitsOn, usize>)> = HashMap::new();
+    // Stacks and creators by number: goroutines share a few by the
+    // thousand, so each is made a place once.
+    type Key<'a> = (GoStatus, Option<&'a str>, usize, Option<usize>);
+    let mut places: HashMap<Vec<Place>, usize> = HashMap::new();
+    let mut by_stack: HashMap<usize, usize> = HashMap::new();
+    let mut creators: HashMap<Place, usize> = HashMap::new();
+    let mut by_creator: HashMap<u64, usize> = HashMap::new();
+    let mut map: HashMap<Key, (Group, HashMap<&GoWaitsOn, usize>)> = HashMap::new();
     for t in tasks {
         let Some(g) = &t.go else { continue };
-        let key = (
-            g.status,
-            g.wait_reason.clone(),
-            g.stack.iter().map(Place::of).collect(),
-            g.created_by.as_ref().map(Place::of),
-        );
+        let stack = *by_stack
+            .entry(g.stack.as_ptr() as usize)
+            .or_insert_with(|| {
+                let n = places.len();
+                *places
+                    .entry(g.stack.iter().map(Place::of).collect())
+                    .or_insert(n)
+            });
+        // Frames of one address are named alike.
+        let creator = g.created_by.as_ref().map(|f| {
+            *by_creator.entry(f.addr).or_insert_with(|| {
+                let n = creators.len();
+                *creators.entry(Place::of(f)).or_insert(n)
+            })
+        });
+        let key = (g.status, g.wait_reason.as_deref(), stack, creator);
         let (group, objects) = map.entry(key).or_insert_with(|| {
             let at = waits_in(&g.stack);
             (
@@ -124,17 +140,22 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
             group.lower_bound |= t.lower_bound;
         }
         if let Some(w) = &g.waits_on {
-            *objects.entry(w.clone()).or_default() += 1;
+            *objects.entry(w).or_default() += 1;
         }
     }
+    let peers = ChannelWaiters::of(tasks);
     let v = map
         .into_values()
         .map(|(mut g, objects)| {
+            let side = g.wait.as_deref().and_then(side);
             let mut w: Vec<WaitedOn> = objects
                 .into_iter()
                 .map(|(what, count)| WaitedOn {
-                    object: what,
+                    object: what.clone(),
                     count,
+                    channel_peers: side
+                        .filter(|_| what.kind == GoWaitKind::Channel && what.addrs.len() == 1)
+                        .map(|s| peers.of_side(what.addrs[0], s)),
                 })
                 .collect();
             w.sort_by(|a, b| b.count.cmp(&a.count).then(a.object.cmp(&b.object)));
@@ -143,6 +164,67 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
         })
         .collect();
     sorted(v)
+}
+
+/// A channel operation's side, from its wait reason in the runtime's
+/// words (`chan receive`, `chan send`; Go 1.27's `(durable)` variants
+/// too); `None` for a select, a nil channel or any other wait.
+fn side(reason: &str) -> Option<Side> {
+    match reason {
+        "chan receive" | "chan receive (durable)" => Some(Side::Receive),
+        "chan send" | "chan send (durable)" => Some(Side::Send),
+        _ => None,
+    }
+}
+
+/// Which end of a channel a goroutine is parked on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Receive,
+    Send,
+}
+
+/// Every channel goroutines wait on, with how many wait on each side and
+/// in a select.
+#[derive(Default)]
+struct ChannelWaiters(HashMap<u64, [usize; 3]>);
+
+impl ChannelWaiters {
+    fn of(tasks: &[Coroutine]) -> Self {
+        let mut m = ChannelWaiters::default();
+        for g in tasks.iter().filter_map(|t| t.go.as_ref()) {
+            let Some(w) = g
+                .waits_on
+                .as_ref()
+                .filter(|w| w.kind == GoWaitKind::Channel)
+            else {
+                continue;
+            };
+            let reason = g.wait_reason.as_deref().unwrap_or("");
+            let slot = match side(reason) {
+                Some(Side::Receive) => 0,
+                Some(Side::Send) => 1,
+                None if reason.starts_with("select") => 2,
+                None => continue,
+            };
+            for &c in &w.addrs {
+                m.0.entry(c).or_default()[slot] += 1;
+            }
+        }
+        m
+    }
+
+    /// Who waits on channel `c` across from goroutines on side `s`.
+    fn of_side(&self, c: u64, s: Side) -> ChannelPeers {
+        let n = self.0.get(&c).copied().unwrap_or_default();
+        ChannelPeers {
+            other_side: match s {
+                Side::Receive => n[1],
+                Side::Send => n[0],
+            },
+            in_select: n[2],
+        }
+    }
 }
 
 #[cfg(test)]

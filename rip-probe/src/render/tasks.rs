@@ -83,7 +83,11 @@ fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
     for g in groups {
         writeln!(w, "  {}", goroutine_sentence(g))?;
         for o in &g.waits_on {
-            writeln!(w, "      {}", waited_on_words(o, g.count))?;
+            writeln!(
+                w,
+                "      {}",
+                waited_on_words(o, g.count, g.wait.as_deref())
+            )?;
         }
         writeln!(w, "      goroutines: {}", ids(&g.ids))?;
         for id in g.ids.iter().take(MAX_ON_THREAD) {
@@ -158,7 +162,7 @@ pub(crate) fn goroutine_sentence(g: &Group) -> String {
 
 /// "on channel 0xc000012345 (7 of them)", "on semaphore 0x5f8a10 (main.mu)
 /// (3 of them): sync.Mutex records no owner".
-fn waited_on_words(o: &WaitedOn, of: usize) -> String {
+fn waited_on_words(o: &WaitedOn, of: usize, wait: Option<&str>) -> String {
     let what = match o.object.kind {
         GoWaitKind::Channel if o.object.addrs.len() > 1 => "channels",
         GoWaitKind::Channel => "channel",
@@ -177,6 +181,27 @@ fn waited_on_words(o: &WaitedOn, of: usize) -> String {
     }
     if o.object.kind == GoWaitKind::Semaphore {
         s.push_str(": Go's sync primitives record no owner");
+    }
+    if let (Some(p), Some(why)) = (&o.channel_peers, wait) {
+        let other = if why.starts_with("chan send") {
+            "receive"
+        } else {
+            "send"
+        };
+        match (p.other_side, p.in_select) {
+            (0, 0) => s.push_str(&format!(
+                "; no goroutine waits to {other} on it (of those read: code not running now \
+                 may still {other})"
+            )),
+            (0, n) => s.push_str(&format!(
+                "; no goroutine waits to {other} on it, {} in a select with a case on it",
+                plural(n, "goroutine", "goroutines")
+            )),
+            (n, _) => s.push_str(&format!(
+                "; {} to {other} on it",
+                plural(n, "goroutine waits", "goroutines wait")
+            )),
+        }
     }
     s
 }

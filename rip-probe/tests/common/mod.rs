@@ -193,10 +193,25 @@ pub fn full_report() -> Report {
                 stack_samples: None,
                 max_ns: Some(61_000_000_000),
                 created_by: Some("main.go:12 main.main".into()),
-                waits_on: vec![WaitedOn {
-                    object: waits_on,
-                    count: 1,
-                }],
+                waits_on: vec![
+                    WaitedOn {
+                        object: waits_on,
+                        count: 1,
+                        channel_peers: None,
+                    },
+                    WaitedOn {
+                        object: GoWaitsOn {
+                            kind: GoWaitKind::Channel,
+                            addrs: vec![0xc000072000],
+                            name: None,
+                        },
+                        count: 1,
+                        channel_peers: Some(ChannelPeers {
+                            other_side: 0,
+                            in_select: 2,
+                        }),
+                    },
+                ],
                 ..group
             },
         ],
