@@ -423,6 +423,7 @@ impl Session {
         };
         if let Some((user, frames)) = &stacks {
             analyze::stacks::attach(&mut report, user, frames);
+            analyze::cgo::join_c_frames(&mut report);
         }
         match python {
             Some(Ok(snap)) if !lost_now => analyze::python::merge(&mut report, &snap),

@@ -121,11 +121,17 @@ fn census_unnamed(report: &Value) -> BTreeMap<(String, String), usize> {
 }
 
 fn expected(minor: u32) -> BTreeMap<(String, String, String), usize> {
-    // sync's waits have their own words from Go 1.20 on.
-    let (mutex, wg) = if minor >= 20 {
-        ("sync.Mutex.Lock", "sync.WaitGroup.Wait")
+    // sync's waits have their own words: a Mutex's from Go 1.20 on, a
+    // WaitGroup's from 1.24 on.
+    let mutex = if minor >= 20 {
+        "sync.Mutex.Lock"
     } else {
-        ("semacquire", "semacquire")
+        "semacquire"
+    };
+    let wg = if minor >= 24 {
+        "sync.WaitGroup.Wait"
+    } else {
+        "semacquire"
     };
     let [recv, send, select, lock, wait, sleep, net, fifo, spin] = COUNTS;
     [
@@ -339,6 +345,94 @@ fn check(go: &Path, flags: &[&str], tag: &str) {
         .find(|l| l.contains(";goroutine;") && l.contains("main.receiver"))
         .unwrap_or_else(|| panic!("no receiver stack in\n{folded}"));
     assert!(line.ends_with(&format!(" {}", COUNTS[0])), "{line}");
+}
+
+/// The frames' function names, innermost first.
+fn functions(stack: &Value) -> Vec<String> {
+    stack
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|f| f["function"].as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A goroutine blocked in a cgo call shows its C frames (from its
+/// thread's stack) before its Go frames, on every toolchain.
+#[test]
+fn a_goroutine_blocked_in_c_shows_its_c_frames() {
+    if !bpf_tests_enabled("a_goroutine_blocked_in_c_shows_its_c_frames") {
+        return;
+    }
+    for go in toolchains() {
+        let v = version(&go);
+        let dir = target_dir().join(format!("go-goroutines/{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join(format!("cgo-{v}"));
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("go/cgo.go");
+        let status = Command::new(&go)
+            .arg("build")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .env("CGO_ENABLED", "1")
+            .env("GOCACHE", target_dir().join("go-cache"))
+            .env("GOPATH", target_dir().join("go-path"))
+            .env("GO111MODULE", "off")
+            .env("GOTOOLCHAIN", "local")
+            .status()
+            .expect("go runs");
+        assert!(status.success(), "{v}: go build {} failed", src.display());
+        let w = Workload::start(Command::new(&exe));
+        let pid = w.pid().to_string();
+        // Started, not yet in C when it said ready: polled until it is.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let frames = loop {
+            let r = rip_probe_json(EXE, &["--pid", &pid, "--duration", "0", "--json"]);
+            let g = r["tasks"].as_array().unwrap().iter().find(|t| {
+                t["go"]["status"] == "syscall"
+                    && functions(&t["go"]["stack"]).iter().any(|f| f == "main.inC")
+            });
+            let f = g.map(|g| functions(&g["go"]["stack"])).unwrap_or_default();
+            if f.iter().any(|f| f == "blocked_in_c") {
+                break f;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{v}: no goroutine in C with its C frames: {f:?}\n{}",
+                r["warnings"]
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        eprintln!("{v}: {frames:?}");
+        let at = |name: &str| {
+            frames
+                .iter()
+                .position(|f| f == name)
+                .unwrap_or_else(|| panic!("{v}: no {name} in {frames:?}"))
+        };
+        // C innermost (libc's read, the C function), then the runtime's
+        // call into C, then the Go that called it.
+        assert!(
+            frames[..at("blocked_in_c")]
+                .iter()
+                .any(|f| f.contains("read")),
+            "{v}: {frames:?}"
+        );
+        assert!(
+            at("blocked_in_c") < at("runtime.cgocall"),
+            "{v}: {frames:?}"
+        );
+        assert!(at("runtime.cgocall") < at("main.inC"), "{v}: {frames:?}");
+        assert!(
+            !frames[..at("blocked_in_c")]
+                .iter()
+                .any(|f| f.starts_with("runtime.")),
+            "{v}: only C before the C function: {frames:?}"
+        );
+    }
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! [`contention`]. Which stack each thread shows: `stacks`.
 
 pub(crate) mod calls;
+pub(crate) mod cgo;
 pub(crate) mod contention;
 pub(crate) mod group;
 pub(crate) mod hist;
