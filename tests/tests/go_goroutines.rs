@@ -99,12 +99,22 @@ fn census(report: &Value) -> BTreeMap<(String, String, String), usize> {
     out
 }
 
-/// Without names (a stripped binary, before its frames are named from
-/// its pclntab): every goroutine counted by status and wait reason.
+/// Whether goroutine `t` is the program's: the main goroutine, or one a
+/// `go` statement of package main made. The runtime and the standard
+/// library start their own, more in newer versions (Go 1.23's `unique`
+/// package has one parked in `chan receive`).
+fn the_programs(t: &Value) -> bool {
+    t["go"]["created_by"]["function"]
+        .as_str()
+        .is_none_or(|f| f.starts_with("main."))
+}
+
+/// By status and wait reason only (a stripped binary's census, whose
+/// stacks are checked apart): the program's goroutines counted.
 fn census_unnamed(report: &Value) -> BTreeMap<(String, String), usize> {
     let mut out = BTreeMap::new();
     for t in report["tasks"].as_array().unwrap() {
-        if t["origin"] != "go" {
+        if t["origin"] != "go" || !the_programs(t) {
             continue;
         }
         let g = &t["go"];
@@ -224,7 +234,7 @@ fn check_stripped(go: &Path) {
     let tasks = r["tasks"].as_array().unwrap();
     let recv: Vec<&Value> = tasks
         .iter()
-        .filter(|t| t["go"]["wait_reason"] == "chan receive")
+        .filter(|t| t["go"]["wait_reason"] == "chan receive" && the_programs(t))
         .collect();
     assert_eq!(recv.len(), COUNTS[0]);
     for t in &recv {
