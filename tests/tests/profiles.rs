@@ -205,12 +205,10 @@ fn pid_pprof_is_a_profile_of_threads_by_stack() {
     let stacks: Vec<(Vec<String>, u64)> = threads
         .iter()
         .map(|t| {
+            // Without a stack, its last location stands for it.
             let mut n = names(&t["frames"]);
-            if n.is_empty() {
-                if let Some(f) = t["location"]["frame"]["function"].as_str() {
-                    n.push(f.to_string());
-                }
-            }
+            let location = t["location"]["frame"]["function"].as_str();
+            n.extend(location.filter(|_| n.is_empty()).map(String::from));
             n.extend(names(&t["kernel_stack"]));
             (n, 1)
         })
@@ -223,13 +221,11 @@ fn pid_pprof_is_a_profile_of_threads_by_stack() {
         .find(|t| t["tid"] == w.pid())
         .expect("the main thread");
     assert!(names(&main["frames"]).iter().any(|n| n == "main"), "{main}");
-    for f in ["main"] {
-        assert_eq!(
-            rows.get(f).map(|r| r.1),
-            Some(cum_of(&stacks, f)),
-            "{f}: {rows:?}"
-        );
-    }
+    assert_eq!(
+        rows.get("main").map(|r| r.1),
+        Some(cum_of(&stacks, "main")),
+        "{rows:?}"
+    );
     // Blocked time: the report's, summed.
     let blocked: u64 = threads
         .iter()

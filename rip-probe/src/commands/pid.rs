@@ -259,11 +259,11 @@ impl crate::session::Observer for JsonLines<'_, '_> {
             return;
         }
         let state = matches!(event, crate::model::events::Event::State(_));
-        if !state || self.last.elapsed() >= LINES_EVERY {
-            // Kept for the caller's flush when it fails.
-            if let Err(e) = self.flush() {
-                self.error = Some(e);
-            }
+        // An error is kept for the caller's flush.
+        if (!state || self.last.elapsed() >= LINES_EVERY)
+            && let Err(e) = self.flush()
+        {
+            self.error = Some(e);
         }
     }
 }
