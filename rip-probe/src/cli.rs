@@ -20,6 +20,7 @@ use crate::{
         offcpu::OffCpuArgs,
         output::{OutputFile, Sink},
         pid::LiveArgs,
+        record::RecordArgs,
     },
     error::{Error, Result},
 };
@@ -69,6 +70,10 @@ enum Command {
     /// Find what a process acquired over a window and still holds:
     /// descriptors, mappings and SysV shm, grouped by acquiring stack.
     Leaks(LeaksArgs),
+    /// Record every thread's running, runnable and blocked spans (with
+    /// system calls and snaps) over a window as a Perfetto trace (-o FILE),
+    /// for ui.perfetto.dev.
+    Record(RecordArgs),
     /// Print a completion script for SHELL (bash, zsh, fish), e.g.
     /// `rip-probe completions bash > /usr/share/bash-completion/completions/rip-probe`.
     Completions {
@@ -113,6 +118,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::Calls(c)) => commands::calls::run(&c, out),
         Some(Command::Offcpu(o)) => commands::offcpu::run(&o, out),
         Some(Command::Leaks(l)) => commands::leaks::run(&l, out),
+        Some(Command::Record(r)) => commands::record::run(&r, out),
         Some(Command::Completions { shell }) => {
             let shell = match shell {
                 Shell::Bash => clap_complete::Shell::Bash,

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 pub mod cgroup;
 pub mod contention;
+pub mod events;
 mod hist;
 pub mod leaks;
 pub mod list;

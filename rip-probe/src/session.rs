@@ -32,7 +32,7 @@ use crate::{
     correlate::{self, AfterExit, Clock, LiveInputs},
     discover::{Kind, Lacks, Lost, Target, maps::ProcessMaps},
     error::{Error, Result},
-    model::{ProcessInfo, Report},
+    model::{ProcessInfo, Report, events::Event},
     symbolize::{self, Resolve, SymbolizerThread, UserSpace},
     util::timing,
     window::{Observed, Watch, Window},
@@ -87,6 +87,12 @@ pub trait Observer {
     fn on_switch(&mut self, _event: &SwitchEvent) {}
     /// The target exited (or its pid was reused).
     fn on_lost(&mut self, _lost: &Lost) {}
+    /// Each event of the session as `rip-probe --events` writes it: the
+    /// attach ([`Session::attach_with`]), each thread's state change
+    /// (with [`SessionOptions::events`]), each snapshot
+    /// ([`Session::snapshot_with`]), the target's exit, the detach
+    /// ([`Session::detach`]).
+    fn on_event(&mut self, _event: &Event<'_>) {}
 }
 
 /// The do-nothing observer.
@@ -124,6 +130,13 @@ pub struct Session {
     stop_after_snapshot: bool,
     /// User stacks, when asked for.
     stacks: Option<stacks::Collector>,
+    /// State changes handed to observers.
+    state_changes: u64,
+    /// Switches off a CPU delivered as events, by thread.
+    delivered_off: HashMap<u32, u64>,
+    /// Switches off a CPU the kernel counted, by thread, at the last
+    /// snapshot.
+    counted_off: HashMap<u32, u64>,
 }
 
 pub(crate) use crate::util::monotonic_ns;
@@ -160,7 +173,79 @@ impl Session {
             stacks: (opts.stacks && target.kind() != Kind::KernelThread)
                 .then(|| stacks::Collector::new(target.view_pid())),
             target,
+            state_changes: 0,
+            delivered_off: HashMap::new(),
+            counted_off: HashMap::new(),
         })
+    }
+
+    /// [`Self::attach`], telling `obs` ([`Event::Attach`]).
+    pub fn attach_with(opts: &SessionOptions, obs: &mut dyn Observer) -> Result<Self> {
+        let mut s = Self::attach(opts)?;
+        let process = s.process_info();
+        obs.on_event(&Event::Attach {
+            ts_ns: s.attached_ns,
+            process,
+            programs: s.program_names(),
+        });
+        Ok(s)
+    }
+
+    /// [`Self::snapshot`], telling `obs` ([`Event::Snapshot`], the report).
+    pub fn snapshot_with(&mut self, obs: &mut dyn Observer) -> Result<Report> {
+        let report = self.snapshot()?;
+        self.tell_snapshot(&report, obs);
+        Ok(report)
+    }
+
+    /// Tells `obs` of a snapshot taken, whose report is `report`.
+    pub(crate) fn tell_snapshot(&mut self, report: &Report, obs: &mut dyn Observer) {
+        obs.on_event(&Event::Snapshot {
+            ts_ns: monotonic_ns(),
+            report,
+        });
+    }
+
+    /// Detaches: the state changes still buffered are handed to `obs`,
+    /// then the programs are removed, then `obs` is told
+    /// ([`Event::Detach`], with how many state changes the kernel could
+    /// not deliver as of the last snapshot: a lower bound).
+    pub fn detach(mut self, obs: &mut dyn Observer) -> Result<()> {
+        if self.opts.events {
+            let events = self.events.poll(Duration::ZERO)?;
+            self.hand_over(events, obs);
+        }
+        let (state_changes, lost_events) = (self.state_changes, self.lost_events());
+        drop(self);
+        obs.on_event(&Event::Detach {
+            ts_ns: monotonic_ns(),
+            state_changes,
+            lost_events,
+        });
+        Ok(())
+    }
+
+    /// Switches off a CPU counted by the kernel at the last snapshot but
+    /// not delivered as events (the buffer was full): a lower bound of the
+    /// events lost. Only threads with an event delivered are compared,
+    /// their ids being the same on both sides.
+    pub fn lost_events(&self) -> u64 {
+        self.delivered_off
+            .iter()
+            .filter_map(|(tid, &got)| Some(self.counted_off.get(tid)?.saturating_sub(got)))
+            .sum()
+    }
+
+    /// Hands switch events to `obs`, counted.
+    fn hand_over(&mut self, events: Vec<SwitchEvent>, obs: &mut dyn Observer) {
+        for ev in events {
+            if ev.kind == rip_ebpf::SWITCH_OFF {
+                *self.delivered_off.entry(ev.tid).or_default() += 1;
+            }
+            self.state_changes += 1;
+            obs.on_switch(&ev);
+            obs.on_event(&Event::State(correlate::state_change(&ev)));
+        }
     }
 
     /// The target process.
@@ -201,6 +286,10 @@ impl Session {
         let observed = window.run(&mut Watching { s: self, obs })?;
         if let Some(lost) = observed.lost() {
             obs.on_lost(lost);
+            obs.on_event(&Event::Lost {
+                ts_ns: monotonic_ns(),
+                lost: lost.describe(self.target.pid()),
+            });
             self.lost = Some(lost.clone());
         }
         Ok(observed)
@@ -338,6 +427,9 @@ impl Session {
             self.probe.detach_switches()?;
         }
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
+        if self.opts.events {
+            self.counted_off = switches.iter().map(|(&t, r)| (t, r.switches)).collect();
+        }
         let user_stacks = self.collect_stacks(&tasks);
         // Goroutines are read right after the kernel snapshot, their
         // threads' states being the snapshot's.
@@ -490,9 +582,7 @@ mod watching {
                     s.probe.tasks()?;
                     events.extend(s.events.release_held());
                 }
-                for ev in events {
-                    self.obs.on_switch(&ev);
-                }
+                s.hand_over(events, self.obs);
             } else {
                 s.target.wait_exit(max);
             }

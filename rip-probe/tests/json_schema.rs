@@ -11,10 +11,11 @@ mod common;
 
 use common::{frame, full_locks_report, full_report_with_python};
 use rip_probe::model::{
-    Bucket, ProcessInfo, Report, SCHEMA_VERSION,
+    Bucket, ProcessInfo, Report, SCHEMA_VERSION, ThreadState,
     calls::{Bounds, CallsReport, FunctionCalls, OutlierRule, SlowCall},
     cgroup::CgroupReport,
     contention::LocksReport,
+    events::{Event, StateChange},
     leaks::{
         FdKind, HeapTracing, LeakLost, LeakPoint, LeakStack, LeakTotal, LeakTracing, LeaksReport,
         ResourceKind,
@@ -41,6 +42,65 @@ fn offcpu_schema() -> serde_json::Value {
 /// The schema of `rip-probe leaks --json`.
 fn leaks_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(LeaksReport)).unwrap()
+}
+
+/// The schema of `rip-probe --pid N --events`'s lines.
+fn events_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Event<'static>)).unwrap()
+}
+
+/// Each kind of `--events` line validates against the schema, which
+/// tells the kinds apart by `event`.
+#[test]
+fn every_event_validates_against_its_schema() {
+    let validator = jsonschema::validator_for(&events_schema()).expect("a valid schema");
+    let reports = reports();
+    let events = [
+        Event::Attach {
+            ts_ns: 1,
+            process: reports[0].process.clone(),
+            programs: vec!["sched_switch".into()],
+        },
+        Event::State(StateChange {
+            ts_ns: 2,
+            tid: 7,
+            state: ThreadState::Sleeping,
+            syscall: Some("futex".into()),
+        }),
+        Event::State(StateChange {
+            ts_ns: 3,
+            tid: 7,
+            state: ThreadState::Running,
+            syscall: None,
+        }),
+        Event::Snapshot {
+            ts_ns: 4,
+            report: &reports[0],
+        },
+        Event::Lost {
+            ts_ns: 5,
+            lost: "process 7 exited".into(),
+        },
+        Event::Detach {
+            ts_ns: 6,
+            state_changes: 2,
+            lost_events: 0,
+        },
+    ];
+    for e in &events {
+        assert_valid(&validator, e);
+    }
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| json(e)["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["attach", "state", "state", "snapshot", "lost", "detach"]
+    );
+    let mut v = json(&events[1]);
+    v["state"] = "dancing".into();
+    assert!(!validator.is_valid(&v));
 }
 
 /// The schema of `rip-probe --cgroup PATH --json`.
@@ -459,6 +519,7 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
         .chain(objects_of(&list_schema(), "ListReport"))
         .chain(objects_of(&cgroup_schema(), "CgroupReport"))
         .chain(objects_of(&original_schema(), "OriginalReport"))
+        .chain(objects_of(&events_schema(), "Event"))
     {
         out.entry(name).or_default().extend(fields);
     }

@@ -16,6 +16,7 @@ pub(crate) mod python;
 pub(crate) mod sampled;
 pub(crate) mod stacks;
 pub(crate) mod tasks;
+pub(crate) mod timeline;
 pub(crate) mod waits;
 
 pub use group::group_threads;

@@ -10,7 +10,10 @@ use std::time::Duration;
 use clap::Args;
 use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS};
 
-use super::{output::Sink, parse_duration};
+use super::{
+    output::{OutputFile, Sink},
+    parse_duration,
+};
 use crate::{
     analyze::calls::{function_calls, trained_thresholds},
     collect::{
@@ -69,6 +72,10 @@ pub(crate) struct CallsArgs {
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
+    /// Also write the calls as a pprof profile to FILE: per function its
+    /// calls and time, and each slow call listed with its caller's stack.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<std::path::PathBuf>,
 }
 
 /// Parses `250%` (or `250`) into 250.
@@ -87,6 +94,11 @@ pub(crate) fn run(a: &CallsArgs, out: &mut Sink) -> Result<()> {
         ));
     }
     let rule = outlier_rule(a)?;
+    let pprof = a
+        .pprof
+        .as_deref()
+        .map(|p| OutputFile::check("--pprof", p))
+        .transpose()?;
     let target = Target::open(a.pid)?;
     target.require_user_space(discover::Lacks::Functions)?;
     privileges::check()?;
@@ -167,6 +179,16 @@ pub(crate) fn run(a: &CallsArgs, out: &mut Sink) -> Result<()> {
         outliers_omitted: w.omitted,
         warnings,
     };
+    if let Some(file) = &pprof {
+        let view = lost.is_none().then(|| target.view_pid());
+        let mut modules: Vec<String> = report.functions.iter().map(|f| f.module.clone()).collect();
+        modules.extend(render::pprof_modules(
+            report.outliers.iter().flat_map(|o| o.stack.iter()),
+        ));
+        modules.sort();
+        modules.dedup();
+        super::write_pprof(file, view, modules, &report, render::calls_pprof)?;
+    }
     out.emit(|w| {
         if a.json {
             render::json(&report, w)

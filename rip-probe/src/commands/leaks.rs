@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::{output::Sink, parse_duration};
+use super::{
+    output::{OutputFile, Sink},
+    parse_duration,
+};
 use crate::{
     analyze,
     collect::{
@@ -71,6 +74,11 @@ pub(crate) struct LeaksArgs {
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
+    /// Also write what is still held as a pprof profile to FILE
+    /// (`inuse_objects`, `inuse_space` by acquiring stack), for `go tool
+    /// pprof`, Pyroscope or Parca.
+    #[arg(long, value_name = "FILE", conflicts_with = "sampled")]
+    pprof: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
@@ -89,6 +97,11 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             "leaks needs a window: give --duration a length, e.g. --duration 10s".into(),
         ));
     }
+    let pprof = a
+        .pprof
+        .as_deref()
+        .map(|p| OutputFile::check("--pprof", p))
+        .transpose()?;
     let target = Target::open(pid)?;
     privileges::check()?;
     let threads = procfs::tids(pid)?.len();
@@ -156,6 +169,17 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     timing::phase("analyze", || {
         analyze::leaks::fill(&mut report, &data, &names)
     });
+    if let Some(file) = &pprof {
+        let view = lost.is_none().then(|| target.view_pid());
+        let frames = report.stacks.iter().flat_map(|s| s.frames.iter());
+        super::write_pprof(
+            file,
+            view,
+            render::pprof_modules(frames),
+            &report,
+            render::leaks_pprof,
+        )?;
+    }
     out.emit(|w| {
         if a.json {
             render::json(&report, w)

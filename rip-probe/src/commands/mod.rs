@@ -15,6 +15,7 @@ pub(crate) mod offcpu;
 pub(crate) mod original;
 pub(crate) mod output;
 pub(crate) mod pid;
+pub(crate) mod record;
 
 use std::{io::Write, time::Duration};
 
@@ -44,6 +45,23 @@ pub(crate) fn emit(
             text(report, w)
         }
     })
+}
+
+/// Writes the pprof profile `render` makes to `file` (checked before
+/// the window), with the build-ids of `modules` (the binaries its frames
+/// are in), read through process `view` (`None`: it is gone, read as
+/// named here).
+pub(crate) fn write_pprof<R>(
+    file: &output::OutputFile,
+    view: Option<u32>,
+    modules: Vec<String>,
+    report: &R,
+    render: fn(&R, &render::BuildIds, &mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    let ids = crate::util::timing::phase("read build-ids", || {
+        crate::symbolize::build_ids(view, &modules)
+    });
+    file.write(|w| render(report, &ids, w))
 }
 
 /// `--min-idle`: keeps the tasks idle at least this long.

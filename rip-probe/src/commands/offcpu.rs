@@ -76,6 +76,11 @@ pub(crate) struct OffCpuArgs {
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
+    /// Also write the off-CPU time as a pprof profile to FILE (gzipped
+    /// profile.proto: `offcpu/nanoseconds` and `periods/count` by stack),
+    /// for `go tool pprof`, Pyroscope or Parca.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
 }
 
 pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
@@ -88,6 +93,11 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
         .svg
         .as_deref()
         .map(|p| OutputFile::check("--svg", p))
+        .transpose()?;
+    let pprof = a
+        .pprof
+        .as_deref()
+        .map(|p| OutputFile::check("--pprof", p))
         .transpose()?;
     let target = Target::open(a.pid)?;
     privileges::check()?;
@@ -147,6 +157,17 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
         threads,
     };
     timing::phase("analyze", || fill(&mut report, &data, &names));
+    if let Some(file) = &pprof {
+        let view = lost.is_none().then(|| target.view_pid());
+        let frames = report.stacks.iter().flat_map(|s| s.frames.iter());
+        super::write_pprof(
+            file,
+            view,
+            render::pprof_modules(frames),
+            &report,
+            render::offcpu_pprof,
+        )?;
+    }
     if let Some(svg) = svg {
         svg.write(|w| render::offcpu_svg(&report, w))?;
         return out.emit(|w| {

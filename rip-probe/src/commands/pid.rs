@@ -6,7 +6,11 @@ use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::Args;
 
-use super::{Length, filter_idle, output::Sink, parse_duration, parse_length};
+use super::{
+    Length, filter_idle,
+    output::{OutputFile, Sink},
+    parse_duration, parse_length,
+};
 use crate::{
     analyze,
     error::{Error, Result},
@@ -75,6 +79,16 @@ pub(crate) struct LiveArgs {
     /// for flame graph tools.
     #[arg(long, conflicts_with_all = ["json", "no_stacks"])]
     folded: bool,
+    /// Also write the threads as a pprof profile to FILE, as Go's
+    /// goroutine profile: one sample per thread by stack (`threads/count`,
+    /// `blocked/nanoseconds`), labelled with its state, syscall and name.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["watch", "cgroup"])]
+    pprof: Option<PathBuf>,
+    /// Print the session's events as JSON lines instead of a report: the
+    /// attach, each thread's state change as it happens, each snapshot
+    /// (with its report), the detach (schema: docs/JSON.md, Event).
+    #[arg(long, conflicts_with_all = ["json", "folded", "pprof", "cgroup"])]
+    events: bool,
 }
 
 impl LiveArgs {
@@ -90,6 +104,14 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
             "say which process: rip-probe --pid PID, --cgroup PATH (or rip-probe dump FILE)".into(),
         )
     })?;
+    if a.events {
+        return events(a, pid, out);
+    }
+    let pprof = a
+        .pprof
+        .as_deref()
+        .map(|p| OutputFile::check("--pprof", p))
+        .transpose()?;
     let mut session = Session::attach(&options(a, pid))?;
     loop {
         let observed = session.observe_for(a.duration.0, &mut ())?;
@@ -101,6 +123,20 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
         }
         let mut report = report(a, &mut session)?;
         report.warnings.splice(0..0, note);
+        if let Some(file) = &pprof {
+            let view = report.process.alive.then(|| session.target().view_pid());
+            let frames = report
+                .threads
+                .iter()
+                .flat_map(|t| t.frames.iter().chain(t.location.as_ref().map(|l| &l.frame)));
+            super::write_pprof(
+                file,
+                view,
+                render::pprof_modules(frames),
+                &report,
+                render::threads_pprof,
+            )?;
+        }
         let rows = a.table_rows();
         let text = |r: &Report, w: &mut dyn Write| {
             if a.folded {
@@ -131,6 +167,103 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
         }
         if !a.json && !out.is_file() {
             out.emit(|w| writeln!(w))?;
+        }
+    }
+}
+
+/// `--events`: the session's events as JSON lines, written as they come
+/// (to a file: the file holds every line so far).
+fn events(a: &LiveArgs, pid: u32, out: &mut Sink) -> Result<()> {
+    let mut opts = options(a, pid);
+    opts.events = true;
+    let mut lines = JsonLines::new(out);
+    let mut session = Session::attach_with(&opts, &mut lines)?;
+    lines.flush()?;
+    loop {
+        let observed = session.observe_for(a.duration.0, &mut lines)?;
+        lines.flush()?;
+        let note = observed.interrupted_note();
+        let last = !a.watch || note.is_some();
+        if last {
+            session.stop_observing()?;
+        }
+        let mut report = report(a, &mut session)?;
+        report.warnings.splice(0..0, note);
+        session.tell_snapshot(&report, &mut lines);
+        lines.flush()?;
+        if last || !report.process.alive {
+            break;
+        }
+    }
+    session.detach(&mut lines)?;
+    lines.flush()
+}
+
+/// An observer writing each event as a line of JSON to the sink: to
+/// stdout at least every [`LINES_EVERY`] (and at each attach, snapshot,
+/// exit and detach), to a file whole each time.
+struct JsonLines<'s, 'a> {
+    out: &'s mut Sink<'a>,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written (stdout only).
+    written: usize,
+    last: std::time::Instant,
+    /// The first error writing (the observer cannot return it).
+    error: Option<Error>,
+}
+
+/// How long state changes wait in the buffer at most.
+const LINES_EVERY: Duration = Duration::from_millis(100);
+
+impl<'s, 'a> JsonLines<'s, 'a> {
+    fn new(out: &'s mut Sink<'a>) -> Self {
+        JsonLines {
+            out,
+            buf: Vec::new(),
+            written: 0,
+            last: std::time::Instant::now(),
+            error: None,
+        }
+    }
+
+    /// Writes what is buffered; returns the first error met.
+    fn flush(&mut self) -> Result<()> {
+        if self.error.is_none() && self.written < self.buf.len() {
+            let file = self.out.is_file();
+            let from = if file { 0 } else { self.written };
+            let r = self.out.emit(|w| w.write_all(&self.buf[from..]));
+            if !file {
+                self.buf.clear();
+            } else {
+                self.written = self.buf.len();
+            }
+            if let Err(e) = r {
+                self.error = Some(e);
+            }
+        }
+        self.last = std::time::Instant::now();
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl crate::session::Observer for JsonLines<'_, '_> {
+    fn on_event(&mut self, event: &crate::model::events::Event<'_>) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = render::json(event, &mut self.buf) {
+            self.error = Some(Error::io("stdout", e));
+            return;
+        }
+        let state = matches!(event, crate::model::events::Event::State(_));
+        // An error is kept for the caller's flush.
+        if (!state || self.last.elapsed() >= LINES_EVERY)
+            && let Err(e) = self.flush()
+        {
+            self.error = Some(e);
         }
     }
 }

@@ -413,6 +413,26 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
     }
 }
 
+/// The state change one context switch event says: `running` when the
+/// thread got a CPU, else the state it left in, with the system call it
+/// was in (its registers at the switch).
+pub(crate) fn state_change(ev: &rip_ebpf::SwitchEvent) -> crate::model::events::StateChange {
+    let on = ev.kind == rip_ebpf::SWITCH_ON;
+    let state = if on {
+        ThreadState::Running
+    } else {
+        state_from_switch(ev.state)
+    };
+    let syscall = (!on && state != ThreadState::Runnable && ev.regs.syscall_nr >= 0)
+        .then(|| decode::syscall_name(ev.regs.syscall_nr));
+    crate::model::events::StateChange {
+        ts_ns: ev.ts_ns,
+        tid: ev.tid,
+        state,
+        syscall,
+    }
+}
+
 /// The state a sched_switch `prev_state` describes.
 fn state_from_switch(s: u64) -> ThreadState {
     if s & task_state::PREEMPTED != 0 || s == 0 {

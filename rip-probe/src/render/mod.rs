@@ -9,6 +9,9 @@ mod hist;
 mod json;
 mod leaks;
 mod offcpu;
+mod perfetto;
+mod pprof;
+pub mod protos;
 mod sampled;
 mod stack;
 mod tasks;
@@ -21,5 +24,10 @@ pub use folded::folded;
 pub use json::json;
 pub use leaks::{bytes, leaks_text};
 pub use offcpu::{offcpu_folded, offcpu_folded_lines, offcpu_svg, offcpu_text};
+pub use perfetto::{perfetto, perfetto_trace, process_track, span_name, thread_track};
+pub use pprof::{
+    BuildIds, calls_pprof, calls_profile, leaks_pprof, leaks_profile, modules as pprof_modules,
+    offcpu_pprof, offcpu_profile, threads_pprof, threads_profile,
+};
 pub(crate) use sampled::sampled_text;
 pub use text::{escape, grouped, history, live, live_cut};

@@ -730,6 +730,28 @@ fn check_binary(path: &Path, want: Option<&[u8]>) -> Option<String> {
     }
 }
 
+/// The GNU build-ids of `modules` (paths as process `view` sees them,
+/// read through its `/proc/VIEW/root`; `None`: as they are here, for a
+/// process gone), as lowercase hex: what a pprof mapping names a binary
+/// by. A module unreadable or without a build-id is left out.
+pub(crate) fn build_ids(view: Option<u32>, modules: &[String]) -> HashMap<String, String> {
+    use object::{Object, read::ReadCache};
+    modules
+        .iter()
+        .filter_map(|m| {
+            let path = match view {
+                Some(pid) => format!("/proc/{pid}/root{m}"),
+                None => m.clone(),
+            };
+            let f = std::fs::File::open(path).ok()?;
+            let cache = ReadCache::new(f);
+            let elf = object::File::parse(&cache).ok()?;
+            let id = elf.build_id().ok().flatten()?;
+            Some((m.clone(), hex(id)))
+        })
+        .collect()
+}
+
 /// Lowercase hex of a byte string (build-ids).
 pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

@@ -1,0 +1,106 @@
+//! `rip-probe record --pid N --duration D -o trace.perfetto-trace`: every
+//! thread's running, runnable and blocked spans over a window, with the
+//! system calls it blocked in and its snaps, as a Perfetto trace: a
+//! session streaming each context switch of the process (bounded: what
+//! the kernel could not deliver is counted and said), a report at the end
+//! (names, threads that never switched, snaps), a timeline, rendered.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{output::Sink, parse_duration};
+use crate::{
+    analyze::timeline::{TimelineInputs, build},
+    error::{Error, Result},
+    model::events::StateChange,
+    render,
+    session::{Observer, Session, SessionOptions, monotonic_ns},
+    util::timing,
+};
+
+/// State changes kept at most (about 64 bytes each): a busy process
+/// switches hundreds of thousands of times a second; beyond this the rest
+/// is counted, not kept.
+const MAX_CHANGES: usize = 2_000_000;
+
+/// `rip-probe record`.
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// The process to record.
+    #[arg(long, short)]
+    pid: u32,
+    /// How long to record (e.g. 5s); without it, until Ctrl-C or the
+    /// process exits.
+    #[arg(long, short, value_parser = parse_duration)]
+    duration: Option<Duration>,
+}
+
+/// The observer keeping the state changes, up to [`MAX_CHANGES`].
+#[derive(Default)]
+struct Recorder {
+    changes: Vec<StateChange>,
+    not_kept: u64,
+    lost_events: u64,
+}
+
+impl Observer for Recorder {
+    fn on_event(&mut self, event: &crate::model::events::Event<'_>) {
+        use crate::model::events::Event;
+        match event {
+            Event::State(c) if self.changes.len() < MAX_CHANGES => self.changes.push(c.clone()),
+            Event::State(_) => self.not_kept += 1,
+            Event::Detach { lost_events, .. } => self.lost_events = *lost_events,
+            _ => {}
+        }
+    }
+}
+
+pub(crate) fn run(a: &RecordArgs, out: &mut Sink) -> Result<()> {
+    if !out.is_file() {
+        return Err(Error::Usage(
+            "record writes a binary Perfetto trace: give its file with -o, e.g. rip-probe record \
+             --pid PID --duration 5s -o trace.perfetto-trace"
+                .into(),
+        ));
+    }
+    if a.duration.is_some_and(|d| d.is_zero()) {
+        return Err(Error::Usage(
+            "record needs a window: give --duration a length, e.g. --duration 5s".into(),
+        ));
+    }
+    let mut opts = SessionOptions::new(a.pid);
+    opts.events = true;
+    // Names and states are all the timeline takes from the report.
+    opts.stacks = false;
+    let mut rec = Recorder::default();
+    let mut session = Session::attach(&opts)?;
+    let start_ns = monotonic_ns();
+    let observed = session.observe_for(a.duration, &mut rec)?;
+    session.stop_observing()?;
+    let mut report = session.snapshot()?;
+    let end_ns = monotonic_ns();
+    report.warnings.splice(0..0, observed.interrupted_note());
+    session.detach(&mut rec)?;
+    let clocks = (
+        nanos(rustix::time::clock_gettime(rustix::time::ClockId::Boottime)),
+        monotonic_ns(),
+    );
+    let timeline = timing::phase("timeline", || {
+        build(&TimelineInputs {
+            process: report.process.clone(),
+            start_ns,
+            end_ns,
+            clocks,
+            changes: &rec.changes,
+            report: &report,
+            lost_events: rec.lost_events,
+            not_kept: rec.not_kept,
+        })
+    });
+    out.emit(|w| render::perfetto(&timeline, w))
+}
+
+fn nanos(ts: rustix::time::Timespec) -> u64 {
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
