@@ -20,6 +20,7 @@ use crate::{
         offcpu::OffCpuArgs,
         output::{OutputFile, Sink},
         pid::LiveArgs,
+        serve::ServeArgs,
     },
     error::{Error, Result},
 };
@@ -69,6 +70,11 @@ enum Command {
     /// Find what a process acquired over a window and still holds:
     /// descriptors, mappings and SysV shm, grouped by acquiring stack.
     Leaks(LeaksArgs),
+    /// Run as an agent: every --interval, a snapshot of each target
+    /// (--pid, --comm, --cgroup, or every process with a librip ring),
+    /// served as OpenMetrics on --listen; incidents written to --reports,
+    /// stacks sent to --otlp.
+    Serve(ServeArgs),
     /// Print a completion script for SHELL (bash, zsh, fish), e.g.
     /// `rip-probe completions bash > /usr/share/bash-completion/completions/rip-probe`.
     Completions {
@@ -113,6 +119,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::Calls(c)) => commands::calls::run(&c, out),
         Some(Command::Offcpu(o)) => commands::offcpu::run(&o, out),
         Some(Command::Leaks(l)) => commands::leaks::run(&l, out),
+        Some(Command::Serve(s)) => commands::serve::run(&s, out),
         Some(Command::Completions { shell }) => {
             let shell = match shell {
                 Shell::Bash => clap_complete::Shell::Bash,

@@ -8,11 +8,13 @@
 pub(crate) mod calls;
 pub(crate) mod contention;
 pub(crate) mod group;
+pub(crate) mod health;
 pub(crate) mod hist;
 pub(crate) mod leaks;
 pub(crate) mod offcpu;
 pub(crate) mod python;
 pub(crate) mod sampled;
+pub(crate) mod service;
 pub(crate) mod stacks;
 pub(crate) mod tasks;
 pub(crate) mod waits;

@@ -15,6 +15,8 @@ pub(crate) mod offcpu;
 pub(crate) mod original;
 pub(crate) mod output;
 pub(crate) mod pid;
+pub(crate) mod serve;
+pub(crate) mod targets;
 
 use std::{io::Write, time::Duration};
 
@@ -22,11 +24,13 @@ use output::Sink;
 
 use crate::{analyze, error::Result, model::Report, render};
 
-/// The live commands: `--cgroup PATH`, else `--pid PID`.
+/// The live commands: several processes (`--cgroup PATH`, `--comm
+/// NAME`, several `--pid`), else `--pid PID`.
 pub(crate) fn live(a: &pid::LiveArgs, out: &mut Sink) -> Result<()> {
-    match &a.cgroup {
-        Some(path) => cgroup::run(a, path, out),
-        None => pid::run(a, out),
+    if a.named().several() {
+        cgroup::run(a, out)
+    } else {
+        pid::run(a, out)
     }
 }
 
