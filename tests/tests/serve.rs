@@ -10,7 +10,7 @@
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Read},
+    io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
