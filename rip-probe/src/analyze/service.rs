@@ -22,11 +22,17 @@ type Key = (
     Vec<Place>,
 );
 
-/// The lock a thread waits for, by name; an unnamed lock is its own
-/// process's, by address (two processes' unnamed locks are two locks).
+/// The lock a thread waits for, by name; an unnamed lock, or one named by
+/// its place on a heap or stack, is its own process's (two processes'
+/// are two locks).
 fn lock_of(pid: u32, t: &Thread) -> Option<String> {
     let w = t.waits_for.as_ref()?;
     Some(match &w.symbol {
+        // A place in memory, not a variable: the same words in two
+        // processes are two locks.
+        Some(name) if name.starts_with("heap ") || name.starts_with("stack ") => {
+            format!("{name} in pid {pid}")
+        }
         Some(name) => name.clone(),
         None => format!("{:#x} in pid {pid}", w.lock),
     })

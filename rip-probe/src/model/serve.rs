@@ -58,6 +58,9 @@ pub struct ProcessMetrics {
 pub struct ServeMetrics {
     /// The targets, by pid.
     pub processes: Vec<ProcessMetrics>,
+    /// The processes the last listing found (some may not have had a
+    /// snapshot yet).
+    pub targets: u64,
     /// Snapshot passes completed.
     pub passes: u64,
     /// Targets left for a later pass because a pass's bound was reached.

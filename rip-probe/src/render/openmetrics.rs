@@ -170,8 +170,8 @@ pub fn openmetrics(m: &ServeMetrics, w: &mut dyn Write) -> io::Result<()> {
         (
             "rip_serve_targets",
             "gauge",
-            "Processes serve observes.",
-            ps.len() as f64,
+            "Processes serve observes (found at the last listing).",
+            m.targets as f64,
         ),
         (
             "rip_serve_passes",

@@ -2,9 +2,10 @@
 //! `--interval` it lists its targets anew (`--pid`, `--comm`, `--cgroup`,
 //! or every process with a librip ring: processes that start later are
 //! picked up, those gone dropped), takes a snapshot of each with no
-//! window ([`crate::session::snapshot_now`], at most `--max-targets` per
-//! pass, the rest first in the next), and keeps the numbers for the
-//! OpenMetrics endpoint; an incident (a thread stuck past `--stuck`, a
+//! window ([`crate::session::snapshot_now`]; at most `--max-targets` per
+//! pass, and none begun once the interval is over: the rest first in the
+//! next pass), and keeps the numbers for the OpenMetrics endpoint (each
+//! snapshot's as soon as it is taken); an incident (a thread stuck past `--stuck`, a
 //! deadlock) writes the full report to `--reports DIR`; `--otlp URL`
 //! sends the snapshots' stacks as OTLP logs. SIGINT or SIGTERM end it
 //! after the snapshot under way; nothing stays attached between
@@ -83,8 +84,9 @@ pub(crate) struct ServeArgs {
     /// receiver (`http://HOST:4318`, or a full URL ending in its path).
     #[arg(long, value_name = "URL")]
     otlp: Option<String>,
-    /// Take at most this many snapshots per interval; the targets left
-    /// over come first in the next one.
+    /// Take at most this many snapshots per interval (and begin none once
+    /// the interval is over); the targets left over come first in the
+    /// next one.
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_targets: usize,
     /// Do not take user stacks (the cheapest snapshot).
@@ -153,6 +155,7 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
             }
         };
         kept.retain(|pid, _| listed.pids.binary_search(pid).is_ok());
+        totals.targets = listed.pids.len() as u64;
         if let Some(i) = incidents.as_mut() {
             let gone: Vec<u32> = i.open_pids().filter(|p| !kept.contains_key(p)).collect();
             gone.into_iter().for_each(|p| i.forget(p));
@@ -164,13 +167,18 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
             .chain(&listed.pids[..split])
             .copied()
             .collect();
-        let (now, later) = order.split_at(order.len().min(a.max_targets));
-        totals.deferred += later.len() as u64;
         let mut reports: Vec<Report> = Vec::new();
         let mut interrupted = false;
-        for &pid in now {
+        for (n, &pid) in order.iter().enumerate() {
             if interrupt::interrupted().is_some() {
                 interrupted = true;
+                break;
+            }
+            // The pass's bound: at most --max-targets snapshots, and none
+            // begun once the interval is over; the rest come first in the
+            // next pass.
+            if n == a.max_targets || started.elapsed() >= a.interval {
+                totals.deferred += (order.len() - n) as u64;
                 break;
             }
             cursor = pid;
@@ -213,6 +221,8 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
                     }
                 }
             }
+            // Scrapes see each snapshot as it is taken.
+            publish(&metrics, &kept, &totals, exporter.as_ref());
             // Each target's symbols were parsed for its report and freed
             // with its session: handed back to the system, so that memory
             // stays flat over many targets.
