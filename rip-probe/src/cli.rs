@@ -21,6 +21,7 @@ use crate::{
         output::{OutputFile, Sink},
         pid::LiveArgs,
         record::RecordArgs,
+        serve::ServeArgs,
     },
     error::{Error, Result},
 };
@@ -74,6 +75,11 @@ enum Command {
     /// system calls and snaps) over a window as a Perfetto trace (-o FILE),
     /// for ui.perfetto.dev.
     Record(RecordArgs),
+    /// Run as an agent: every --interval, a snapshot of each target
+    /// (--pid, --comm, --cgroup, or every process with a librip ring),
+    /// served as OpenMetrics on --listen; incidents written to --reports,
+    /// stacks sent to --otlp.
+    Serve(ServeArgs),
     /// Print a completion script for SHELL (bash, zsh, fish), e.g.
     /// `rip-probe completions bash > /usr/share/bash-completion/completions/rip-probe`.
     Completions {
@@ -119,6 +125,7 @@ pub fn run(args: impl IntoIterator<Item = String>, out: &mut dyn Write) -> Resul
         Some(Command::Offcpu(o)) => commands::offcpu::run(&o, out),
         Some(Command::Leaks(l)) => commands::leaks::run(&l, out),
         Some(Command::Record(r)) => commands::record::run(&r, out),
+        Some(Command::Serve(s)) => commands::serve::run(&s, out),
         Some(Command::Completions { shell }) => {
             let shell = match shell {
                 Shell::Bash => clap_complete::Shell::Bash,

@@ -19,6 +19,7 @@ pub mod list;
 pub mod offcpu;
 pub mod original;
 pub(crate) mod sampled;
+pub mod serve;
 
 pub use hist::Bucket;
 
@@ -150,6 +151,11 @@ pub struct ProcessInfo {
     /// The process's pid in its own pid namespace, when that is not
     /// rip-probe's (a container); `pid` is then rip-probe's.
     pub ns_pid: Option<u32>,
+    /// The process title (/proc/PID/cmdline, as ps shows it: what the
+    /// program set, e.g. `postgres: checkpointer`), bounded and with its
+    /// control characters replaced; `None` when not read (a dump, a kernel
+    /// thread, a process gone).
+    pub title: Option<String>,
 }
 
 /// A ring file that contributed locations.
@@ -956,4 +962,31 @@ pub(crate) fn short_path(p: &str) -> String {
         return p.to_string();
     }
     parts[parts.len() - 3..].join("/")
+}
+
+/// Reports for the unit tests of the stages that compute from one.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A live report of process 1 with `threads`, nothing else.
+    pub(crate) fn report(threads: Vec<Thread>) -> Report {
+        Report {
+            schema: SCHEMA_VERSION,
+            mode: Mode::Pid,
+            process: ProcessInfo {
+                pid: 1,
+                ..Default::default()
+            },
+            rings: Vec::new(),
+            window_ns: 0,
+            threads,
+            tasks: Vec::new(),
+            groups: Vec::new(),
+            task_groups: Vec::new(),
+            warnings: Vec::new(),
+            deadlocks: Vec::new(),
+            python: None,
+        }
+    }
 }

@@ -109,6 +109,7 @@ pub(crate) fn process_info(target: &Target, lost: Option<&Lost>) -> ProcessInfo 
         alive: lost.is_none(),
         lost: lost.map(|l| l.describe(pid)),
         ns_pid: namespaces::ns_pid(pid),
+        title: lost.is_none().then(|| procfs::title(pid)).flatten(),
     }
 }
 
@@ -528,6 +529,17 @@ impl Session {
         self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
     }
+}
+
+/// One snapshot of process `opts.pid` now, without a window: attach,
+/// read every thread's state, detach (when the returned report is made,
+/// nothing of it is left in the kernel). What `rip-probe serve` takes of
+/// each target every interval; `--duration 0` takes the same.
+pub fn snapshot_now(opts: &SessionOptions) -> Result<Report> {
+    let mut s = Session::attach(opts)?;
+    s.observe(Duration::ZERO, &mut ())?;
+    s.stop_observing()?;
+    s.snapshot()
 }
 
 /// The CPython interpreter of process `pid` (its files seen through

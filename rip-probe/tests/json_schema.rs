@@ -13,7 +13,7 @@ use common::{frame, full_locks_report, full_report_with_python};
 use rip_probe::model::{
     Bucket, ProcessInfo, Report, SCHEMA_VERSION, ThreadState,
     calls::{Bounds, CallsReport, FunctionCalls, OutlierRule, SlowCall},
-    cgroup::CgroupReport,
+    cgroup::{GroupShare, ServiceGroup, ServiceReport},
     contention::LocksReport,
     events::{Event, StateChange},
     leaks::{
@@ -105,7 +105,7 @@ fn every_event_validates_against_its_schema() {
 
 /// The schema of `rip-probe --cgroup PATH --json`.
 fn cgroup_schema() -> serde_json::Value {
-    serde_json::to_value(schemars::schema_for!(CgroupReport)).unwrap()
+    serde_json::to_value(schemars::schema_for!(ServiceReport)).unwrap()
 }
 
 /// The schema of `rip-probe dump FILE --json` for an original librip ring.
@@ -113,15 +113,48 @@ fn original_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(OriginalReport)).unwrap()
 }
 
-/// `--cgroup --json` is one object holding a report per process, with the
-/// schema's version.
+/// `--cgroup --json` (and `--comm`, several `--pid`) is one object
+/// holding the groups across processes and a report per process, with
+/// the schema's version.
 #[test]
 fn a_cgroup_report_validates_against_its_schema() {
     let validator = jsonschema::validator_for(&cgroup_schema()).expect("a valid schema");
-    for processes in [reports(), Vec::new()] {
-        let report = CgroupReport {
+    let f = frame();
+    let group = ServiceGroup {
+        count: 3,
+        state: rip_probe::model::GroupState::Thread(rip_probe::model::ThreadState::Sleeping),
+        wait: Some("futex_wait".into()),
+        lock: Some("pool_lock".into()),
+        min_ns: Some(1_000),
+        max_ns: Some(9_000),
+        lower_bound: true,
+        location: Some(f.clone()),
+        source: Some(rip_probe::model::LocationSource::Ring),
+        frames: vec![f.clone(), f].into(),
+        processes: vec![GroupShare {
+            pid: 1,
+            count: 3,
+            tids: vec![2, 3, 4],
+        }],
+    };
+    let mut sparse = group.clone();
+    (sparse.wait, sparse.lock, sparse.min_ns, sparse.max_ns) = (None, None, None, None);
+    (sparse.location, sparse.source) = (None, None);
+    for (processes, cgroup, groups) in [
+        (
+            reports(),
+            Some("/sys/fs/cgroup/system.slice/app.service".into()),
+            vec![group, sparse],
+        ),
+        (Vec::new(), None, Vec::new()),
+    ] {
+        let report = ServiceReport {
             schema: SCHEMA_VERSION,
-            cgroup: "/sys/fs/cgroup/system.slice/app.service".into(),
+            cgroup,
+            targets: vec!["--pid 1,2".into(), "--comm app".into()],
+            window_ns: 1_000_000_000,
+            groups,
+            warnings: vec!["20 processes were observed in 2 windows".into()],
             processes,
         };
         assert_valid(&validator, &report);
@@ -213,6 +246,7 @@ fn offcpu_report() -> OffCpuReport {
             alive: true,
             lost: None,
             ns_pid: Some(7),
+            title: Some("app --serve".into()),
         },
         window_ns: 2_000_000_000,
         min_block_ns: 1_000,
@@ -262,6 +296,7 @@ fn leaks_report() -> LeaksReport {
             alive: true,
             lost: None,
             ns_pid: Some(7),
+            title: Some("app --serve".into()),
         },
         window_ns: 2_000_000_000,
         min_age_ns: 1_000_000,
@@ -365,6 +400,7 @@ fn calls_report() -> CallsReport {
             alive: false,
             lost: Some("process 42 exited during observation".into()),
             ns_pid: None,
+            title: Some("app --serve".into()),
         },
         window_ns: 2_000_000_000,
         outlier_rule: Some(OutlierRule::Trained {
@@ -517,7 +553,7 @@ fn schema_objects() -> BTreeMap<String, BTreeSet<String>> {
         .chain(objects_of(&offcpu_schema(), "OffCpuReport"))
         .chain(objects_of(&leaks_schema(), "LeaksReport"))
         .chain(objects_of(&list_schema(), "ListReport"))
-        .chain(objects_of(&cgroup_schema(), "CgroupReport"))
+        .chain(objects_of(&cgroup_schema(), "ServiceReport"))
         .chain(objects_of(&original_schema(), "OriginalReport"))
         .chain(objects_of(&events_schema(), "Event"))
     {

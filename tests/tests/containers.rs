@@ -637,15 +637,17 @@ fn a_cgroup_is_reported_process_by_process_and_listed() {
             Some(u64::from(marker_line(SOURCE, "// SNAP: wait_for_message")))
         );
     }
-    // Absolute, in text: a header, then each process's report.
+    // Absolute, in text: a header, the groups across the processes,
+    // then each process's report.
     let text = rip_probe_ok(
         CLI,
         &["--cgroup", cg.0.to_str().unwrap(), "--duration", "200ms"],
     );
     assert!(
-        text.starts_with(&format!("cgroup {}: 2 processes\n", cg.0.display())),
+        text.starts_with(&format!("2 processes (--cgroup {}): ", cg.0.display())),
         "{text}"
     );
+    assert!(text.contains("\nACROSS PROCESSES\n"), "{text}");
     for w in [&a, &b] {
         assert!(
             text.contains(&format!("\npid {} (rip-demo-server)", w.pid())),

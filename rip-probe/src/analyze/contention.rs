@@ -221,6 +221,7 @@ mod tests {
             alive: true,
             lost: None,
             ns_pid: None,
+            title: None,
         }
     }
 

@@ -26,7 +26,7 @@ pub(crate) enum Wait {
 impl Wait {
     /// The wait reason of a thread: the syscall (futex split by
     /// wait/lock/wake), else the innermost kernel function.
-    fn of(t: &Thread) -> Option<Wait> {
+    pub(crate) fn of(t: &Thread) -> Option<Wait> {
         if let Some(s) = &t.syscall {
             if s.name == "futex"
                 && let Some(op) = s.args.get(1)
@@ -197,7 +197,7 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
 }
 
 /// The words for a thread's wait reason (made once per group).
-fn wait_text(t: &Thread) -> Option<String> {
+pub(crate) fn wait_text(t: &Thread) -> Option<String> {
     Wait::of(t).map(|w| match w {
         Wait::Futex(name) => name.to_string(),
         Wait::Syscall(_) => t

@@ -477,6 +477,7 @@ mod tests {
                 alive: true,
                 lost: None,
                 ns_pid: None,
+                title: None,
             },
             rings: Vec::new(),
             window_ns: 0,

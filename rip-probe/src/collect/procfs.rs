@@ -47,6 +47,55 @@ pub(crate) fn code_path(pid: u32, m: &librip::reader::MapsLine) -> Option<PathBu
     }
 }
 
+/// The most of /proc/PID/cmdline a title is made from: a process may
+/// set an argument area of any size (megabytes of arguments), and a title
+/// is one line of a report.
+pub(crate) const TITLE_MAX: usize = 256;
+
+/// The process title of `pid`, as ps(1) shows it: /proc/PID/cmdline (what
+/// the program set with prctl or by rewriting its argv, e.g. "postgres:
+/// checkpointer"), at most [`TITLE_MAX`] bytes read; `None` for a kernel
+/// thread, a process gone, or an empty title.
+pub(crate) fn title(pid: u32) -> Option<String> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(TITLE_MAX + 1);
+    std::fs::File::open(format!("/proc/{pid}/cmdline"))
+        .ok()?
+        .take(TITLE_MAX as u64 + 1)
+        .read_to_end(&mut buf)
+        .ok()?;
+    sanitize_title(&buf)
+}
+
+/// A title from the raw bytes of a cmdline: arguments (NUL-separated)
+/// joined by a space, every other control character (the target chose
+/// them: an ESC would drive a terminal, a newline would forge a line of a
+/// log) a U+FFFD, invalid UTF-8 replaced, cut to [`TITLE_MAX`] bytes with
+/// an ellipsis when there was more.
+pub(crate) fn sanitize_title(raw: &[u8]) -> Option<String> {
+    let cut = raw.len() > TITLE_MAX;
+    let raw = &raw[..raw.len().min(TITLE_MAX)];
+    let text = String::from_utf8_lossy(raw);
+    let mut title: String = text
+        .trim_end_matches('\0')
+        .chars()
+        .map(|c| match c {
+            '\0' => ' ',
+            c if c.is_control() => '\u{fffd}',
+            c => c,
+        })
+        .collect();
+    let trimmed = title.trim_end().len();
+    title.truncate(trimmed);
+    if title.is_empty() {
+        return None;
+    }
+    if cut {
+        title.push('…');
+    }
+    Some(title)
+}
+
 /// Whether a file owned by `uid` may speak for process `pid`: the owner
 /// is root or the process's real or effective user, who may ptrace it
 /// anyway. A ring from anyone else must not get the process's memory
@@ -365,5 +414,29 @@ mod tests {
         assert!(files.iter().all(|p| p != &a), "opened the FIFO: {files:?}");
         assert!(!files.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A title is the arguments joined; the target's control characters
+    /// never reach a report; a huge argument area is cut, and says so.
+    #[test]
+    fn titles_are_bounded_and_sanitized() {
+        assert_eq!(
+            sanitize_title(b"postgres: checkpointer \0\0\0").as_deref(),
+            Some("postgres: checkpointer")
+        );
+        assert_eq!(
+            sanitize_title(b"/usr/bin/app\0--port\08080\0").as_deref(),
+            Some("/usr/bin/app --port 8080")
+        );
+        let evil = sanitize_title(b"a\x1b[2Jb\nc\x9bd\xff").unwrap();
+        assert!(!evil.chars().any(char::is_control), "{evil:?}");
+        assert!(evil.starts_with('a') && evil.contains('b'), "{evil:?}");
+        let long = sanitize_title(&[b'x'; 10_000]).unwrap();
+        assert!(long.ends_with('…') && long.len() <= TITLE_MAX + '…'.len_utf8());
+        assert_eq!(sanitize_title(b""), None);
+        assert_eq!(sanitize_title(b"\0\0"), None);
+        // Ours.
+        let me = title(std::process::id()).unwrap();
+        assert!(!me.is_empty());
     }
 }

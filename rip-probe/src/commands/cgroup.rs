@@ -1,37 +1,55 @@
-//! `rip-probe --cgroup PATH`: every process of a cgroup (a pod, a
-//! service, a container), each attached as `--pid` would be, observed over
-//! one window (in groups of at most [`AT_ONCE`] processes, one window
-//! each, one group after another), and reported one after another: the
-//! cgroup's report, grouped by process.
+//! Several processes at once (`--cgroup PATH`, a pod, a service, a
+//! container; `--comm NAME`; several `--pid`): each attached as `--pid`
+//! would be, all observed over one window (in groups of at most
+//! [`AT_ONCE`] processes past that many, one window each, one group after
+//! another, which the report says), and reported as one report: their
+//! threads grouped across them, then each process's own report.
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use super::{
     output::Sink,
     pid::{LiveArgs, options, report},
+    targets::{self, Listed},
 };
 use crate::{
-    collect::cgroup,
-    discover::{self, Lost},
+    analyze,
+    discover::Lost,
     error::{Error, Result},
-    model::{Report, SCHEMA_VERSION, cgroup::CgroupReport},
-    render::{self, escape},
+    model::{Report, SCHEMA_VERSION, cgroup::ServiceReport},
+    render,
     session::{Session, SessionOptions},
     window::{End, Watch, Window},
 };
 
-pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut Sink) -> Result<()> {
-    let dir = cgroup::resolve(path)?;
-    // Kernel threads (no executable) sit in the root cgroup: not programs.
-    let pids: Vec<u32> = cgroup::processes(&dir)?
-        .into_iter()
-        .filter(|&p| discover::exe(p).is_some())
-        .collect();
+pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
+    for (given, what) in [
+        (a.watch, "--watch"),
+        (a.ring.is_some(), "--ring"),
+        (a.folded, "--folded"),
+    ] {
+        if given {
+            return Err(Error::Usage(format!(
+                "{what} takes one process: give a single --pid (several --pid, --comm and \
+                 --cgroup make one report of many)"
+            )));
+        }
+    }
+    let listed = a.named().list(false)?;
+    let pids = &listed.pids;
     if pids.is_empty() {
-        return Err(no_process(&dir));
+        return Err(targets::none_named(&listed));
     }
     let mut reports: Vec<Report> = Vec::with_capacity(pids.len());
+    let mut warnings = Vec::new();
     let batches = pids.len().div_ceil(AT_ONCE);
+    if batches > 1 {
+        warnings.push(format!(
+            "{} processes were observed in {batches} windows, one after another: at most \
+             {AT_ONCE} are observed at once",
+            pids.len()
+        ));
+    }
     for (i, batch) in pids.chunks(AT_ONCE).enumerate() {
         let observed = observe(a, batch, &mut reports)?;
         let Some(ended) = observed else { continue };
@@ -39,41 +57,42 @@ pub(crate) fn run(a: &LiveArgs, path: &Path, out: &mut Sink) -> Result<()> {
         // processes not yet observed are left out, and the user told.
         let left = pids.len().saturating_sub((i + 1) * AT_ONCE);
         if i + 1 < batches {
-            eprintln!(
-                "rip-probe: --cgroup {}: {ended}: {} of {} processes observed, {left} not \
-                 (at most {AT_ONCE} are observed at once, one group after another)",
-                dir.display(),
+            warnings.push(format!(
+                "{ended}: {} of {} processes observed, {left} not",
                 pids.len() - left,
                 pids.len(),
-            );
+            ));
         }
         break;
     }
     if reports.is_empty() {
-        return Err(no_process(&dir));
+        return Err(targets::none_named(&listed));
     }
-    let report = CgroupReport {
-        schema: SCHEMA_VERSION,
-        cgroup: dir.display().to_string(),
-        processes: reports,
-    };
+    let report = service_report(&listed, reports, warnings);
     out.emit(|w| {
         if a.json {
-            return render::json(&report, w);
+            render::json(&report, w)
+        } else {
+            render::service(&report, a.table_rows(), w)
         }
-        let n = report.processes.len();
-        writeln!(
-            w,
-            "cgroup {}: {n} process{}",
-            escape(&report.cgroup),
-            if n == 1 { "" } else { "es" }
-        )?;
-        for r in &report.processes {
-            writeln!(w)?;
-            render::live_cut(r, a.table_rows(), &mut *w)?;
-        }
-        Ok(())
     })
+}
+
+/// The one report of the processes `listed` named, from their reports.
+pub(crate) fn service_report(
+    listed: &Listed,
+    processes: Vec<Report>,
+    warnings: Vec<String>,
+) -> ServiceReport {
+    ServiceReport {
+        schema: SCHEMA_VERSION,
+        cgroup: listed.cgroup.as_ref().map(|d| d.display().to_string()),
+        targets: listed.described.clone(),
+        window_ns: processes.iter().map(|r| r.window_ns).max().unwrap_or(0),
+        groups: analyze::service::across(&processes),
+        warnings,
+        processes,
+    }
 }
 
 /// How often the window looks at each process in turn.
@@ -86,11 +105,6 @@ const STEP: Duration = Duration::from_millis(50);
 /// larger cgroup is observed in groups of this many, one window each, one
 /// after another.
 const AT_ONCE: usize = 16;
-
-/// The error for a cgroup with no process in it.
-fn no_process(dir: &Path) -> Error {
-    Error::Usage(format!("--cgroup {}: no process runs in it", dir.display()))
-}
 
 /// Attaches to the processes `pids`, observes them over one window and
 /// adds their reports to `reports`, then detaches. Returns the signal

@@ -142,6 +142,7 @@ pub(crate) fn run(a: &DumpArgs, out: &mut Sink) -> Result<()> {
         alive,
         lost,
         ns_pid: foreign.then_some(ring.pid),
+        title: None,
     };
     // A ring whose every slot exited (a finished program, like the
     // original librip's test.c) would show nothing: show what it left.

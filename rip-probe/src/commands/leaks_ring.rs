@@ -52,6 +52,7 @@ fn report(mut ring: RingView, from_file: bool, out: &mut Sink) -> Result<()> {
         alive: alive_pid.is_some(),
         lost: None,
         ns_pid: None,
+        title: None,
     };
     let mut stacks = analyze::sampled::stacks(&table, |t| ring.unix_ns(t));
     let trusted = alive_pid.is_some_and(|pid| procfs::may_ptrace(ring.owner, pid));

@@ -90,6 +90,11 @@ fn text(report: &ListReport, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The host's processes that map a ring they wrote, by pid.
+pub(crate) fn ring_pids() -> Result<Vec<u32>> {
+    Ok(list()?.processes.into_iter().map(|p| p.pid).collect())
+}
+
 /// The host's processes with a ring, and how many could not be examined.
 fn list() -> Result<ListReport> {
     let dir = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;

@@ -16,18 +16,33 @@ pub(crate) mod original;
 pub(crate) mod output;
 pub(crate) mod pid;
 pub(crate) mod record;
+pub(crate) mod serve;
+pub(crate) mod targets;
 
 use std::{io::Write, time::Duration};
 
 use output::Sink;
 
-use crate::{analyze, error::Result, model::Report, render};
+use crate::{
+    analyze,
+    error::{Error, Result},
+    model::Report,
+    render,
+};
 
-/// The live commands: `--cgroup PATH`, else `--pid PID`.
+/// The live commands: several processes (`--cgroup PATH`, `--comm
+/// NAME`, several `--pid`), else `--pid PID`.
 pub(crate) fn live(a: &pid::LiveArgs, out: &mut Sink) -> Result<()> {
-    match &a.cgroup {
-        Some(path) => cgroup::run(a, path, out),
-        None => pid::run(a, out),
+    if a.named().several() {
+        if let Some(option) = a.one_process_option() {
+            return Err(Error::Usage(format!(
+                "{option} reports on one process: give one --pid (several processes are \
+                 reported together as text or --json)"
+            )));
+        }
+        cgroup::run(a, out)
+    } else {
+        pid::run(a, out)
     }
 }
 

@@ -23,11 +23,17 @@ use crate::{
 /// `rip-probe --pid N`.
 #[derive(Debug, Args)]
 pub(crate) struct LiveArgs {
-    /// The process to look at.
-    #[arg(long, short, conflicts_with = "cgroup")]
-    pid: Option<u32>,
+    /// The process to look at. Several (`--pid 1,2` or `--pid 1 --pid 2`)
+    /// are observed over one window and reported as one report, their
+    /// threads grouped across them, each process's report below.
+    #[arg(long, short, value_name = "PID", value_delimiter = ',', num_args = 1)]
+    pub(super) pid: Vec<u32>,
+    /// Every process named NAME (its comm, as `ps -o comm` shows it), in
+    /// one report as several --pid are; may be repeated.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["ring", "watch"])]
+    pub(super) comm: Vec<String>,
     /// Every process of this cgroup (v2) and the cgroups below it (a
-    /// pod, a service, a container), in one report grouped by process:
+    /// pod, a service, a container), in one report as several --pid are:
     /// a path under /sys/fs/cgroup, or relative to the cgroup v2 root.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["ring", "watch"])]
     pub(super) cgroup: Option<PathBuf>,
@@ -47,7 +53,7 @@ pub(crate) struct LiveArgs {
     /// exits. With -o FILE, each report replaces the file whole (the file
     /// always holds the latest report, as `top -b -n 1` would write it).
     #[arg(long)]
-    watch: bool,
+    pub(super) watch: bool,
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     pub(super) json: bool,
@@ -66,7 +72,7 @@ pub(crate) struct LiveArgs {
     uprobe: Option<String>,
     /// Read this ring file instead of the process's own.
     #[arg(long, conflicts_with = "no_ring")]
-    ring: Option<PathBuf>,
+    pub(super) ring: Option<PathBuf>,
     /// Ignore the process's ring.
     #[arg(long)]
     no_ring: bool,
@@ -78,7 +84,7 @@ pub(crate) struct LiveArgs {
     /// per distinct stack (`comm;outer;...;inner COUNT`, COUNT threads),
     /// for flame graph tools.
     #[arg(long, conflicts_with_all = ["json", "no_stacks"])]
-    folded: bool,
+    pub(super) folded: bool,
     /// Also write the threads as a pprof profile to FILE, as Go's
     /// goroutine profile: one sample per thread by stack (`threads/count`,
     /// `blocked/nanoseconds`), labelled with its state, syscall and name.
@@ -92,6 +98,28 @@ pub(crate) struct LiveArgs {
 }
 
 impl LiveArgs {
+    /// The processes the arguments name.
+    pub(super) fn named(&self) -> super::targets::Named {
+        super::targets::Named {
+            pids: self.pid.clone(),
+            comms: self.comm.clone(),
+            cgroup: self.cgroup.clone(),
+        }
+    }
+
+    /// The option given that reports on one process only (`--pprof`,
+    /// `--events`), if any: refused with several processes rather than
+    /// ignored.
+    pub(super) fn one_process_option(&self) -> Option<&'static str> {
+        if self.pprof.is_some() {
+            Some("--pprof")
+        } else if self.events {
+            Some("--events")
+        } else {
+            None
+        }
+    }
+
     /// How many rows the text's THREADS table lists (`None`: all).
     pub(super) fn table_rows(&self) -> Option<usize> {
         (!self.all).then_some(self.max_threads)
@@ -99,9 +127,11 @@ impl LiveArgs {
 }
 
 pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
-    let pid = a.pid.ok_or_else(|| {
+    let pid = a.pid.first().copied().ok_or_else(|| {
         Error::Usage(
-            "say which process: rip-probe --pid PID, --cgroup PATH (or rip-probe dump FILE)".into(),
+            "say which process: rip-probe --pid PID, --comm NAME, --cgroup PATH (or rip-probe \
+             dump FILE)"
+                .into(),
         )
     })?;
     if a.events {

@@ -189,6 +189,7 @@ mod tests {
                 alive: true,
                 lost: None,
                 ns_pid: None,
+                title: None,
             },
             window_ns: 2_000_000_000,
             outlier_rule: Some(OutlierRule::SlowerThan {

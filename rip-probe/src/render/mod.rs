@@ -12,7 +12,10 @@ mod offcpu;
 mod perfetto;
 mod pprof;
 pub mod protos;
+mod openmetrics;
+mod otlp;
 mod sampled;
+mod service;
 mod stack;
 mod tasks;
 mod text;
@@ -29,5 +32,8 @@ pub use pprof::{
     BuildIds, calls_pprof, calls_profile, leaks_pprof, leaks_profile, modules as pprof_modules,
     offcpu_pprof, offcpu_profile, threads_pprof, threads_profile,
 };
+pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, openmetrics};
+pub use otlp::otlp_logs;
 pub(crate) use sampled::sampled_text;
+pub use service::service;
 pub use text::{escape, grouped, history, live, live_cut};

@@ -86,7 +86,10 @@ fn escape_group(g: &mut Group) {
 fn terminal_safe(r: &Report) -> Report {
     let mut r = r.clone();
     let p = &mut r.process;
-    for s in [&mut p.exe, &mut p.comm, &mut p.lost].into_iter().flatten() {
+    for s in [&mut p.exe, &mut p.comm, &mut p.lost, &mut p.title]
+        .into_iter()
+        .flatten()
+    {
         escape_in_place(s);
     }
     for ring in &mut r.rings {
@@ -157,6 +160,11 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     }
     if let Some(e) = &p.exe {
         line.push_str(&format!(" {e}"));
+    }
+    // The title tells apart the processes of one program (a checkpointer
+    // from a backend): shown when it says more than the executable.
+    if let Some(t) = p.title.as_ref().filter(|t| Some(*t) != p.exe.as_ref()) {
+        line.push_str(&format!(" \"{t}\""));
     }
     line.push_str(&format!(
         ": {}",

@@ -80,6 +80,7 @@ pub fn full_report() -> Report {
             alive: true,
             lost: Some("gone".into()),
             ns_pid: Some(1),
+            title: Some("app --serve".into()),
         },
         rings: vec![RingInfo {
             path: "/dev/shm/x.ring".into(),
@@ -233,6 +234,7 @@ pub fn full_locks_report() -> contention::LocksReport {
             alive: false,
             lost: Some("process 1 exited during observation".into()),
             ns_pid: Some(1),
+            title: Some("app --serve".into()),
         },
         window_ns: 2_000_000_000,
         locks: vec![LockContention {
