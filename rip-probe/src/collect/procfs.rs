@@ -425,8 +425,8 @@ mod tests {
             Some("postgres: checkpointer")
         );
         assert_eq!(
-            sanitize_title(b"/usr/bin/app\0--port\08080\0").as_deref(),
-            Some("/usr/bin/app --port 8080")
+            sanitize_title(b"/usr/bin/app\0-p\08080\0").as_deref(),
+            Some("/usr/bin/app -p 8080")
         );
         let evil = sanitize_title(b"a\x1b[2Jb\nc\x9bd\xff").unwrap();
         assert!(!evil.chars().any(char::is_control), "{evil:?}");
