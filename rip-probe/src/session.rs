@@ -392,6 +392,7 @@ impl Session {
                 },
                 ring: ring.as_ref(),
                 go: go.as_ref().and_then(|g| g.as_ref().ok()),
+                python: python.as_ref().and_then(|p| p.as_ref().ok()),
                 uprobe_hits: &hits,
                 lookup: &lookup,
             };
@@ -424,9 +425,9 @@ impl Session {
         if let Some((user, frames)) = &stacks {
             analyze::stacks::attach(&mut report, user, frames);
         }
-        match python {
-            Some(Ok(snap)) if !lost_now => analyze::python::merge(&mut report, &snap),
-            Some(Err(why)) => report.warnings.push(why),
+        match &python {
+            Some(Ok(snap)) if !lost_now => analyze::python::merge(&mut report, snap),
+            Some(Err(why)) => report.warnings.push(why.clone()),
             _ => {}
         }
         if let (Some(l), false) = (&locks, lost_now) {

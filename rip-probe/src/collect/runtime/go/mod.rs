@@ -297,5 +297,6 @@ fn coroutine(g: &RawG, reasons: &[String], now: Option<u64>) -> Option<Coroutine
             waits_on,
             torn: g.torn,
         }),
+        python: None,
     })
 }
