@@ -86,7 +86,17 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
     }
 }
 
-use crate::collect::runtime::python::frame;
+/// The model's frame of a Python frame.
+fn frame(p: &PyFrame) -> Frame {
+    Frame {
+        addr: p.code,
+        function: p.function.clone(),
+        file: p.file.clone(),
+        line: p.line,
+        python: true,
+        ..Frame::default()
+    }
+}
 
 /// `native` with each `_PyEval_EvalFrameDefault` frame replaced by the
 /// run of Python frames it executes (innermost first both), or why not:
