@@ -81,6 +81,10 @@ pub struct Python {
 pub struct PythonThread {
     /// `threading`'s ident of the thread (`pthread_self()`).
     pub ident: u64,
+    /// Its name in `threading` (`Thread.name`, from `threading._active`),
+    /// when it is one of `threading`'s threads; the thread's `name` then
+    /// (`name_source` `python`), unless its ring slot names it.
+    pub name: Option<String>,
     /// Its Python frames, innermost first, read at report time. When
     /// `merged`, they are also in the thread's `frames`, in place of the
     /// native evaluation frames that run them.
@@ -247,7 +251,8 @@ pub struct Thread {
     pub ns_tid: Option<u64>,
     /// Name: the ring slot's name when it has one, else the kernel's comm.
     pub name: String,
-    /// Where `name` came from: `"ring"` or `"comm"`.
+    /// Where `name` came from: `"ring"`, `"python"` (`threading`'s name)
+    /// or `"comm"`.
     pub name_source: &'static str,
     /// Kernel state ([`ThreadState::Unknown`] in dump mode for live slots).
     pub state: ThreadState,
@@ -472,6 +477,9 @@ pub enum LocationSource {
     /// The user instruction pointer saved when the thread entered the
     /// kernel (no ring, no uprobe).
     UserPc,
+    /// A Python frame read from the CPython interpreter (an asyncio
+    /// task's innermost `await`).
+    Python,
 }
 
 /// A user-space location.
@@ -527,6 +535,42 @@ pub struct Coroutine {
     /// What the Go runtime records of a goroutine (origin `go` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go: Option<Goroutine>,
+    /// What CPython's asyncio records of a task (origin `asyncio` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonTask>,
+}
+
+/// What CPython's asyncio records of a task (`_asyncio.Task`), read from
+/// the interpreter's memory: the [`Coroutine`]'s `id` is the task object's
+/// address (`id(task)`), `name` its name, `state` `polling` while its
+/// coroutine runs on a thread (`polling_tid`), `idle` while it is
+/// suspended, `exited` once it is done. asyncio records no times, so
+/// `idle_ns` is absent.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PythonTask {
+    /// The future state: `pending`, `cancelled` or `finished`.
+    pub state: AsyncioState,
+    /// The await chain, innermost first: the frame of each coroutine the
+    /// task awaits through, from the innermost `await` out to the task's
+    /// own coroutine (empty for a task done, or changing).
+    pub frames: Arc<[Frame]>,
+    /// The future (or task) it awaits: `task_fut_waiter`, or the future
+    /// its innermost coroutine awaits.
+    pub awaits: Option<GoWaitsOn>,
+    /// Its fields or chain changed at every read: only its id is kept.
+    pub changing: bool,
+}
+
+/// An asyncio future's state (`fut_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AsyncioState {
+    /// Not done.
+    Pending,
+    /// Cancelled.
+    Cancelled,
+    /// Done, with a result or an exception.
+    Finished,
 }
 
 /// What the Go runtime records of a goroutine, read from its `g`: the
@@ -607,6 +651,10 @@ pub enum GoWaitKind {
     Semaphore,
     /// A `sync.Cond`'s notify list.
     Cond,
+    /// An asyncio future (Python), awaited by a task.
+    Future,
+    /// An asyncio task (Python), whose end another task awaits.
+    Task,
 }
 
 /// The runtime a [`Coroutine`] comes from.
@@ -622,6 +670,9 @@ pub enum Origin {
     Tokio,
     /// A goroutine, read from the Go runtime's `allgs`.
     Go,
+    /// A CPython asyncio task, read from the interpreter's `_asyncio`
+    /// module.
+    Asyncio,
 }
 
 /// A coroutine's state.

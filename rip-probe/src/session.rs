@@ -485,6 +485,7 @@ impl Session {
                 },
                 ring: ring.as_ref(),
                 go: go.as_ref().and_then(|g| g.as_ref().ok()),
+                python: python.as_ref().and_then(|p| p.as_ref().ok()),
                 uprobe_hits: &hits,
                 lookup: &lookup,
             };
@@ -518,9 +519,9 @@ impl Session {
             analyze::stacks::attach(&mut report, user, frames);
             analyze::cgo::join_c_frames(&mut report);
         }
-        match python {
-            Some(Ok(snap)) if !lost_now => analyze::python::merge(&mut report, &snap),
-            Some(Err(why)) => report.warnings.push(why),
+        match &python {
+            Some(Ok(snap)) if !lost_now => analyze::python::merge(&mut report, snap),
+            Some(Err(why)) => report.warnings.push(why.clone()),
             _ => {}
         }
         if let (Some(l), false) = (&locks, lost_now) {

@@ -5,7 +5,8 @@
 //! must show each thread's Python function in place of the native
 //! `_PyEval_EvalFrameDefault` frames, in text and JSON, on Debian's
 //! stripped 3.11 (the executable holds libpython) and on 3.12 built with
-//! `--enable-shared` (libpython3.12.so). Both interpreters are on every
+//! `--enable-shared` (libpython3.12.so). Each thread is named as
+//! `threading` names it. Both interpreters are on every
 //! machine of the project's kind (Debian's python3.11, which `cargo xtask
 //! setup` installs, and the image's pyenv builds, which it checks).
 
@@ -182,6 +183,11 @@ fn check(python: &str, version: &str) {
     assert_eq!(with_python, 9, "{report}");
     for (role, function) in ROLES {
         let t = thread(&report, tids[role]);
+        // Named as `threading` names it (the kernel's comm is the
+        // interpreter's for every thread).
+        assert_eq!(t["name"], role, "{t}");
+        assert_eq!(t["name_source"], "python", "{t}");
+        assert_eq!(t["python"]["name"], role, "{t}");
         let n = names(&t["frames"]);
         let at = n.iter().position(|f| f == function).unwrap();
         // Merged: the role's function is called from `run`, and from
@@ -208,6 +214,8 @@ fn check(python: &str, version: &str) {
         assert!(frame["file"].as_str().unwrap().ends_with("threads.py"));
         assert!(frame["line"].as_u64().unwrap() > 1, "{frame}");
     }
+    // The main thread too.
+    assert_eq!(thread(&report, pid)["name"], "MainThread");
     // Library functions by their qualified names, where each waits.
     let frames = |role: &str| names(&thread(&report, tids[role])["frames"]);
     assert!(frames("cond-w").contains(&"Condition.wait".into()));

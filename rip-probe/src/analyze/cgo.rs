@@ -90,6 +90,7 @@ mod tests {
                 frame: stack[0].clone(),
             }),
             history: Vec::new(),
+            python: None,
             go: Some(Goroutine {
                 status,
                 wait_reason: None,

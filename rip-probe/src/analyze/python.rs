@@ -37,9 +37,16 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
             continue;
         };
         let holds_gil = holder.is_some_and(|h| h.tid == p.tid);
+        if let Some(name) = &p.name
+            && t.name_source == "comm"
+        {
+            t.name = name.clone();
+            t.name_source = "python";
+        }
         let Some(py) = &p.frames else {
             t.python = Some(PythonThread {
                 ident: p.ident,
+                name: p.name.clone(),
                 frames: Vec::new(),
                 merged: false,
                 note: Some("its Python frames changed at every read".into()),
@@ -70,6 +77,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         };
         t.python = Some(PythonThread {
             ident: p.ident,
+            name: p.name.clone(),
             frames,
             merged,
             note,
@@ -141,6 +149,7 @@ mod tests {
 
     fn py(name: &str, line: u32, entry: bool) -> PyFrame {
         PyFrame {
+            frame: 0x9000 + u64::from(line),
             code: 0x7000 + u64::from(line),
             function: Some(name.into()),
             file: Some("app.py".into()),
@@ -174,8 +183,10 @@ mod tests {
                 ident: 99,
                 tstate: 0x5000,
                 frames: py_frames,
+                name: Some("worker-1".into()),
             }],
             gil,
+            asyncio: None,
         };
         merge(&mut r, &snap);
         r

@@ -25,7 +25,11 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
     type Key = (Origin, CoroutineState, Option<Place>);
     let mut map: HashMap<Key, Group> = HashMap::new();
     let mut groups = group_goroutines(tasks);
-    for t in tasks.iter().filter(|t| t.go.is_none()) {
+    groups.extend(group_asyncio(tasks));
+    for t in tasks
+        .iter()
+        .filter(|t| t.go.is_none() && t.python.is_none())
+    {
         let place = t.location.as_ref().map(|l| Place::of(&l.frame));
         let g = map
             .entry((t.origin, t.state, place))
@@ -227,6 +231,66 @@ impl ChannelWaiters {
     }
 }
 
+/// asyncio tasks grouped by state and whole await chain (the frames of
+/// the coroutines each awaits through); each group with the futures its
+/// members await and how many await each, so tasks awaiting one future
+/// (another task, say) are seen together. Most populated first.
+fn group_asyncio(tasks: &[Coroutine]) -> Vec<Group> {
+    type Key = (CoroutineState, bool, Vec<Place>);
+    let mut map: HashMap<Key, (Group, HashMap<GoWaitsOn, usize>)> = HashMap::new();
+    for t in tasks {
+        let Some(p) = &t.python else { continue };
+        let key = (
+            t.state,
+            p.changing,
+            p.frames.iter().map(Place::of).collect(),
+        );
+        let (group, objects) = map.entry(key).or_insert_with(|| {
+            (
+                Group {
+                    origin: Some(Origin::Asyncio),
+                    count: 0,
+                    ids: Vec::new(),
+                    state: GroupState::Coroutine(t.state),
+                    wait: None,
+                    min_ns: None,
+                    lower_bound: false,
+                    location: p.frames.first().cloned(),
+                    source: p.frames.first().map(|_| LocationSource::Python),
+                    frames: p.frames.clone(),
+                    stack_samples: None,
+                    max_ns: None,
+                    created_by: None,
+                    waits_on: Vec::new(),
+                },
+                HashMap::new(),
+            )
+        });
+        group.count += 1;
+        group.ids.push(t.id);
+        if let Some(w) = &p.awaits {
+            *objects.entry(w.clone()).or_default() += 1;
+        }
+    }
+    let v = map
+        .into_values()
+        .map(|(mut g, objects)| {
+            let mut w: Vec<WaitedOn> = objects
+                .into_iter()
+                .map(|(what, count)| WaitedOn {
+                    object: what,
+                    count,
+                    channel_peers: None,
+                })
+                .collect();
+            w.sort_by(|a, b| b.count.cmp(&a.count).then(a.object.cmp(&b.object)));
+            g.waits_on = w;
+            g
+        })
+        .collect();
+    sorted(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +304,7 @@ mod tests {
             Process {
                 ring: Some(ring),
                 go: None,
+                python: None,
             },
             clock,
             history,

@@ -177,6 +177,7 @@ mod tests {
                 alive: true,
                 lost: None,
                 ns_pid: None,
+                title: None,
             },
             rings: Vec::new(),
             window_ns: 400,

@@ -89,6 +89,9 @@ pub(crate) struct LiveInputs<'a> {
     pub(crate) ring: Option<&'a RingView>,
     /// The goroutines read, if it is a Go program that could be read.
     pub(crate) go: Option<&'a runtime::go::GoSnapshot>,
+    /// The CPython interpreter read, if the process runs one rip reads
+    /// (its asyncio tasks are coroutines).
+    pub(crate) python: Option<&'a runtime::python::Snapshot>,
     /// Last function entered per thread (`--uprobe`).
     pub(crate) uprobe_hits: &'a HashMap<u32, FnHit>,
     /// fd and memory access for syscall decoding.
@@ -250,6 +253,7 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
     let found = Process {
         ring: inp.ring,
         go: inp.go,
+        python: inp.python,
     };
     let tasks = runtime::coroutines(found, CoroutineClock::Now(inp.clock.now_ns), false);
     point_threads_at_their_tasks(&mut threads, &tasks);
@@ -392,6 +396,7 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
     let found = Process {
         ring: inp.ring,
         go: None,
+        python: None,
     };
     let tasks = runtime::coroutines(found, CoroutineClock::PostMortem, false);
     if let Some(r) = inp.ring.filter(|_| !tasks.is_empty()) {
@@ -497,6 +502,7 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
     let found = Process {
         ring: Some(ring),
         go: None,
+        python: None,
     };
     let mut tasks = runtime::coroutines(found, opts.clock, opts.history);
     if !opts.exited {

@@ -5,7 +5,8 @@
 //! stack, each kernel function marked `_[k]` as `perf script` collapsers
 //! do. Threads without a user stack are left out. Goroutines follow, one
 //! line per distinct stack under `comm;goroutine`, COUNT the goroutines
-//! that have it (their wait is not on a thread: no kernel frames).
+//! that have it (their wait is not on a thread: no kernel frames); then
+//! asyncio tasks under `comm;asyncio task`, their await chains.
 
 use std::{
     collections::BTreeMap,
@@ -65,6 +66,16 @@ pub fn folded(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         }
         let mut names = vec![comm.clone(), "goroutine".to_string()];
         for f in g.stack.iter().rev() {
+            self::names(f, &mut names);
+        }
+        *lines.entry(names.join(";")).or_default() += 1;
+    }
+    for p in r.tasks.iter().filter_map(|t| t.python.as_ref()) {
+        if p.frames.is_empty() {
+            continue;
+        }
+        let mut names = vec![comm.clone(), "asyncio task".to_string()];
+        for f in p.frames.iter().rev() {
             self::names(f, &mut names);
         }
         *lines.entry(names.join(";")).or_default() += 1;

@@ -199,6 +199,7 @@ mod tests {
                 alive: true,
                 lost: None,
                 ns_pid: None,
+                title: None,
             },
             start_ns: 100,
             end_ns: 400,

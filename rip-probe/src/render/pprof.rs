@@ -528,6 +528,7 @@ mod tests {
                 alive: true,
                 lost: None,
                 ns_pid: None,
+                title: None,
             },
             window_ns: 1_000_000_000,
             min_block_ns: 1000,

@@ -8,7 +8,8 @@ use std::io::{self, Write};
 use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
     model::{
-        Coroutine, CoroutineState, Frame, GoWaitKind, Group, Origin, Report, Thread, WaitedOn,
+        Coroutine, CoroutineState, Frame, GoWaitKind, Group, GroupState, Origin, Report, Thread,
+        WaitedOn,
     },
     util::timefmt::{duration, utc},
 };
@@ -20,7 +21,8 @@ const MAX_ROWS: usize = 100;
 /// then the GOROUTINES section.
 pub(super) fn section(r: &Report, w: &mut impl Write) -> io::Result<()> {
     goroutines(r, w)?;
-    if !r.tasks.iter().any(|t| t.go.is_none()) {
+    asyncio(r, w)?;
+    if !r.tasks.iter().any(|t| t.go.is_none() && t.python.is_none()) {
         return Ok(());
     }
     writeln!(w)?;
@@ -28,7 +30,7 @@ pub(super) fn section(r: &Report, w: &mut impl Write) -> io::Result<()> {
     for g in r
         .task_groups
         .iter()
-        .filter(|g| g.origin != Some(Origin::Go))
+        .filter(|g| !matches!(g.origin, Some(Origin::Go | Origin::Asyncio)))
     {
         writeln!(w, "  {}", group_sentence(g))?;
         writeln!(w, "      ids: {}", ids(&g.ids))?;
@@ -109,6 +111,100 @@ fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// The ASYNCIO TASKS section: CPython's asyncio tasks grouped by state
+/// and await chain ("3 tasks awaiting app.py:9 wait_for_order →
+/// locks.py:213 Event.wait"), the futures they await, their ids, the chain
+/// innermost first.
+fn asyncio(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    let groups: Vec<&Group> = r
+        .task_groups
+        .iter()
+        .filter(|g| g.origin == Some(Origin::Asyncio))
+        .collect();
+    if groups.is_empty() {
+        return Ok(());
+    }
+    let n: usize = groups.iter().map(|g| g.count).sum();
+    let by_id: std::collections::HashMap<u64, &Coroutine> = r
+        .tasks
+        .iter()
+        .filter(|t| t.python.is_some())
+        .map(|t| (t.id, t))
+        .collect();
+    writeln!(w)?;
+    writeln!(
+        w,
+        "ASYNCIO TASKS ({n}, read from the interpreter without stopping it)"
+    )?;
+    for g in groups {
+        writeln!(w, "  {}", asyncio_sentence(g))?;
+        let lone = g.waits_on.iter().filter(|o| o.count == 1).count();
+        if g.waits_on.len() > MAX_AWAITED && lone == g.waits_on.len() {
+            writeln!(
+                w,
+                "      each awaits a future of its own ({} futures)",
+                g.waits_on.len()
+            )?;
+        } else {
+            for o in g.waits_on.iter().take(MAX_AWAITED) {
+                writeln!(w, "      {}", waited_on_words(o, g.count, None))?;
+            }
+            if g.waits_on.len() > MAX_AWAITED {
+                writeln!(
+                    w,
+                    "      … {} more futures awaited",
+                    g.waits_on.len() - MAX_AWAITED
+                )?;
+            }
+        }
+        let shown: Vec<String> = g
+            .ids
+            .iter()
+            .take(MAX_TASK_IDS)
+            .map(|id| match by_id.get(id).map(|t| t.name.as_str()) {
+                Some(name) if !name.is_empty() => format!("{id:#x} {name}"),
+                _ => format!("{id:#x}"),
+            })
+            .collect();
+        let more = g.ids.len().saturating_sub(MAX_TASK_IDS);
+        let more = if more > 0 {
+            format!(", … (+{more})")
+        } else {
+            String::new()
+        };
+        writeln!(w, "      tasks: {}{more}", shown.join(", "))?;
+        for id in g.ids.iter().take(MAX_ON_THREAD) {
+            if let Some(t) = by_id.get(id).filter(|t| t.polling_tid.is_some()) {
+                writeln!(w, "      task {id:#x} {}", on_thread(t, &r.threads))?;
+            }
+        }
+        super::stack::write(&g.frames, None, "      ", w)?;
+    }
+    Ok(())
+}
+
+/// Futures of a group of asyncio tasks listed one by one.
+const MAX_AWAITED: usize = 5;
+/// Task ids listed per group.
+const MAX_TASK_IDS: usize = 8;
+
+/// "3 tasks awaiting app.py:9 wait_for_order → …/locks.py:213 Event.wait"
+/// (the chain outermost first, as the code reads), "1 task running …",
+/// "2 tasks done", "1 task changing (read differently each time)".
+pub(crate) fn asyncio_sentence(g: &Group) -> String {
+    let n = plural(g.count, "task", "tasks");
+    let chain: Vec<String> = g.frames.iter().rev().map(Frame::describe).collect();
+    let chain = chain.join(" → ");
+    match g.state {
+        GroupState::Coroutine(CoroutineState::Polling) => format!("{n} running — in {chain}"),
+        GroupState::Coroutine(CoroutineState::Exited) => format!("{n} done"),
+        _ if g.frames.is_empty() => {
+            format!("{n} pending, not awaiting (not started, or read differently each time)")
+        }
+        _ => format!("{n} awaiting {chain}"),
+    }
+}
+
 /// Goroutines of a group whose thread is shown.
 const MAX_ON_THREAD: usize = 8;
 
@@ -168,6 +264,8 @@ fn waited_on_words(o: &WaitedOn, of: usize, wait: Option<&str>) -> String {
         GoWaitKind::Channel => "channel",
         GoWaitKind::Semaphore => "semaphore",
         GoWaitKind::Cond => "sync.Cond",
+        GoWaitKind::Future => "future",
+        GoWaitKind::Task => "task",
     };
     let addrs: Vec<String> = o.object.addrs.iter().map(|a| format!("{a:#x}")).collect();
     let mut s = format!("on {what} {}", addrs.join(", "));
@@ -208,7 +306,11 @@ fn waited_on_words(o: &WaitedOn, of: usize, wait: Option<&str>) -> String {
 
 /// One row per task, polling ones first, then the longest idle.
 fn table(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    let mut rows: Vec<&Coroutine> = r.tasks.iter().filter(|t| t.go.is_none()).collect();
+    let mut rows: Vec<&Coroutine> = r
+        .tasks
+        .iter()
+        .filter(|t| t.go.is_none() && t.python.is_none())
+        .collect();
     rows.sort_by_key(|t| {
         let stuck = t.polling_ns.or(t.idle_ns).unwrap_or(0);
         (t.state, std::cmp::Reverse(stuck), t.id)

@@ -26,6 +26,7 @@ pub(super) fn source_word(s: Option<LocationSource>) -> &'static str {
         Some(LocationSource::Ring) | None => "last snap",
         Some(LocationSource::Uprobe) => "last entered",
         Some(LocationSource::UserPc) => "user pc",
+        Some(LocationSource::Python) => "awaiting in",
     }
 }
 

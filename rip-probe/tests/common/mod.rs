@@ -153,6 +153,7 @@ pub fn full_report() -> Report {
                 location: Some(location()),
                 history: vec![location()],
                 go: None,
+                python: None,
             },
             Coroutine {
                 origin: Origin::Go,
@@ -178,6 +179,7 @@ pub fn full_report() -> Report {
                     waits_on: Some(waits_on.clone()),
                     torn: false,
                 }),
+                python: None,
             },
         ],
         groups: vec![group.clone()],
@@ -290,6 +292,7 @@ pub fn full_report_with_python() -> Report {
     for t in &mut r.threads {
         t.python = Some(PythonThread {
             ident: 7,
+            name: Some("worker-1".into()),
             frames: vec![Frame {
                 addr: 0x7000,
                 function: Some("worker".into()),
@@ -303,6 +306,59 @@ pub fn full_report_with_python() -> Report {
             holds_gil: true,
         });
     }
+    // An asyncio task awaiting another task, and its group.
+    let awaits = GoWaitsOn {
+        kind: GoWaitKind::Task,
+        addrs: vec![0x7f00_0000_1000],
+        name: Some("target".into()),
+    };
+    let chain: std::sync::Arc<[Frame]> = vec![Frame {
+        addr: 0x7100,
+        function: Some("awaiter".into()),
+        file: Some("app.py".into()),
+        line: Some(15),
+        python: true,
+        ..Frame::default()
+    }]
+    .into();
+    r.tasks.push(Coroutine {
+        origin: Origin::Asyncio,
+        id: 0x7f00_0000_2000,
+        generation: 0,
+        name: "Task-3".into(),
+        state: CoroutineState::Idle,
+        polling_tid: None,
+        polls: 0,
+        idle_ns: None,
+        polling_ns: None,
+        lower_bound: false,
+        since_unix_ns: None,
+        created_unix_ns: None,
+        location: Some(Location {
+            source: LocationSource::Python,
+            seq: None,
+            ago_ns: None,
+            frame: chain[0].clone(),
+        }),
+        history: Vec::new(),
+        go: None,
+        python: Some(PythonTask {
+            state: AsyncioState::Pending,
+            frames: chain.clone(),
+            awaits: Some(awaits.clone()),
+            changing: false,
+        }),
+    });
+    let mut group = r.task_groups[0].clone();
+    group.origin = Some(Origin::Asyncio);
+    group.ids = vec![0x7f00_0000_2000];
+    group.frames = chain;
+    group.waits_on = vec![WaitedOn {
+        object: awaits,
+        count: 1,
+        channel_peers: None,
+    }];
+    r.task_groups.push(group);
     r.python = Some(Python {
         version: "3.11".into(),
         gil: "held".into(),

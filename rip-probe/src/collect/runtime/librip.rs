@@ -145,6 +145,7 @@ fn ring_tasks(r: &RingView, clock: Clock, history: bool) -> Vec<Coroutine> {
                     Vec::new()
                 },
                 go: None,
+                python: None,
             }
         })
         .collect();
@@ -258,6 +259,7 @@ mod seam {
         let none = Process {
             ring: None,
             go: None,
+            python: None,
         };
         assert!(Librip::detect(none).is_none());
         assert!(runtime::coroutines(none, Clock::Now(s), false).is_empty());
@@ -277,6 +279,7 @@ mod seam {
         let found = Process {
             ring: Some(&r),
             go: None,
+            python: None,
         };
         let c = runtime::coroutines(found, Clock::Now(20 * s), false);
         let ids: Vec<(Origin, u64)> = c.iter().map(|c| (c.origin, c.id)).collect();
@@ -295,6 +298,7 @@ mod seam {
         let found = Process {
             ring: Some(&r),
             go: None,
+            python: None,
         };
         let mut c = runtime::coroutines(found, Clock::PostMortem, true);
         let addrs = runtime::native_addrs(&c[..1]);

@@ -1,6 +1,6 @@
 //! Coroutines come from runtimes: librip's rings today (its coroutine API,
 //! and the tokio tasks `librip::tokio` wraps), and each further runtime — Go's
-//! goroutines, CPython's asyncio tasks — is one more module here,
+//! goroutines (`go`), CPython's asyncio tasks (`python`) — is one more module here,
 //! implementing [`Runtime`]. A runtime detects itself in a process, reads
 //! the process's coroutines into the one model ([`Coroutine`], its
 //! [`Origin`] saying which runtime), and names their frames; grouping
@@ -28,6 +28,8 @@ pub(crate) struct Process<'a> {
     pub(crate) ring: Option<&'a RingView>,
     /// The goroutines collect read, if the process is a Go program.
     pub(crate) go: Option<&'a go::GoSnapshot>,
+    /// The CPython interpreter read, if the process runs one.
+    pub(crate) python: Option<&'a python::Snapshot>,
 }
 
 /// What coroutine durations are measured up to.
@@ -73,6 +75,9 @@ pub(crate) fn coroutines(process: Process<'_>, clock: Clock, history: bool) -> V
     if let Some(r) = go::Go::detect(process) {
         all.extend(r.coroutines(clock, history));
     }
+    if let Some(r) = python::Asyncio::detect(process) {
+        all.extend(r.coroutines(clock, history));
+    }
     all
 }
 
@@ -83,6 +88,7 @@ pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
         .flat_map(|c| match c.origin {
             Origin::Librip | Origin::Tokio => librip::Librip::native_addrs(c),
             Origin::Go => go::Go::native_addrs(c),
+            Origin::Asyncio => python::Asyncio::native_addrs(c),
         })
         .collect()
 }
@@ -96,6 +102,7 @@ pub(crate) fn name_frames(coroutines: &mut [Coroutine], native: &HashMap<u64, Fr
         match c.origin {
             Origin::Librip | Origin::Tokio => librip::Librip::name_frames(c, native),
             Origin::Go => go::Go::name_shared(c, native, &mut named),
+            Origin::Asyncio => python::Asyncio::name_frames(c, native),
         }
     }
 }

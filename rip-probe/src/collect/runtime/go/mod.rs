@@ -330,5 +330,6 @@ fn coroutine(
             waits_on,
             torn: g.torn,
         }),
+        python: None,
     })
 }

@@ -8,7 +8,10 @@
 //! What is read is a copy taken while the target moves: each thread's
 //! chain is read until two reads agree, else it is marked as changing.
 
+pub(crate) mod asyncio;
+pub(crate) use asyncio::Asyncio;
 pub mod decode;
+mod objects;
 mod offsets;
 
 use std::collections::{HashMap, HashSet};
@@ -50,11 +53,17 @@ pub(crate) struct PyThread {
     pub(crate) tstate: u64,
     /// Frames, innermost first; `None` when two reads never agreed.
     pub(crate) frames: Option<Vec<PyFrame>>,
+    /// Its name in `threading` (`Thread.name`), when it is one of its
+    /// threads.
+    pub(crate) name: Option<String>,
 }
 
 /// One Python frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PyFrame {
+    /// Address of the interpreter frame (a coroutine's is inside the
+    /// coroutine object).
+    pub(crate) frame: u64,
     /// Address of its code object (what tells functions apart).
     pub(crate) code: u64,
     /// The code's qualified name (`Class.method`).
@@ -89,6 +98,8 @@ pub(crate) struct Snapshot {
     pub(crate) threads: Vec<PyThread>,
     /// The main interpreter's GIL.
     pub(crate) gil: GilState,
+    /// The main interpreter's asyncio tasks, when it imported asyncio.
+    pub(crate) asyncio: Option<asyncio::Tasks>,
 }
 
 impl Python {
@@ -160,12 +171,25 @@ impl Python {
                 ident,
                 tstate,
                 frames,
+                name: None,
             });
         }
+        let interp = mem
+            .read_u64(self.runtime + self.offsets.runtime_interpreters_head)
+            .ok()
+            .filter(|&i| i != 0);
+        let mut heap = objects::Heap::new(mem, self.offsets);
+        if let Some(by_ident) = interp.and_then(|i| thread_names(&mut heap, i)) {
+            for t in &mut threads {
+                t.name = by_ident.get(&t.ident).cloned();
+            }
+        }
+        let asyncio = interp.and_then(|i| heap.asyncio_tasks(i, &mut names));
         let again = self.gil(mem);
         Snapshot {
             version: self.version.clone(),
             threads,
+            asyncio,
             gil: if gil == again {
                 gil
             } else {
@@ -236,6 +260,7 @@ impl Python {
                         Entry::CStackOwner(_) => false,
                     };
                     out.push(PyFrame {
+                        frame,
                         code,
                         function: info.name.clone(),
                         file: info.file.clone(),
@@ -281,6 +306,30 @@ impl Python {
             _ => GilState::Changing,
         }
     }
+}
+
+/// `threading`'s thread names by ident, from `threading._active` (ident →
+/// `Thread`, its `_name`); `None` when `threading` is not imported or its
+/// dict could not be read.
+fn thread_names<M: Memory>(
+    heap: &mut objects::Heap<'_, M>,
+    interp: u64,
+) -> Option<HashMap<u64, String>> {
+    let modules = heap.word(interp + heap.o.objects.interp_modules)?;
+    let threading = heap.dict_get(modules, "threading")?;
+    let dict = heap.word(threading + objects::MODULE_DICT)?;
+    let active = heap.dict_get(dict, "_active")?;
+    let mut out = HashMap::new();
+    for (ident, thread) in heap.dict_items(active)? {
+        let (Some(ident), Some(name)) = (
+            heap.int(ident),
+            heap.attribute(thread, "_name").and_then(|n| heap.string(n)),
+        ) else {
+            continue;
+        };
+        out.insert(ident, name);
+    }
+    Some(out)
 }
 
 /// `_PyRuntime` and `Py_Version` of the binary mapped by `m` (its first
@@ -374,4 +423,16 @@ fn string(mem: &impl Memory, o: &Offsets, addr: u64) -> Option<String> {
     };
     mem.read(addr + at, &mut data).ok()?;
     h.decode(&data)
+}
+
+/// The model's frame of a Python frame: `addr` is its code object's.
+pub(crate) fn frame(p: &PyFrame) -> crate::model::Frame {
+    crate::model::Frame {
+        addr: p.code,
+        function: p.function.clone(),
+        file: p.file.clone(),
+        line: p.line,
+        python: true,
+        ..crate::model::Frame::default()
+    }
 }

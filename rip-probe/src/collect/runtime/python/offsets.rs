@@ -51,6 +51,62 @@ pub(crate) struct Offsets {
     pub(crate) compact_size: u64,
     /// Where the GIL's state is.
     pub(crate) gil: Gil,
+    /// What asyncio's tasks are read through.
+    pub(crate) objects: Objects,
+}
+
+/// Where the objects asyncio's tasks are found through keep what rip
+/// reads: `sys.modules`, dicts, an instance's attributes, sets, weak
+/// references, types, coroutines and `_asyncio`'s C tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Objects {
+    /// `PyInterpreterState.modules` (3.11), `.imports.modules` (3.12):
+    /// `sys.modules`.
+    pub(crate) interp_modules: u64,
+    /// `PyHeapTypeObject.ht_cached_keys`: the keys instances of a class
+    /// share while their attributes are kept as values only.
+    pub(crate) type_cached_keys: u64,
+    /// Where an instance keeps its attributes (classes with a managed
+    /// dict).
+    pub(crate) managed: Managed,
+    /// `PyGenObject.gi_iframe` (a coroutine's): its frame, inline.
+    pub(crate) gen_iframe: u64,
+    /// `PyGenObject.gi_frame_state`.
+    pub(crate) gen_frame_state: u64,
+    /// `_PyInterpreterFrame.stacktop`.
+    pub(crate) frame_stacktop: u64,
+    /// `_PyInterpreterFrame.localsplus`.
+    pub(crate) frame_localsplus: u64,
+    /// The opcodes of `RESUME` (plain, and the forms it may be rewritten
+    /// to): a suspended frame whose next instruction is one of them with
+    /// an argument of 2 or more waits in a `yield from` or `await`.
+    pub(crate) resume: [u8; 2],
+    /// The names, in the `_asyncio` module, of the sets of live tasks:
+    /// 3.11's `_all_tasks` (a `WeakSet`); 3.12's `_scheduled_tasks` (a
+    /// `WeakSet`) and `_eager_tasks` (a `set`).
+    pub(crate) registries: &'static [&'static str],
+    /// How a task's default name is kept.
+    pub(crate) long: Long,
+}
+
+/// Where an instance of a class keeps its attribute dict or values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Managed {
+    /// 3.11: the values array at `obj - 32`, the dict (when one was
+    /// made) at `obj - 24`.
+    Split,
+    /// 3.12: one word at `obj - 24`, the values array + 1 when odd, else
+    /// the dict.
+    Tagged,
+}
+
+/// How an `int` keeps its size (30-bit digits from offset 24 in both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Long {
+    /// 3.11: `ob_size` at 16, negative for negative numbers.
+    Size,
+    /// 3.12: `long_value.lv_tag` at 16: digits << 3, sign in the low bits.
+    Tag,
 }
 
 /// How the interpreter frames run by one native evaluation call are
@@ -114,6 +170,19 @@ const V3_11: Offsets = Offsets {
         locked: 376,
         last_holder: 368,
     },
+    objects: Objects {
+        interp_modules: 888,
+        type_cached_keys: 872,
+        managed: Managed::Split,
+        gen_iframe: 80,
+        gen_frame_state: 75,
+        frame_stacktop: 64,
+        frame_localsplus: 72,
+        // RESUME, RESUME_QUICK.
+        resume: [151, 150],
+        registries: &["_all_tasks"],
+        long: Long::Size,
+    },
 };
 
 /// CPython 3.12.
@@ -142,6 +211,19 @@ const V3_12: Offsets = Offsets {
         pointer: 384,
         locked: 16,
         last_holder: 8,
+    },
+    objects: Objects {
+        interp_modules: 944,
+        type_cached_keys: 880,
+        managed: Managed::Tagged,
+        gen_iframe: 72,
+        gen_frame_state: 67,
+        frame_stacktop: 64,
+        frame_localsplus: 72,
+        // RESUME, INSTRUMENTED_RESUME.
+        resume: [151, 240],
+        registries: &["_scheduled_tasks", "_eager_tasks"],
+        long: Long::Tag,
     },
 };
 

@@ -1,0 +1,409 @@
+//! asyncio's tasks, read from outside: the `_asyncio` module found in
+//! `sys.modules`, its sets of live tasks (3.11's `_all_tasks`, 3.12's
+//! `_scheduled_tasks` weak sets and `_eager_tasks` set), and for each C
+//! task (`_asyncio.Task`) its name, its future state, the future it
+//! awaits (`task_fut_waiter`) and its await chain: the task's coroutine,
+//! the coroutine (or generator) on top of its frame's value stack while
+//! it is suspended in an `await`, and so on down to the awaited future's
+//! iterator (`_asyncio.FutureIter`). Each task is read until two reads
+//! agree, else it is marked as changing.
+//!
+//! Tasks of the pure-Python `asyncio.Task` (used only when `_asyncio`
+//! cannot be imported) are not read.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use super::{Names, PyFrame, objects::Heap};
+use crate::{
+    collect::{
+        memory::Memory,
+        runtime::{Clock, Process, Runtime},
+    },
+    model::{
+        AsyncioState, Coroutine, CoroutineState, Frame, GoWaitKind, GoWaitsOn, Location,
+        LocationSource, Origin, PythonTask,
+    },
+};
+
+/// Longest await chain followed.
+const MAX_CHAIN: usize = 256;
+/// How often a task is read before it is called changing.
+const READS: usize = 4;
+
+/// `_asyncio.Task`'s fields (`TaskObj`, the same in 3.11 and 3.12).
+const TASK_STATE: usize = 88;
+const TASK_FUT_WAITER: usize = 128;
+const TASK_CORO: usize = 136;
+const TASK_NAME: usize = 144;
+const TASK_SIZE: usize = 176;
+/// `futureiterobject.future`.
+const FUTURE_ITER_FUTURE: u64 = 16;
+/// `PyWeakReference.wr_object`.
+const WEAKREF_OBJECT: u64 = 16;
+/// `_PyGenObject` frame states.
+const FRAME_CREATED: i8 = -2;
+const FRAME_EXECUTING: i8 = 0;
+
+/// A future's state (`fut_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum FutureState {
+    /// Not done.
+    Pending,
+    /// Cancelled.
+    Cancelled,
+    /// Done, with a result or an exception.
+    Finished,
+}
+
+/// What a task awaits, as the task records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Awaited {
+    /// The future's address.
+    pub(crate) addr: u64,
+    /// It is a task (another task's completion is awaited).
+    pub(crate) task: bool,
+    /// That task's name.
+    pub(crate) name: Option<String>,
+}
+
+/// One asyncio task, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RawTask {
+    /// The task object's address (what `id(task)` says).
+    pub(crate) addr: u64,
+    /// Its name (`Task-7` when none was given).
+    pub(crate) name: Option<String>,
+    /// Its future state.
+    pub(crate) state: FutureState,
+    /// Its coroutine runs on a thread now (`FRAME_EXECUTING`).
+    pub(crate) running: bool,
+    /// The frame of its coroutine that runs, when it runs: the thread
+    /// whose frame chain holds it polls the task.
+    pub(crate) running_frame: Option<u64>,
+    /// The await chain's frames, innermost first (empty for a task done).
+    pub(crate) frames: Vec<PyFrame>,
+    /// The future it awaits, when it awaits one.
+    pub(crate) awaits: Option<Awaited>,
+    /// Two reads never agreed: only its address is kept.
+    pub(crate) changing: bool,
+}
+
+/// What was read of the process's asyncio tasks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tasks {
+    /// Every task found, by address.
+    pub(crate) tasks: Vec<RawTask>,
+    /// Why tasks could not be read, when `_asyncio` was imported but its
+    /// sets could not be followed.
+    pub(crate) note: Option<String>,
+}
+
+impl<M: Memory> Heap<'_, M> {
+    /// Every task of the interpreter at `interp`; `None` when asyncio's C
+    /// module is not imported (no task can exist).
+    pub(super) fn asyncio_tasks(&mut self, interp: u64, names: &mut Names) -> Option<Tasks> {
+        let ob = &self.o.objects;
+        let modules = self.read_u64(interp + ob.interp_modules).ok()?;
+        let module = self.dict_get(modules, "_asyncio")?;
+        let mut out = Tasks::default();
+        let Some(dict) = self.word(module + super::objects::MODULE_DICT) else {
+            out.note = Some("the _asyncio module could not be read".into());
+            return Some(out);
+        };
+        let mut addrs = Vec::new();
+        let mut seen = HashSet::new();
+        for &registry in ob.registries {
+            let Some(set) = self.dict_get(dict, registry) else {
+                out.note = Some(format!("_asyncio.{registry} could not be read"));
+                continue;
+            };
+            let weak = self.type_name(set).as_deref() == Some("WeakSet");
+            let set = if weak {
+                match self.attribute(set, "data") {
+                    Some(s) => s,
+                    None => {
+                        out.note = Some(format!("_asyncio.{registry}.data could not be read"));
+                        continue;
+                    }
+                }
+            } else {
+                set
+            };
+            let Some(members) = self.set_members(set) else {
+                out.note = Some(format!("the set of _asyncio.{registry} could not be read"));
+                continue;
+            };
+            for m in members {
+                let task = if weak {
+                    match self.word(m + WEAKREF_OBJECT) {
+                        Some(t) => t,
+                        None => continue,
+                    }
+                } else {
+                    m
+                };
+                if self.is_task(task) && seen.insert(task) {
+                    addrs.push(task);
+                }
+            }
+        }
+        addrs.sort_unstable();
+        // Two passes over every task, each through its own copy of the
+        // pages it reads (on 100,000 tasks, a system call per page rather
+        // than per field); a task the two passes do not agree on is read
+        // again, field by field, until two reads agree.
+        self.pass(true);
+        let first: Vec<Option<RawTask>> = addrs.iter().map(|&a| self.task(a, names)).collect();
+        self.pass(true);
+        let second: Vec<Option<RawTask>> = addrs.iter().map(|&a| self.task(a, names)).collect();
+        self.pass(false);
+        for ((addr, first), second) in addrs.into_iter().zip(first).zip(second) {
+            if first.is_some() && first == second {
+                out.tasks.extend(first);
+                continue;
+            }
+            let mut last = second;
+            let mut agreed = None;
+            for _ in 0..READS {
+                let now = self.task(addr, names);
+                if now.is_some() && now == last {
+                    agreed = now;
+                    break;
+                }
+                last = now;
+            }
+            out.tasks.push(agreed.unwrap_or(RawTask {
+                addr,
+                name: None,
+                state: FutureState::Pending,
+                running: false,
+                running_frame: None,
+                frames: Vec::new(),
+                awaits: None,
+                changing: true,
+            }));
+        }
+        Some(out)
+    }
+
+    /// One read of the task at `addr`.
+    fn task(&mut self, addr: u64, names: &mut Names) -> Option<RawTask> {
+        let mut t = [0u8; TASK_SIZE];
+        self.read(addr, &mut t).ok()?;
+        let word = |off: usize| u64::from_le_bytes(t[off..off + 8].try_into().expect("8 bytes"));
+        let state = match u32::from_le_bytes(t[TASK_STATE..TASK_STATE + 4].try_into().ok()?) {
+            0 => FutureState::Pending,
+            1 => FutureState::Cancelled,
+            2 => FutureState::Finished,
+            _ => return None,
+        };
+        let name = self.task_name(word(TASK_NAME));
+        let waiter = word(TASK_FUT_WAITER);
+        let awaits = if waiter == 0 || self.type_name(waiter).as_deref() == Some("NoneType") {
+            None
+        } else {
+            Some(self.awaited(waiter))
+        };
+        let mut task = RawTask {
+            addr,
+            name,
+            state,
+            running: false,
+            running_frame: None,
+            frames: Vec::new(),
+            awaits,
+            changing: false,
+        };
+        if state == FutureState::Pending {
+            self.chain(word(TASK_CORO), &mut task, names)?;
+        }
+        Some(task)
+    }
+
+    /// Follows the await chain from the coroutine `coro`, filling `task`'s
+    /// frames (and what it awaits, when the task itself does not say).
+    fn chain(&mut self, mut obj: u64, task: &mut RawTask, names: &mut Names) -> Option<()> {
+        let o = self.o;
+        let ob = &o.objects;
+        for _ in 0..MAX_CHAIN {
+            match self.type_name(obj).as_deref() {
+                Some("coroutine" | "generator") => {}
+                Some("_asyncio.FutureIter") => {
+                    if task.awaits.is_none() {
+                        let future = self.word(obj + FUTURE_ITER_FUTURE)?;
+                        task.awaits = Some(self.awaited(future));
+                    }
+                    return Some(());
+                }
+                _ => return Some(()),
+            }
+            let frame = obj + ob.gen_iframe;
+            let mut head = vec![0u8; (ob.gen_iframe + ob.frame_localsplus) as usize];
+            self.read(obj, &mut head).ok()?;
+            let state = head[ob.gen_frame_state as usize] as i8;
+            if state == FRAME_CREATED || state > FRAME_EXECUTING {
+                // Not started yet, or done: no frame of its own runs.
+                return Some(());
+            }
+            let f = &head[ob.gen_iframe as usize..];
+            let word = |off: u64| {
+                let off = off as usize;
+                u64::from_le_bytes(f[off..off + 8].try_into().expect("8 bytes"))
+            };
+            let code = word(o.frame_code);
+            let instr = word(o.frame_prev_instr);
+            let info = names.code(&*self, o, code)?;
+            let line = instr
+                .checked_sub(code + o.code_adaptive)
+                .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off));
+            task.frames.insert(
+                0,
+                PyFrame {
+                    frame,
+                    code,
+                    function: info.name.clone(),
+                    file: info.file.clone(),
+                    line,
+                    entry: false,
+                },
+            );
+            if state == FRAME_EXECUTING {
+                task.running = true;
+                task.running_frame = Some(frame);
+                return Some(());
+            }
+            // Suspended: in an await when the next instruction resumes
+            // one (RESUME with an argument of 2 or more); what it awaits
+            // is then on top of its value stack.
+            let mut next = [0u8; 2];
+            self.read(instr + 2, &mut next).ok()?;
+            if !ob.resume.contains(&next[0]) || next[1] < 2 {
+                return Some(());
+            }
+            let top = i32::from_le_bytes(
+                f[ob.frame_stacktop as usize..ob.frame_stacktop as usize + 4]
+                    .try_into()
+                    .ok()?,
+            );
+            if top < 1 {
+                return Some(());
+            }
+            obj = self.word(frame + ob.frame_localsplus + 8 * (top as u64 - 1))?;
+        }
+        None
+    }
+
+    /// The future at `addr`, as something awaited.
+    fn awaited(&mut self, addr: u64) -> Awaited {
+        let task = self.is_task(addr);
+        let name = if task {
+            self.word(addr + TASK_NAME as u64)
+                .and_then(|n| self.task_name(n))
+        } else {
+            None
+        };
+        Awaited { addr, task, name }
+    }
+
+    /// A task's name: a `str`, or (3.12, until asked) the number of its
+    /// default name `Task-N`.
+    fn task_name(&mut self, obj: u64) -> Option<String> {
+        match self.type_name(obj).as_deref() {
+            Some("str") => self.string(obj),
+            Some("int") => Some(format!("Task-{}", self.int(obj)?)),
+            _ => None,
+        }
+    }
+}
+
+/// A process's asyncio tasks, read, for the seam.
+pub(crate) struct Asyncio<'a> {
+    snap: &'a super::Snapshot,
+    tasks: &'a Tasks,
+}
+
+impl<'a> Runtime<'a> for Asyncio<'a> {
+    fn detect(process: Process<'a>) -> Option<Self> {
+        let snap = process.python?;
+        Some(Asyncio {
+            snap,
+            tasks: snap.asyncio.as_ref()?,
+        })
+    }
+
+    fn coroutines(&self, _clock: Clock, _history: bool) -> Vec<Coroutine> {
+        // The thread running a task: the one whose frame chain holds its
+        // coroutine's running frame.
+        let mut on: HashMap<u64, u64> = HashMap::new();
+        for t in &self.snap.threads {
+            for f in t.frames.iter().flatten() {
+                on.insert(f.frame, t.tid);
+            }
+        }
+        self.tasks.tasks.iter().map(|t| coroutine(t, &on)).collect()
+    }
+
+    fn native_addrs(_: &Coroutine) -> Vec<u64> {
+        // Python frames are named when read.
+        Vec::new()
+    }
+
+    fn name_frames(_: &mut Coroutine, _: &HashMap<u64, Frame>) {}
+}
+
+/// One task in the model.
+fn coroutine(t: &RawTask, on: &HashMap<u64, u64>) -> Coroutine {
+    let frames: Arc<[Frame]> = t.frames.iter().map(super::frame).collect();
+    let state = match (t.changing, t.state, t.running) {
+        (true, ..) => CoroutineState::Idle,
+        (_, FutureState::Pending, true) => CoroutineState::Polling,
+        (_, FutureState::Pending, false) => CoroutineState::Idle,
+        _ => CoroutineState::Exited,
+    };
+    Coroutine {
+        origin: Origin::Asyncio,
+        id: t.addr,
+        generation: 0,
+        name: t.name.clone().unwrap_or_default(),
+        state,
+        polling_tid: t
+            .running_frame
+            .and_then(|f| on.get(&f))
+            .and_then(|&tid| u32::try_from(tid).ok()),
+        polls: 0,
+        idle_ns: None,
+        polling_ns: None,
+        lower_bound: false,
+        since_unix_ns: None,
+        created_unix_ns: None,
+        location: frames.first().map(|f| Location {
+            source: LocationSource::Python,
+            seq: None,
+            ago_ns: None,
+            frame: f.clone(),
+        }),
+        history: Vec::new(),
+        go: None,
+        python: Some(PythonTask {
+            state: match t.state {
+                FutureState::Pending => AsyncioState::Pending,
+                FutureState::Cancelled => AsyncioState::Cancelled,
+                FutureState::Finished => AsyncioState::Finished,
+            },
+            frames,
+            awaits: t.awaits.as_ref().map(|a| GoWaitsOn {
+                kind: if a.task {
+                    GoWaitKind::Task
+                } else {
+                    GoWaitKind::Future
+                },
+                addrs: vec![a.addr],
+                name: a.name.clone(),
+            }),
+            changing: t.changing,
+        }),
+    }
+}

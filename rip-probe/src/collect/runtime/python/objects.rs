@@ -1,0 +1,289 @@
+//! CPython objects read from outside: types by name, `str` and `int`
+//! values, dicts (by `str` key, or every item), an instance's attributes
+//! (its managed dict or values), sets, module dicts. What asyncio's tasks
+//! and `threading`'s names are found through.
+
+use std::{cell::RefCell, collections::HashMap, io};
+
+use super::{
+    offsets::{Long, Managed, Offsets},
+    string,
+};
+use crate::collect::memory::Memory;
+
+/// Most entries of a dict or set believed: more is a torn read.
+const MAX_DICT: u64 = 1 << 20;
+const MAX_SET: u64 = 1 << 27;
+/// `PyModuleObject.md_dict`.
+pub(super) const MODULE_DICT: u64 = 16;
+/// `PyTypeObject.tp_name`, `.tp_base`.
+const TYPE_NAME: u64 = 24;
+const TYPE_BASE: u64 = 256;
+/// `PySetObject.mask` (`.table` follows).
+const SET_MASK: usize = 32;
+
+/// Objects of the interpreter read from outside, with caches of what
+/// does not change while they are read (types, strings).
+pub(super) struct Heap<'a, M: Memory> {
+    pub(super) mem: &'a M,
+    pub(super) o: &'a Offsets,
+    /// Type names by type address (and whether the type is, or derives
+    /// from, `_asyncio.Task`).
+    types: HashMap<u64, (Option<String>, bool)>,
+    strings: HashMap<u64, Option<String>>,
+    /// While a pass over many objects runs: the pages it read, by address
+    /// (`None`: unreadable), so that objects sharing a page cost one
+    /// system call.
+    pages: Option<RefCell<HashMap<u64, Option<Box<[u8]>>>>>,
+}
+
+/// The size of the pages a pass caches.
+const PAGE: u64 = 4096;
+
+impl<M: Memory> Memory for Heap<'_, M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        let Some(pages) = &self.pages else {
+            return self.mem.read(addr, buf);
+        };
+        let mut pages = pages.borrow_mut();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = addr
+                .checked_add(done as u64)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+            let page = at & !(PAGE - 1);
+            let off = (at - page) as usize;
+            let n = (PAGE as usize - off).min(buf.len() - done);
+            let p = pages.entry(page).or_insert_with(|| {
+                let mut b = vec![0u8; PAGE as usize];
+                self.mem
+                    .read(page, &mut b)
+                    .ok()
+                    .map(|_| b.into_boxed_slice())
+            });
+            match p {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
+                None => return Err(io::Error::from_raw_os_error(libc::EFAULT)),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl<'a, M: Memory> Heap<'a, M> {
+    pub(super) fn new(mem: &'a M, o: &'a Offsets) -> Self {
+        Heap {
+            mem,
+            o,
+            types: HashMap::new(),
+            strings: HashMap::new(),
+            pages: None,
+        }
+    }
+
+    /// Starts a pass: reads go through a fresh cache of pages, one copy of
+    /// the process's memory as the pass saw it (`false`: reads go to the
+    /// process each time again).
+    pub(super) fn pass(&mut self, cached: bool) {
+        self.pages = cached.then(|| RefCell::new(HashMap::new()));
+    }
+
+    /// The value of the non-negative `int` at `obj`, when it fits 64 bits.
+    pub(super) fn int(&mut self, obj: u64) -> Option<u64> {
+        let mut b = [0u8; 40];
+        self.read(obj, &mut b[..28]).ok()?;
+        let size = i64::from_le_bytes(b[16..24].try_into().ok()?);
+        let digits = match self.o.objects.long {
+            Long::Size if size >= 0 => size as u64,
+            Long::Tag if size & 3 != 2 => (size as u64) >> 3,
+            _ => return None,
+        };
+        if digits > 3 {
+            return None;
+        }
+        if digits > 1 {
+            self.read(obj + 24, &mut b[24..24 + 4 * digits as usize])
+                .ok()?;
+        }
+        let mut n: u128 = 0;
+        for d in (0..digits as usize).rev() {
+            let at = 24 + 4 * d;
+            let digit = u32::from_le_bytes(b[at..at + 4].try_into().ok()?);
+            n = (n << 30) | u128::from(digit & 0x3fff_ffff);
+        }
+        u64::try_from(n).ok()
+    }
+
+    /// Every item of the dict at `dict`: (key, value).
+    pub(super) fn dict_items(&mut self, dict: u64) -> Option<Vec<(u64, u64)>> {
+        let mut d = [0u8; 48];
+        self.read(dict, &mut d).ok()?;
+        let keys = u64::from_le_bytes(d[32..40].try_into().ok()?);
+        let values = u64::from_le_bytes(d[40..48].try_into().ok()?);
+        let entries = self.entries(keys)?;
+        let mut out = Vec::new();
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            let v = if values == 0 {
+                v
+            } else {
+                self.word(values + 8 * i as u64).unwrap_or(0)
+            };
+            if k != 0 && v != 0 {
+                out.push((k, v));
+            }
+        }
+        Some(out)
+    }
+
+    /// The entries of the dict keys at `keys`: (key, value), the value 0
+    /// in a split table (the values are apart).
+    fn entries(&mut self, keys: u64) -> Option<Vec<(u64, u64)>> {
+        let mut k = [0u8; 32];
+        self.read(keys, &mut k).ok()?;
+        let (index_bytes, kind) = (k[9], k[10]);
+        let n = u64::from_le_bytes(k[24..32].try_into().ok()?);
+        if index_bytes > 32 || n > MAX_DICT {
+            return None;
+        }
+        // DICT_KEYS_GENERAL (hash, key, value), else (key, value).
+        let (size, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
+        let mut entries = vec![0u8; (n * size) as usize];
+        self.read(keys + 32 + (1u64 << index_bytes), &mut entries)
+            .ok()?;
+        Some(
+            entries
+                .chunks_exact(size as usize)
+                .map(|e| {
+                    let at =
+                        |off: usize| u64::from_le_bytes(e[off..off + 8].try_into().expect("8"));
+                    (at(key_at), at(key_at + 8))
+                })
+                .collect(),
+        )
+    }
+
+    pub(super) fn string(&mut self, obj: u64) -> Option<String> {
+        if let Some(s) = self.strings.get(&obj) {
+            return s.clone();
+        }
+        let s = string(self, self.o, obj);
+        self.strings.insert(obj, s.clone());
+        s
+    }
+
+    pub(super) fn word(&self, addr: u64) -> Option<u64> {
+        self.read_u64(addr).ok().filter(|&w| w != 0)
+    }
+
+    /// The name of `obj`'s type (`tp_name`).
+    pub(super) fn type_name(&mut self, obj: u64) -> Option<String> {
+        let ty = self.word(obj + 8)?;
+        self.type_info(ty).0
+    }
+
+    /// Whether `obj` is an `_asyncio.Task` (or of a class derived from it).
+    pub(super) fn is_task(&mut self, obj: u64) -> bool {
+        self.word(obj + 8).is_some_and(|ty| self.type_info(ty).1)
+    }
+
+    pub(super) fn type_info(&mut self, ty: u64) -> (Option<String>, bool) {
+        if let Some(t) = self.types.get(&ty) {
+            return t.clone();
+        }
+        let name = self.c_string(ty);
+        let mut task = name.as_deref() == Some("_asyncio.Task");
+        let mut base = ty;
+        for _ in 0..16 {
+            if task {
+                break;
+            }
+            let Some(b) = self.word(base + TYPE_BASE) else {
+                break;
+            };
+            task = self.c_string(b).as_deref() == Some("_asyncio.Task");
+            base = b;
+        }
+        self.types.insert(ty, (name.clone(), task));
+        (name, task)
+    }
+
+    /// The type's `tp_name`.
+    pub(super) fn c_string(&self, ty: u64) -> Option<String> {
+        let at = self.word(ty + TYPE_NAME)?;
+        let mut b = [0u8; 64];
+        // A name near the end of a mapping: read less.
+        let n = [64usize, 32, 16]
+            .into_iter()
+            .find(|&n| self.read(at, &mut b[..n]).is_ok())?;
+        let end = b[..n].iter().position(|&c| c == 0)?;
+        String::from_utf8(b[..end].to_vec()).ok()
+    }
+
+    /// The value of the `str` key `key` in the dict at `dict`.
+    pub(super) fn dict_get(&mut self, dict: u64, key: &str) -> Option<u64> {
+        let mut d = [0u8; 48];
+        self.read(dict, &mut d).ok()?;
+        let keys = u64::from_le_bytes(d[32..40].try_into().ok()?);
+        let values = u64::from_le_bytes(d[40..48].try_into().ok()?);
+        let ix = self.key_index(keys, key)?;
+        match ix {
+            (_, Some(v)) if values == 0 => Some(v).filter(|&v| v != 0),
+            (i, _) => self.word(values + 8 * i),
+        }
+    }
+
+    /// Where `key` is in the dict keys at `keys`: its entry's index and,
+    /// for a combined table, its value.
+    pub(super) fn key_index(&mut self, keys: u64, key: &str) -> Option<(u64, Option<u64>)> {
+        let entries = self.entries(keys)?;
+        entries.into_iter().enumerate().find_map(|(i, (k, v))| {
+            (k != 0 && self.string(k).as_deref() == Some(key)).then_some((i as u64, Some(v)))
+        })
+    }
+
+    /// The attribute `name` of an instance of a class with a managed dict.
+    pub(super) fn attribute(&mut self, obj: u64, name: &str) -> Option<u64> {
+        let (values, dict) = match self.o.objects.managed {
+            Managed::Split => (self.read_u64(obj - 32).ok()?, self.read_u64(obj - 24).ok()?),
+            Managed::Tagged => {
+                let w = self.read_u64(obj - 24).ok()?;
+                if w & 1 == 1 { (w + 1, 0) } else { (0, w) }
+            }
+        };
+        if values != 0 {
+            let ty = self.word(obj + 8)?;
+            let keys = self.word(ty + self.o.objects.type_cached_keys)?;
+            let (i, _) = self.key_index(keys, name)?;
+            return self.word(values + 8 * i);
+        }
+        if dict != 0 {
+            return self.dict_get(dict, name);
+        }
+        None
+    }
+
+    /// The members of the `set` at `set`.
+    pub(super) fn set_members(&mut self, set: u64) -> Option<Vec<u64>> {
+        let mut h = [0u8; 48];
+        self.read(set, &mut h).ok()?;
+        let mask = u64::from_le_bytes(h[SET_MASK..SET_MASK + 8].try_into().ok()?);
+        let table = u64::from_le_bytes(h[40..48].try_into().ok()?);
+        if mask >= MAX_SET {
+            return None;
+        }
+        let mut entries = vec![0u8; ((mask + 1) * 16) as usize];
+        self.read(table, &mut entries).ok()?;
+        Some(
+            entries
+                .chunks_exact(16)
+                .filter_map(|e| {
+                    let key = u64::from_le_bytes(e[..8].try_into().expect("8"));
+                    let hash = i64::from_le_bytes(e[8..].try_into().expect("8"));
+                    // Empty, or the dummy of a removed member.
+                    (key != 0 && hash != -1).then_some(key)
+                })
+                .collect(),
+        )
+    }
+}
