@@ -17,7 +17,6 @@ pub mod leaks;
 pub mod list;
 pub mod offcpu;
 pub mod original;
-pub(crate) mod sampled;
 
 pub use hist::Bucket;
 

@@ -12,7 +12,6 @@ pub(crate) mod hist;
 pub(crate) mod leaks;
 pub(crate) mod offcpu;
 pub(crate) mod python;
-pub(crate) mod sampled;
 pub(crate) mod stacks;
 pub(crate) mod tasks;
 pub(crate) mod waits;
