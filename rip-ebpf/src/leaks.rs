@@ -104,6 +104,16 @@ pub struct LeakStats {
     pub calls_full: u64,
     /// Traced calls that failed (nothing acquired or released).
     pub failed: u64,
+    /// Allocator calls seen by the heap entry probe (counted also while
+    /// [`HEAP_ON`](names::HEAP_ON) is off: the cost estimate's rate).
+    pub heap_calls: u64,
+    /// Allocations whose entry could not be remembered (table of heap
+    /// calls in flight full): their block was never seen.
+    pub heap_full: u64,
+    /// Returns of allocations that matched no entry (entered before the
+    /// probes were on, or nested in another allocator call of the same
+    /// thread): their block was never seen.
+    pub heap_unmatched: u64,
 }
 
 impl LeakStats {
@@ -113,7 +123,58 @@ impl LeakStats {
         self.dropped += o.dropped;
         self.calls_full += o.calls_full;
         self.failed += o.failed;
+        self.heap_calls += o.heap_calls;
+        self.heap_full += o.heap_full;
+        self.heap_unmatched += o.heap_unmatched;
     }
+}
+
+/// The allocator's functions, as [`LeakEvent::nr`] gives them past the
+/// syscalls ([`heap::BASE`] + one of these), and as
+/// [`HEAP_FNS`](names::HEAP_FNS) names each probed address.
+///
+/// For heap events `args` holds the call's first three arguments and
+/// `ret` the block: the function's result, or what `posix_memalign` wrote
+/// through its first argument. `free` is sent at its entry, without a
+/// stack (before the block can be reused); the others at their return,
+/// with the caller's stack.
+pub mod heap {
+    /// `LeakEvent::nr` of heap events is this plus the function.
+    pub const BASE: u64 = 0x1_0000;
+    /// `malloc(size)`.
+    pub const MALLOC: u32 = 1;
+    /// `calloc(n, size)`.
+    pub const CALLOC: u32 = 2;
+    /// `realloc(old, size)`: releases `old`, acquires the result.
+    pub const REALLOC: u32 = 3;
+    /// `free(block)`.
+    pub const FREE: u32 = 4;
+    /// `posix_memalign(&block, align, size)`.
+    pub const POSIX_MEMALIGN: u32 = 5;
+    /// `aligned_alloc(align, size)`.
+    pub const ALIGNED_ALLOC: u32 = 6;
+    /// `memalign(align, size)`.
+    pub const MEMALIGN: u32 = 7;
+    /// `valloc(size)`.
+    pub const VALLOC: u32 = 8;
+    /// `pvalloc(size)`.
+    pub const PVALLOC: u32 = 9;
+    /// `reallocarray(old, n, size)`: as `realloc`.
+    pub const REALLOCARRAY: u32 = 10;
+}
+
+/// An allocator call in flight, by thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapCall {
+    /// One of [`heap`]'s functions.
+    pub func: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// The stack pointer at entry: the return finds it 8 bytes higher.
+    pub sp: u64,
+    /// The first three arguments.
+    pub args: [u64; 3],
 }
 
 /// Names of the programs, maps and globals.
@@ -134,6 +195,18 @@ pub mod names {
     pub const LEAK_EVENTS: &str = "LEAK_EVENTS";
     /// `PerCpuArray<LeakStats>` of one entry.
     pub const LEAK_STATS: &str = "LEAK_STATS";
+    /// Uprobe at the entry of each allocator function.
+    pub const HEAP_ENTRY: &str = "heap_entry";
+    /// Uretprobe at the return of each allocating function.
+    pub const HEAP_RETURN: &str = "heap_return";
+    /// `HashMap<u64, u32>`: probed runtime address to [`super::heap`]
+    /// function.
+    pub const HEAP_FNS: &str = "HEAP_FNS";
+    /// `HashMap<u32, HeapCall>`: allocator calls in flight by thread.
+    pub const HEAP_IN_FLIGHT: &str = "HEAP_IN_FLIGHT";
+    /// `Array<u32>` of one entry: 1 once the window begins (before, the
+    /// heap probes only count calls).
+    pub const HEAP_ON: &str = "HEAP_ON";
 }
 
 #[cfg(feature = "user")]
@@ -145,4 +218,6 @@ mod pod {
     unsafe impl aya::Pod for super::LeakCall {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::LeakStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::HeapCall {}
 }

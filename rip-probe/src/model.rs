@@ -18,7 +18,6 @@ pub mod leaks;
 pub mod list;
 pub mod offcpu;
 pub mod original;
-pub(crate) mod sampled;
 pub mod serve;
 
 pub use hist::Bucket;

@@ -17,8 +17,8 @@ use rip_probe::model::{
     contention::LocksReport,
     events::{Event, StateChange},
     leaks::{
-        FdKind, HeapTracing, LeakLost, LeakPoint, LeakStack, LeakTotal, LeakTracing, LeaksReport,
-        ResourceKind,
+        FdKind, HeapSampler, HeapTracing, LeakLost, LeakPoint, LeakStack, LeakTotal, LeakTracing,
+        LeaksReport, ResourceKind,
     },
     list::{ListReport, ListedProcess},
     offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
@@ -306,8 +306,11 @@ fn leaks_report() -> LeaksReport {
             shm: true,
             heap: Some(HeapTracing {
                 allocator: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+                name: "glibc".into(),
                 functions: vec!["malloc".into(), "free".into()],
                 calls: 1000,
+                calls_per_s_before: 5000.0,
+                older_frees: 12,
             }),
         },
         open_at_start: Some(4),
@@ -346,8 +349,20 @@ fn leaks_report() -> LeaksReport {
             events: 1,
             calls: 2,
             unmatched_releases: 3,
+            heap_calls: 4,
         },
         warnings: vec!["1 event lost".into()],
+        sampler: Some(HeapSampler {
+            ring: "/dev/shm/rip-7.ring".into(),
+            mean_bytes: 524_288,
+            estimated: true,
+            sampled: 100,
+            freed: 90,
+            dropped: 0,
+            torn: 0,
+            live_samples: 10,
+            sampled_bytes: 4000,
+        }),
     }
 }
 
@@ -357,6 +372,7 @@ fn a_leaks_report_validates_against_its_schema() {
     let full = leaks_report();
     let mut sparse = leaks_report();
     sparse.traced.heap = None;
+    sparse.sampler = None;
     sparse.open_at_start = None;
     sparse.stacks[0].fd_kind = None;
     sparse.stacks.clear();

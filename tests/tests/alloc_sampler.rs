@@ -54,12 +54,19 @@ fn sampled(mut cmd: Command, mean: &str, ring: &Path) -> Command {
 }
 
 /// The stack blocks of `rip-probe leaks` text: each starts with its
-/// "… allocated from:" line.
+/// "heap: …" line.
 fn blocks(out: &str) -> Vec<String> {
     out.split("\n\n")
-        .filter(|b| b.contains("allocated from:"))
+        .filter(|b| b.starts_with("heap: "))
         .map(str::to_string)
         .collect()
+}
+
+/// A block without its age (which grows between two readings).
+fn ageless(b: &str) -> String {
+    let (first, rest) = b.split_once('\n').unwrap_or((b, ""));
+    let count = first.split(", oldest ").next().unwrap_or(first);
+    format!("{count}\n{rest}")
 }
 
 /// The one block whose frames name `function`.
@@ -107,7 +114,7 @@ fn preloaded_c_program_leak_found_live_and_after_sigkill() {
     assert!(live.contains("(running)"), "{live}");
     assert!(live.contains("every allocation recorded"), "{live}");
     let b = block_naming(&live, "leak_here");
-    assert!(b.starts_with("1000 live, 976.6 KiB allocated from:"), "{b}");
+    assert!(b.starts_with("heap: 1000, 976.6 KiB, oldest "), "{b}");
     assert!(b.contains("leak_path") && b.contains("main"), "{b}");
     assert!(
         !live.contains("churn"),
@@ -117,7 +124,7 @@ fn preloaded_c_program_leak_found_live_and_after_sigkill() {
     kill(&mut w);
     let dead = leaks(&["leaks", ring.to_str().unwrap()]);
     assert!(dead.contains("gone: what was live at its end"), "{dead}");
-    assert_eq!(block_naming(&dead, "leak_here"), b);
+    assert_eq!(ageless(&block_naming(&dead, "leak_here")), ageless(&b));
     assert!(!dead.contains("churn"), "{dead}");
     let t = table(&ring);
     assert_eq!(t.mean, 1);
@@ -143,7 +150,7 @@ fn linked_c_program_is_sampled_when_asked() {
         &leaks(&["leaks", "--pid", &w.pid().to_string(), "--sampled"]),
         "leak_here",
     );
-    assert!(b.starts_with("300 live, "), "{b}");
+    assert!(b.starts_with("heap: 300, "), "{b}");
     kill(&mut w);
     let t = table(&ring);
     assert_eq!(t.live.iter().filter(|a| a.requested == 777).count(), 300);
@@ -183,7 +190,7 @@ fn sampled_estimate_is_within_sampling_error() {
     );
     let out = leaks(&["leaks", ring.to_str().unwrap()]);
     let b = block_naming(&out, "leak_here");
-    assert!(b.starts_with("about "), "{b}");
+    assert!(b.starts_with("heap: about "), "{b}");
     assert!(out.contains("sampled every 16.0 KiB on average"), "{out}");
 }
 
@@ -304,20 +311,28 @@ fn preloaded_python_leak_found_after_sigkill() {
         Some(9),
         "python3 killed itself: {status:?}"
     );
-    let out = leaks(&["leaks", ring.to_str().unwrap()]);
-    let b = block_naming(&out, "PyByteArray");
-    let first = b.lines().next().unwrap();
-    // "about 38.2 MiB live (1043 samples, 10.0 MiB) allocated from:"
-    let mib: f64 = first
-        .strip_prefix("about ")
-        .and_then(|r| r.strip_suffix(" allocated from:"))
-        .and_then(|r| r.split_once(" MiB live"))
-        .and_then(|(v, _)| v.parse().ok())
-        .unwrap_or_else(|| panic!("{first}"));
+    let out = leaks(&["leaks", ring.to_str().unwrap(), "--json"]);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(r["sampler"]["estimated"], true, "{}", r["sampler"]);
+    let named: Vec<&serde_json::Value> = r["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            s["frames"].as_array().unwrap().iter().any(|f| {
+                f["function"]
+                    .as_str()
+                    .is_some_and(|f| f.contains("PyByteArray"))
+            })
+        })
+        .collect();
+    assert_eq!(named.len(), 1, "one stack names PyByteArray: {out}");
+    assert_eq!(named[0]["kind"], "heap");
+    let mib = named[0]["bytes"].as_u64().unwrap() as f64 / (1024.0 * 1024.0);
     let truth = 4000.0 * 10000.0 / (1024.0 * 1024.0);
     assert!(
         (mib - truth).abs() < 0.2 * truth,
-        "{first}: truth {truth:.1} MiB"
+        "{mib:.1} MiB estimated: truth {truth:.1} MiB"
     );
 }
 
@@ -332,7 +347,7 @@ fn rust_global_allocator_leak_found_live() {
     let mut w = Workload::start(cmd);
     let out = leaks(&["leaks", "--pid", &w.pid().to_string(), "--sampled"]);
     let b = block_naming(&out, "leak_here");
-    assert!(b.starts_with("500 live, 488.3 KiB allocated from:"), "{b}");
+    assert!(b.starts_with("heap: 500, 488.3 KiB, oldest "), "{b}");
     assert!(b.contains("rip_alloc_leaks::main"), "{b}");
     kill(&mut w);
     let t = table(&ring);

@@ -2,8 +2,10 @@
 //! pointers: the stacks come from the CFI): the descriptors and mappings
 //! leaked from one function each are found under it, with their exact
 //! count and bytes, while the thousand opened and closed (and the hundred
-//! mapped and unmapped) from the balanced functions leave nothing; and the
-//! command's one-line errors.
+//! mapped and unmapped) from the balanced functions leave nothing; the
+//! same for heap blocks through glibc's malloc family (`tests/c/heap_leaks.c`,
+//! every call traced by uprobes, so counts are exact); and the command's
+//! one-line errors.
 //!
 //! The workload acts when told on stdin and says when it is done, and
 //! rip-probe says when its window has begun (`RIP_PROBE_TIMING`), so no
@@ -34,7 +36,11 @@ struct Leaky {
 
 impl Leaky {
     fn start() -> Leaky {
-        let mut child = Command::new(build_c("leaks", &["-fomit-frame-pointer"]))
+        Leaky::start_c("leaks")
+    }
+
+    fn start_c(name: &str) -> Leaky {
+        let mut child = Command::new(build_c(name, &["-fomit-frame-pointer"]))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -70,13 +76,17 @@ impl Drop for Leaky {
 /// `rip-probe leaks --pid PID --json` over `rounds` rounds of the
 /// workload, ended by Ctrl-C once the workload said it was done.
 fn leaks_over(w: &mut Leaky, rounds: usize) -> Value {
-    let mut bg = Background::spawn(Command::new(CLI).args([
-        "leaks",
-        "--pid",
-        &w.child.id().to_string(),
-        "--no-heap",
-        "--json",
-    ]));
+    leaks_with(w, rounds, &["--no-heap", "--json"]).0
+}
+
+/// `rip-probe leaks --pid PID ARGS` over `rounds` rounds, as
+/// [`leaks_over`]: the report as JSON (`Null` for text) and the text and
+/// stderr.
+fn leaks_with(w: &mut Leaky, rounds: usize, args: &[&str]) -> (Value, String, String) {
+    let pid = w.child.id().to_string();
+    let mut cmd = Command::new(CLI);
+    cmd.args(["leaks", "--pid", &pid]).args(args);
+    let mut bg = Background::spawn(&mut cmd);
     bg.wait_phase("attach leaks");
     for _ in 0..rounds {
         w.round();
@@ -85,7 +95,12 @@ fn leaks_over(w: &mut Leaky, rounds: usize) -> Value {
     unsafe { libc::kill(bg.child.id() as i32, libc::SIGINT) };
     let f = bg.finish();
     assert!(f.status.success(), "rip-probe leaks: {}", f.stderr);
-    serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {}", f.stdout))
+    let json = if args.contains(&"--json") {
+        serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {}", f.stdout))
+    } else {
+        Value::Null
+    };
+    (json, f.stdout, f.stderr)
 }
 
 fn functions(stack: &Value) -> Vec<String> {
@@ -208,6 +223,149 @@ fn the_text_report_names_the_leaking_function() {
     ] {
         assert!(f.stdout.contains(want), "no {want:?} in\n{}", f.stdout);
     }
+}
+
+/// What `tests/c/heap_leaks.c` loses per round.
+const HEAP_LEAK_BLOCKS: u64 = 40;
+const HEAP_LEAK_SIZE: u64 = 1000;
+const HEAP_ZEROED: u64 = 10;
+/// Bytes of each calloc'd block lost.
+const HEAP_ZEROED_BYTES: u64 = 10 * 100;
+/// Blocks its balanced function allocates and frees per round.
+const HEAP_BALANCED: u64 = 100 + 400 + 100 + 50 * 9 + 50 * 3;
+/// Allocator calls its balanced function makes per round (a realloc
+/// frees its old block itself).
+const HEAP_BALANCED_CALLS: u64 = 2 * (100 + 400 + 100) + 50 * 10 + 50 * 6;
+
+#[test]
+fn leaked_heap_blocks_are_found_under_their_call_path_and_no_balanced_one() {
+    if !bpf_tests_enabled("leaks heap") {
+        return;
+    }
+    let mut w = Leaky::start_c("heap_leaks");
+    let rounds = 3;
+    let (r, _, stderr) = leaks_with(&mut w, rounds, &["--json"]);
+    let rounds = rounds as u64;
+    // The cost was said before the window.
+    assert!(
+        stderr.contains("rip-probe: heap: uprobes on") && stderr.contains("allocator calls/s"),
+        "{stderr}"
+    );
+    let heap = &r["traced"]["heap"];
+    assert_eq!(heap["name"], "glibc", "{heap}");
+    let probed: Vec<&str> = heap["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for f in ["malloc", "free", "calloc", "realloc", "posix_memalign"] {
+        assert!(probed.contains(&f), "{f} not probed: {probed:?}");
+    }
+    // Every call was followed: the counts below are exact.
+    let lost = &r["lost"];
+    assert_eq!(lost["events"], 0, "{lost}");
+    assert_eq!(lost["heap_calls"], 0, "{lost}");
+
+    let blocks = stacks(&r, "heap");
+    let under = |func: &str| -> (u64, u64) {
+        blocks
+            .iter()
+            .filter(|s| functions(s).iter().any(|f| f == func))
+            .fold((0, 0), |(c, b), s| {
+                (
+                    c + s["count"].as_u64().unwrap(),
+                    b + s["bytes"].as_u64().unwrap(),
+                )
+            })
+    };
+    assert_eq!(
+        under("leak_here"),
+        (
+            HEAP_LEAK_BLOCKS * rounds,
+            HEAP_LEAK_BLOCKS * HEAP_LEAK_SIZE * rounds
+        ),
+        "{:#}",
+        r["stacks"]
+    );
+    for s in &blocks {
+        let f = functions(s);
+        if f.iter().any(|f| f == "leak_here") {
+            assert_eq!(s["call"], "malloc");
+            assert!(f.iter().any(|f| f == "leak_path"), "{f:?}");
+        }
+    }
+    let zeroed: Vec<&&Value> = blocks
+        .iter()
+        .filter(|s| functions(s).iter().any(|f| f == "leak_zeroed"))
+        .collect();
+    assert!(zeroed.iter().all(|s| s["call"] == "calloc"), "{zeroed:#?}");
+    assert_eq!(
+        under("leak_zeroed"),
+        (
+            HEAP_ZEROED * rounds,
+            HEAP_ZEROED * HEAP_ZEROED_BYTES * rounds
+        )
+    );
+    // No false leak: nothing under the balanced path.
+    for s in &blocks {
+        let f = functions(s);
+        assert!(!f.iter().any(|f| f == "balanced_heap"), "{f:?}");
+    }
+    // What it allocated and freed is counted as released.
+    let released = r["released"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "heap")
+        .map_or(0, |t| t["count"].as_u64().unwrap());
+    assert!(released >= HEAP_BALANCED * rounds, "{}", r["released"]);
+    assert!(
+        heap["calls"].as_u64().unwrap() >= HEAP_BALANCED_CALLS * rounds,
+        "{heap}"
+    );
+    // The series ends with what is outstanding.
+    let last = r["series"].as_array().unwrap().last().unwrap().clone();
+    assert!(
+        last["heap_count"].as_u64().unwrap() >= (HEAP_LEAK_BLOCKS + HEAP_ZEROED) * rounds,
+        "{last}"
+    );
+}
+
+/// The text view of the heap names the leaking function and the
+/// allocator.
+#[test]
+fn the_heap_text_report_names_the_leaking_function() {
+    if !bpf_tests_enabled("leaks heap text") {
+        return;
+    }
+    let mut w = Leaky::start_c("heap_leaks");
+    let dir = rip_tests::TempDir::new("/tmp", "leaks-svg");
+    let svg = dir.join("heap.svg");
+    let (_, text, _) = leaks_with(&mut w, 1, &["--svg", svg.to_str().unwrap()]);
+    // The flame graph's widths are the outstanding bytes: leak_here()'s
+    // 40 blocks of 1000 bytes, out of 50,000.
+    let graph = std::fs::read_to_string(&svg).expect("the flame graph was written");
+    assert!(graph.starts_with("<?xml"), "{graph:.200}");
+    for want in [
+        "<title>leak_here (40,000 bytes, 80.00%)</title>",
+        "<title>leak_zeroed (10,000 bytes, 20.00%)</title>",
+        "Outstanding bytes: ",
+    ] {
+        assert!(graph.contains(want), "no {want:?} in the flame graph");
+    }
+    assert!(!graph.contains("balanced_heap"));
+    for want in [
+        "50 heap blocks (48.8 KiB)",
+        "heap: 40, 39.1 KiB",
+        "from malloc",
+        "leak_here at tests/c/heap_leaks.c:",
+        "libc.so",
+        "flame graph of the outstanding bytes: ",
+    ] {
+        assert!(text.contains(want), "no {want:?} in\n{text}");
+    }
+    assert!(!text.contains("balanced_heap"), "{text}");
 }
 
 #[test]

@@ -7,7 +7,10 @@
 use std::{collections::HashMap, sync::Arc};
 
 use crate::{
-    collect::leaks::{LeaksData, Table},
+    collect::{
+        leaks::{LeaksData, Table},
+        ring::AllocEvidence,
+    },
     model::{
         Frame,
         leaks::{FdKind, LeakLost, LeakPoint, LeakStack, LeakTotal, LeaksReport, ResourceKind},
@@ -68,6 +71,7 @@ pub(crate) fn fd_kind(target: Option<&str>, call: &str) -> FdKind {
 
 fn kind_of(t: Table) -> ResourceKind {
     match t {
+        Table::Heap => ResourceKind::Heap,
         Table::Fd => ResourceKind::Fd,
         Table::Mapping => ResourceKind::Mapping,
         Table::Shm => ResourceKind::Shm,
@@ -124,6 +128,9 @@ pub(crate) fn fill(
     }
     for (&addr, h) in &data.shm {
         add(ResourceKind::Shm, None, addr, None, h);
+    }
+    for (&addr, h) in &data.heap {
+        add(ResourceKind::Heap, None, addr, None, h);
     }
     let mut totals: Vec<LeakTotal> = Vec::new();
     let mut stacks: Vec<LeakStack> = groups
@@ -198,14 +205,30 @@ pub(crate) fn fill(
             descriptors: p.fds,
             mappings: p.mappings,
             mapped_bytes: p.mapped_bytes,
-            ..LeakPoint::default()
+            heap_count: p.heap_count,
+            heap_bytes: p.heap_bytes,
+            heap_calls: p.heap_calls,
         })
         .collect();
     report.lost = LeakLost {
         events: data.dropped,
         calls: data.calls_full,
         unmatched_releases: data.unmatched_releases,
+        heap_calls: data.heap_full + data.heap_unmatched,
     };
+    if let Some(h) = &mut report.traced.heap {
+        h.calls = data.heap_calls;
+        h.older_frees = data.heap_older_frees;
+    }
+    if data.heap_full > 0 || data.heap_unmatched > 0 {
+        report.warnings.push(format!(
+            "{} allocations not followed ({} with rip-probe's table of calls in flight full, {} \
+             nested in another allocator call): their blocks are missing from the report",
+            data.heap_full + data.heap_unmatched,
+            data.heap_full,
+            data.heap_unmatched
+        ));
+    }
     if data.dropped > 0 || data.calls_full > 0 {
         report.warnings.push(format!(
             "{} events lost (rip-probe's buffer was full) and {} calls not followed (table full): \
@@ -215,9 +238,115 @@ pub(crate) fn fill(
     }
 }
 
+/// Fills `report`'s heap totals and groups from the live samples of
+/// librip's allocation sampler (`table`), with `names` (each stack's
+/// frames) and `age` (a sample's age from its allocation time): one group
+/// per stack, counting live samples, its bytes the estimate the samples
+/// stand for (exact when every call was recorded).
+pub(crate) fn fill_sampled(
+    report: &mut LeaksReport,
+    table: &AllocEvidence,
+    names: &HashMap<Arc<[u64]>, Arc<[Frame]>>,
+    age: impl Fn(u64) -> u64,
+) {
+    let mut by: HashMap<&[u64], (u64, f64, u64)> = HashMap::new();
+    for a in &table.live {
+        let e = by.entry(&a.frames).or_insert((0, 0.0, u64::MAX));
+        e.0 += 1;
+        e.1 += a.estimated_bytes;
+        e.2 = e.2.min(a.time_ns);
+    }
+    let mut stacks: Vec<LeakStack> = by
+        .into_iter()
+        .map(|(addrs, (n, est, oldest))| LeakStack {
+            kind: ResourceKind::Heap,
+            fd_kind: None,
+            call: SAMPLED_CALL.into(),
+            count: n,
+            bytes: est.round() as u64,
+            oldest_ns: age(oldest),
+            ids: Vec::new(),
+            targets: Vec::new(),
+            addrs: addrs.to_vec(),
+            frames: names.get(addrs).cloned().unwrap_or_else(|| {
+                addrs
+                    .iter()
+                    .map(|&a| Frame {
+                        addr: a,
+                        ..Frame::default()
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    stacks.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.count.cmp(&a.count))
+            .then(a.addrs.cmp(&b.addrs))
+    });
+    let count = stacks.iter().map(|s| s.count).sum();
+    let bytes = stacks.iter().map(|s| s.bytes).sum();
+    report.totals = if count > 0 {
+        vec![LeakTotal {
+            kind: ResourceKind::Heap,
+            count,
+            bytes,
+        }]
+    } else {
+        Vec::new()
+    };
+    report.stacks = stacks;
+}
+
+/// The call of a sampled heap group: the sampler records the stack, not
+/// which function of the malloc family was called.
+pub const SAMPLED_CALL: &str = "malloc family";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::ring::LiveSample;
+
+    /// A sample weighed as librip's estimator does at mean 1000.
+    fn alloc(frames: &[u64], size: u64, t: u64) -> LiveSample {
+        LiveSample {
+            requested: size,
+            estimated_bytes: librip::reader::alloc::estimated_bytes(size, 1000),
+            time_ns: t,
+            frames: frames.to_vec(),
+        }
+    }
+
+    #[test]
+    fn samples_group_by_stack_scaled_by_the_estimator() {
+        let table = AllocEvidence {
+            mean: 1000,
+            sampled: 3,
+            dropped: 0,
+            freed: 0,
+            torn: 0,
+            live: vec![
+                alloc(&[1, 2], 100, 5),
+                alloc(&[1, 2], 100, 3),
+                alloc(&[1, 3], 5000, 9),
+            ],
+        };
+        let mut r = crate::model::leaks::tests::empty_report();
+        super::fill_sampled(&mut r, &table, &HashMap::new(), |t| 10 - t);
+        let s = &r.stacks;
+        assert_eq!(s.len(), 2);
+        // 5000 bytes at mean 1000: sampled with probability 1 - e^-5.
+        assert_eq!(s[0].addrs, [1, 3]);
+        assert_eq!(s[0].bytes, 5034);
+        assert_eq!(s[1].count, 2);
+        // Each 100-byte sample stands for 100 / (1 - e^-0.1) = 1050.8 bytes.
+        assert_eq!(s[1].bytes, 2102);
+        assert_eq!(s[1].oldest_ns, 7);
+        assert!(s.iter().all(|s| s.kind == ResourceKind::Heap));
+        assert_eq!(r.totals.len(), 1);
+        assert_eq!((r.totals[0].count, r.totals[0].bytes), (3, 5034 + 2102));
+    }
 
     #[test]
     fn descriptor_kinds_from_links_then_calls() {

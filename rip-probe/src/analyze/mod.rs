@@ -14,7 +14,6 @@ pub(crate) mod hist;
 pub(crate) mod leaks;
 pub(crate) mod offcpu;
 pub(crate) mod python;
-pub(crate) mod sampled;
 pub(crate) mod service;
 pub(crate) mod stacks;
 pub(crate) mod tasks;

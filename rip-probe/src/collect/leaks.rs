@@ -10,10 +10,13 @@ use std::{
     sync::Arc,
 };
 
-use rip_ebpf::leaks::{LeakEvent, call};
+use rip_ebpf::leaks::{LeakEvent, call, heap};
 
 use super::{
-    kernel::leaks::LeaksProbe,
+    kernel::{
+        leaks::{HeapSite, LeaksProbe},
+        uprobe::ProbeSite,
+    },
     stacks::{Stacks, unwind},
 };
 use crate::{collect::Result, util::monotonic_ns};
@@ -148,9 +151,59 @@ fn call_name(n: u32) -> &'static str {
         })
 }
 
+/// The name of allocator function `f` (`rip_ebpf::leaks::heap`).
+pub fn heap_name(f: u32) -> &'static str {
+    match f {
+        heap::MALLOC => "malloc",
+        heap::CALLOC => "calloc",
+        heap::REALLOC => "realloc",
+        heap::FREE => "free",
+        heap::POSIX_MEMALIGN => "posix_memalign",
+        heap::ALIGNED_ALLOC => "aligned_alloc",
+        heap::MEMALIGN => "memalign",
+        heap::VALLOC => "valloc",
+        heap::PVALLOC => "pvalloc",
+        heap::REALLOCARRAY => "reallocarray",
+        _ => "?",
+    }
+}
+
+/// The bytes asked for by allocator function `f` called with `a`.
+fn heap_bytes(f: u32, a: &[u64; 6]) -> u64 {
+    match f {
+        heap::MALLOC | heap::VALLOC => a[0],
+        heap::CALLOC => a[0].saturating_mul(a[1]),
+        heap::REALLOC => a[1],
+        heap::REALLOCARRAY => a[1].saturating_mul(a[2]),
+        heap::POSIX_MEMALIGN => a[2],
+        heap::ALIGNED_ALLOC | heap::MEMALIGN => a[1],
+        heap::PVALLOC => a[0].div_ceil(PAGE) * PAGE,
+        _ => 0,
+    }
+}
+
+/// Blocks younger than this keep their stack copy un-unwound: most are
+/// freed by then, and a balanced path's blocks never cost an unwind.
+const UNWIND_AFTER_NS: u64 = 200_000_000;
+/// Past this many blocks waiting, all are unwound at the next mark (their
+/// copies' memory is bounded).
+const MAX_WAITING: usize = 50_000;
+
+/// A heap block whose stack is not unwound yet.
+#[derive(Debug)]
+struct Waiting {
+    at_ns: u64,
+    call: &'static str,
+    bytes: u64,
+    regs: (u64, u64, u64),
+    stack: Box<[u8]>,
+}
+
 /// Which resource table an acquisition went to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Table {
+    /// Heap blocks.
+    Heap,
     /// File descriptors.
     Fd,
     /// Mappings.
@@ -194,6 +247,12 @@ pub struct Point {
     pub mappings: u64,
     /// Their bytes.
     pub mapped_bytes: u64,
+    /// Heap blocks held.
+    pub heap_count: u64,
+    /// Their bytes.
+    pub heap_bytes: u64,
+    /// Heap calls (allocations and frees) since the previous point.
+    pub heap_calls: u64,
 }
 
 /// What a window of leak tracing gathered, unsymbolized.
@@ -205,6 +264,16 @@ pub struct LeaksData {
     pub mappings: BTreeMap<u64, Held>,
     /// Outstanding shm attachments by address (`bytes`: the segment id).
     pub shm: BTreeMap<u64, Held>,
+    /// Outstanding heap blocks by address.
+    pub heap: HashMap<u64, Held>,
+    /// Allocator calls the probes saw in the window.
+    pub heap_calls: u64,
+    /// Frees of blocks not allocated in the window (allocated before it).
+    pub heap_older_frees: u64,
+    /// Allocations not followed: the table of calls in flight was full.
+    pub heap_full: u64,
+    /// Allocation returns that matched no entry (nested allocator calls).
+    pub heap_unmatched: u64,
     /// The acquiring stacks (return addresses, innermost first).
     pub stacks: Vec<Arc<[u64]>>,
     /// Released within the window, by table.
@@ -241,6 +310,14 @@ pub struct LeaksCollector {
     events: Vec<(LeakEvent, Vec<u8>)>,
     /// The stack copy of the event being handled.
     stack: Vec<u8>,
+    /// Heap blocks whose stacks are not unwound yet, by address.
+    waiting: HashMap<u64, Waiting>,
+    /// Heap blocks held (in `data.heap` and `waiting`), and their bytes.
+    heap_live: Count,
+    /// Heap events since the last mark.
+    heap_events: u64,
+    /// The probes' heap call count when the window began.
+    heap_calls_before: u64,
 }
 
 impl LeaksCollector {
@@ -260,7 +337,24 @@ impl LeaksCollector {
             brk: None,
             events: Vec::new(),
             stack: Vec::new(),
+            waiting: HashMap::new(),
+            heap_live: Count::default(),
+            heap_events: 0,
+            heap_calls_before: 0,
         }
+    }
+
+    /// Begins the window of the heap, whose probes counted `calls` so far
+    /// (the cost estimate's): from now on they send blocks.
+    pub fn heap_on(&mut self, calls: u64) -> Result<()> {
+        self.heap_calls_before = calls;
+        self.data.start_ns = monotonic_ns();
+        self.probe.heap_on()
+    }
+
+    /// The allocator calls the heap probes counted so far.
+    pub fn heap_calls(&self) -> Result<u64> {
+        Ok(self.probe.stats()?.heap_calls)
     }
 
     /// Handles the events sent since the last call. Call it often: the
@@ -278,13 +372,50 @@ impl LeaksCollector {
 
     /// Notes the outstanding totals now, for the series.
     pub fn mark(&mut self) {
+        let now = monotonic_ns();
         let d = &mut self.data;
         d.series.push(Point {
-            at_ns: monotonic_ns().saturating_sub(d.start_ns),
+            at_ns: now.saturating_sub(d.start_ns),
             fds: d.fds.len() as u64,
             mappings: d.mappings.len() as u64,
             mapped_bytes: d.mappings.values().map(|h| h.bytes).sum(),
+            heap_count: self.heap_live.count,
+            heap_bytes: self.heap_live.bytes,
+            heap_calls: std::mem::take(&mut self.heap_events),
         });
+        let before = if self.waiting.len() > MAX_WAITING {
+            u64::MAX
+        } else {
+            now.saturating_sub(UNWIND_AFTER_NS)
+        };
+        self.unwind_waiting(before);
+    }
+
+    /// Unwinds the stacks of the waiting blocks allocated before
+    /// `before_ns` (CLOCK_MONOTONIC), which then join `data.heap`.
+    fn unwind_waiting(&mut self, before_ns: u64) {
+        let due: Vec<u64> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.at_ns <= before_ns)
+            .map(|(&a, _)| a)
+            .collect();
+        for addr in due {
+            let Some(w) = self.waiting.remove(&addr) else {
+                continue;
+            };
+            let stack = self.unwound(w.regs, &w.stack);
+            self.data.heap.insert(
+                addr,
+                Held {
+                    stack,
+                    at_ns: w.at_ns,
+                    call: w.call,
+                    bytes: w.bytes,
+                    end: 0,
+                },
+            );
+        }
     }
 
     /// The stacks unwound since the last call: a command names them while
@@ -295,7 +426,10 @@ impl LeaksCollector {
 
     /// Resources outstanding now (for progress).
     pub fn held(&self) -> usize {
-        self.data.fds.len() + self.data.mappings.len() + self.data.shm.len()
+        self.data.fds.len()
+            + self.data.mappings.len()
+            + self.data.shm.len()
+            + self.heap_live.count as usize
     }
 
     /// Detaches the programs and reads the rest, with the outstanding
@@ -305,9 +439,13 @@ impl LeaksCollector {
         self.data.end_ns = monotonic_ns();
         self.serve();
         self.mark();
+        self.unwind_waiting(u64::MAX);
         let stats = self.probe.stats()?;
         self.data.dropped = stats.dropped;
         self.data.calls_full = stats.calls_full;
+        self.data.heap_calls = stats.heap_calls.saturating_sub(self.heap_calls_before);
+        self.data.heap_full = stats.heap_full;
+        self.data.heap_unmatched = stats.heap_unmatched;
         for &fd in self.data.fds.keys() {
             if let Ok(t) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) {
                 self.data
@@ -319,11 +457,20 @@ impl LeaksCollector {
     }
 
     fn stack_of(&mut self, ev: &LeakEvent) -> usize {
-        let frames: Arc<[u64]> = if ev.ip == 0 {
+        let stack = std::mem::take(&mut self.stack);
+        let i = self.unwound((ev.ip, ev.sp, ev.bp), &stack);
+        self.stack = stack;
+        i
+    }
+
+    /// The index of the stack unwound from registers `(ip, sp, bp)` over
+    /// the copy `stack`.
+    fn unwound(&mut self, (ip, sp, bp): (u64, u64, u64), stack: &[u8]) -> usize {
+        let frames: Arc<[u64]> = if ip == 0 {
             Arc::from(Vec::new())
         } else {
-            let regs = unwind::regs(ev.ip, ev.sp, ev.bp);
-            self.unwinder.unwind_copy(&regs, &self.stack).into()
+            let regs = unwind::regs(ip, sp, bp);
+            self.unwinder.unwind_copy(&regs, stack).into()
         };
         if let Some(&i) = self.interned.get(&frames) {
             return i;
@@ -426,7 +573,58 @@ impl LeaksCollector {
         );
     }
 
+    /// Removes heap block `addr`: it was freed, or its address handed out
+    /// again (its free was not seen).
+    fn free_block(&mut self, addr: u64) {
+        let bytes = match self.waiting.remove(&addr) {
+            Some(w) => w.bytes,
+            None => match self.data.heap.remove(&addr) {
+                Some(h) => h.bytes,
+                None => {
+                    self.data.heap_older_frees += 1;
+                    return;
+                }
+            },
+        };
+        self.heap_live.count -= 1;
+        self.heap_live.bytes -= bytes;
+        let c = self.data.released.entry(Table::Heap).or_default();
+        c.count += 1;
+        c.bytes += bytes;
+    }
+
+    fn heap(&mut self, ev: &LeakEvent) {
+        self.heap_events += 1;
+        let f = (ev.nr - heap::BASE) as u32;
+        let a = ev.args;
+        match f {
+            heap::FREE => return self.free_block(a[0]),
+            heap::REALLOC | heap::REALLOCARRAY if a[0] != 0 => self.free_block(a[0]),
+            _ => {}
+        }
+        let block = ev.ret as u64;
+        if self.waiting.contains_key(&block) || self.data.heap.contains_key(&block) {
+            self.free_block(block);
+        }
+        let bytes = heap_bytes(f, &a);
+        self.heap_live.count += 1;
+        self.heap_live.bytes += bytes;
+        self.waiting.insert(
+            block,
+            Waiting {
+                at_ns: ev.ts_ns,
+                call: heap_name(f),
+                bytes,
+                regs: (ev.ip, ev.sp, ev.bp),
+                stack: std::mem::take(&mut self.stack).into_boxed_slice(),
+            },
+        );
+    }
+
     fn handle(&mut self, ev: &LeakEvent) {
+        if ev.nr >= heap::BASE {
+            return self.heap(ev);
+        }
         let n = ev.nr as u32;
         let ret = ev.ret;
         let a = ev.args;
@@ -507,4 +705,111 @@ pub fn open_descriptors(pid: u32) -> Option<u64> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()
         .map(|d| d.count() as u64)
+}
+
+/// The malloc family, by the names every known allocator exports (glibc,
+/// jemalloc, tcmalloc and mimalloc all export these when they serve
+/// malloc).
+const ALLOCATOR_FUNCTIONS: &[(&str, u32)] = &[
+    ("malloc", heap::MALLOC),
+    ("free", heap::FREE),
+    ("calloc", heap::CALLOC),
+    ("realloc", heap::REALLOC),
+    ("reallocarray", heap::REALLOCARRAY),
+    ("posix_memalign", heap::POSIX_MEMALIGN),
+    ("aligned_alloc", heap::ALIGNED_ALLOC),
+    ("memalign", heap::MEMALIGN),
+    ("valloc", heap::VALLOC),
+    ("pvalloc", heap::PVALLOC),
+];
+
+/// Allocator libraries that replace glibc's malloc when loaded, by what
+/// their file names contain, with the allocator's name.
+const ALLOCATOR_LIBRARIES: &[(&str, &str)] = &[
+    ("libjemalloc", "jemalloc"),
+    ("libtcmalloc", "tcmalloc"),
+    ("libmimalloc", "mimalloc"),
+];
+
+/// The allocator a process uses, found in its binaries.
+#[derive(Clone, Debug)]
+pub struct Allocator {
+    /// Its name: `glibc`, `jemalloc`, `tcmalloc`, `mimalloc`, or `the
+    /// executable's own`.
+    pub name: String,
+    /// The binary defining it, as the process maps it.
+    pub binary: String,
+    /// Its malloc family's functions.
+    pub sites: Vec<HeapSite>,
+    /// The executable maps no shared library.
+    pub static_exe: bool,
+}
+
+/// Where process `pid`'s `malloc` comes from: the executable when it
+/// defines one (statically linked, or an allocator of its own), else a
+/// replacement allocator library it maps, else glibc. `Err` says, in a
+/// sentence, why the heap cannot be traced.
+pub fn find_allocator(pid: u32) -> Result<std::result::Result<Allocator, String>> {
+    use crate::collect::kernel::uprobe::functions_named;
+    let names: Vec<&str> = ALLOCATOR_FUNCTIONS.iter().map(|(n, _)| *n).collect();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", crate::discover::view_pid(pid)))
+        .unwrap_or_default();
+    let maps = librip::reader::parse_maps(&maps);
+    let mapped = |lib: &str| {
+        maps.iter().any(|m| {
+            m.file()
+                .and_then(std::path::Path::file_name)
+                .is_some_and(|f| f.to_string_lossy().contains(lib))
+        })
+    };
+    let static_exe = !mapped(".so");
+    let found = |sites: Vec<(ProbeSite, usize)>| -> Option<Vec<HeapSite>> {
+        // An allocator serves malloc and free at least.
+        let has = |f: u32| sites.iter().any(|(_, i)| ALLOCATOR_FUNCTIONS[*i].1 == f);
+        (has(heap::MALLOC) && has(heap::FREE)).then(|| {
+            sites
+                .iter()
+                .map(|(s, i)| HeapSite {
+                    site: s.clone(),
+                    func: ALLOCATOR_FUNCTIONS[*i].1,
+                })
+                .collect()
+        })
+    };
+    let mut candidates: Vec<(Option<&str>, &str)> = vec![(None, "the executable's own")];
+    candidates.extend(
+        ALLOCATOR_LIBRARIES
+            .iter()
+            .filter(|(lib, _)| mapped(lib))
+            .map(|&(lib, name)| (Some(lib), name)),
+    );
+    if mapped("libc.so") {
+        candidates.push((Some("libc.so"), "glibc"));
+    }
+    for (lib, name) in candidates {
+        // A binary whose symbols cannot be read serves no malloc we can
+        // name: the next one is asked.
+        let Ok(sites) = functions_named(pid, lib, &names) else {
+            continue;
+        };
+        if let Some(sites) = found(sites) {
+            let binary = sites[0].site.mapped.display().to_string();
+            return Ok(Ok(Allocator {
+                name: name.to_string(),
+                binary,
+                sites,
+                static_exe,
+            }));
+        }
+    }
+    Ok(Err(if static_exe {
+        "heap not traced: the executable is statically linked and its symbol table names no \
+         malloc and free (stripped, or a runtime with a heap of its own such as Go's); \
+         descriptors and mappings are traced (syscalls), and the heap's growth shows as mappings"
+            .to_string()
+    } else {
+        "heap not traced: no known allocator (glibc, jemalloc, tcmalloc, mimalloc) defines malloc \
+         and free in this process; descriptors and mappings are traced (syscalls)"
+            .to_string()
+    }))
 }

@@ -1,7 +1,11 @@
-//! `rip-probe leaks --pid N --duration D`: the descriptors, mappings and
-//! SysV shm a process acquired during the window and still holds at its
-//! end, grouped by the stack that acquired them (unwound from the
-//! binaries' CFI), as text or JSON.
+//! `rip-probe leaks --pid N --duration D`: the heap blocks, descriptors,
+//! mappings and SysV shm a process acquired during the window and still
+//! holds at its end, grouped by the stack that acquired them (unwound from
+//! the binaries' CFI), as text or JSON.
+//!
+//! The heap's uprobes cost the process a trap per allocator call, so
+//! before the window they only count calls for a moment, and what the
+//! tracing will cost is said on stderr before any block is followed.
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +18,11 @@ use super::{
 use crate::{
     analyze,
     collect::{
+        kernel::leaks::HeapSite,
         kernel::{leaks::LeaksProbe, privileges},
-        leaks::{LeaksCollector, LeaksData, open_descriptors, traced_calls},
+        leaks::{
+            Allocator, LeaksCollector, LeaksData, find_allocator, open_descriptors, traced_calls,
+        },
         procfs,
         stacks::Stacks,
     },
@@ -23,7 +30,7 @@ use crate::{
     error::{Error, Result},
     model::{
         SCHEMA_VERSION,
-        leaks::{LeakLost, LeakTracing, LeaksReport},
+        leaks::{HeapTracing, LeakLost, LeakTracing, LeaksReport},
     },
     render,
     symbolize::stacks::StackSymbolizer,
@@ -38,6 +45,13 @@ const TICK: Duration = Duration::from_millis(10);
 const NAME_EVERY: Duration = Duration::from_millis(250);
 /// Points of the series over the window.
 const MARK_EVERY: Duration = Duration::from_millis(100);
+/// How long the heap probes count calls before the window, for the cost
+/// said before it.
+const COUNT_BEFORE: Duration = Duration::from_millis(200);
+/// What one traced allocator call costs the process, in µs: a uprobe and
+/// a uretprobe hit, measured on machines of this kind (an uprobe 10 to 22
+/// µs a hit).
+const HIT_US: (u64, u64) = (10, 45);
 
 /// `rip-probe leaks`.
 #[derive(Debug, Args)]
@@ -57,7 +71,7 @@ pub(crate) struct LeaksArgs {
     /// With --pid: read the live allocations librip's sampler keeps in
     /// the process's ring (no tracing, no cost to the process) instead of
     /// tracing a window.
-    #[arg(long, requires = "pid", conflicts_with_all = ["duration", "min_age", "no_heap", "json"])]
+    #[arg(long, requires = "pid", conflicts_with_all = ["duration", "min_age", "no_heap"])]
     sampled: bool,
     /// How long to observe (e.g. 10s); without it, until Ctrl-C (or the
     /// process exits).
@@ -79,12 +93,37 @@ pub(crate) struct LeaksArgs {
     /// pprof`, Pyroscope or Parca.
     #[arg(long, value_name = "FILE", conflicts_with = "sampled")]
     pprof: Option<std::path::PathBuf>,
+    /// Write an SVG flame graph of the outstanding bytes to FILE (and the
+    /// text report to stdout).
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    svg: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
+    // Refused before anything is traced: no window is spent on a report
+    // that cannot be written.
+    let svg = a
+        .svg
+        .as_deref()
+        .map(|p| OutputFile::check("--svg", p))
+        .transpose()?;
+    let pprof = a
+        .pprof
+        .as_deref()
+        .map(|p| OutputFile::check("--pprof", p))
+        .transpose()?;
+    if pprof.is_some() && (a.ring.is_some() || a.sampled) {
+        return Err(Error::Usage(
+            "--pprof writes a traced window's report: use it with rip-probe leaks --pid PID \
+             --duration D (not with a RING or --sampled)"
+                .into(),
+        ));
+    }
     let pid = match (&a.ring, a.pid) {
-        (Some(ring), _) => return super::leaks_ring::run_file(ring, out),
-        (None, Some(pid)) if a.sampled => return super::leaks_ring::run_pid(pid, out),
+        (Some(ring), _) => return super::leaks_ring::run_file(ring, a.json, svg, out),
+        (None, Some(pid)) if a.sampled => {
+            return super::leaks_ring::run_pid(pid, a.json, svg, out);
+        }
         (None, Some(pid)) => pid,
         (None, None) => {
             return Err(Error::Usage(
@@ -97,20 +136,47 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             "leaks needs a window: give --duration a length, e.g. --duration 10s".into(),
         ));
     }
-    let pprof = a
-        .pprof
-        .as_deref()
-        .map(|p| OutputFile::check("--pprof", p))
-        .transpose()?;
     let target = Target::open(pid)?;
     privileges::check()?;
     let threads = procfs::tids(pid)?.len();
     let stacks = Stacks::new(pid).map_err(|e| Error::Usage(e.to_string()))?;
     let calls = traced_calls(true, true, true);
+    let mut warnings: Vec<String> = Vec::new();
+    let allocator = if a.no_heap {
+        warnings.push("heap not traced: --no-heap".into());
+        None
+    } else {
+        match find_allocator(pid)? {
+            Ok(alloc) => Some(alloc),
+            Err(why) => {
+                warnings.push(why);
+                None
+            }
+        }
+    };
+    if let Some(al) = &allocator
+        && al.static_exe
+    {
+        warnings.push(format!(
+            "statically linked: the heap is traced through the executable's own malloc family \
+             ({}); allocations that bypass it (its own pools, or mmap directly) show as mappings only",
+            al.name
+        ));
+    }
+    let heap_sites: &[HeapSite] = allocator.as_ref().map_or(&[], |al| &al.sites);
     let open_at_start = open_descriptors(pid);
-    let probe = timing::phase("attach leaks", || LeaksProbe::attach(pid, threads, &calls))?;
     let mut sym = StackSymbolizer::new(pid);
-    let c = LeaksCollector::new(probe, stacks, open_at_start);
+    let (c, rate) = timing::phase("attach leaks", || -> Result<_> {
+        let probe = LeaksProbe::attach(pid, threads, &calls, heap_sites)?;
+        let mut c = LeaksCollector::new(probe, stacks, open_at_start);
+        let mut rate = 0.0;
+        if let Some(al) = &allocator {
+            rate = count_heap_calls(&mut c)?;
+            say_heap_cost(al, rate);
+            c.heap_on(c.heap_calls()?)?;
+        }
+        Ok((c, rate))
+    })?;
     let mut s = Tracing {
         c,
         sym: &mut sym,
@@ -123,20 +189,13 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     let elapsed = Duration::from_nanos(data.end_ns.saturating_sub(data.start_ns));
     observed.elapsed = elapsed;
     let lost = observed.lost().cloned();
-    let mut warnings: Vec<String> = observed.interrupted_note().into_iter().collect();
+    warnings.splice(0..0, observed.interrupted_note());
     if let Some(l) = &lost {
         warnings.push(format!(
             "{} after {}: what it held is as of then",
             l.describe(pid),
             duration(elapsed.as_nanos() as u64)
         ));
-    }
-    if !a.no_heap {
-        warnings.push(
-            "heap not traced: this build of rip-probe leaks traces descriptors, mappings and SysV shm; \
-             pass --no-heap to say so"
-                .into(),
-        );
     }
     let mut report = LeaksReport {
         schema: SCHEMA_VERSION,
@@ -147,7 +206,14 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             descriptors: true,
             mappings: true,
             shm: true,
-            heap: None,
+            heap: allocator.as_ref().map(|al| HeapTracing {
+                allocator: al.binary.clone(),
+                name: al.name.clone(),
+                functions: al.sites.iter().map(|h| h.site.name.clone()).collect(),
+                calls: 0,
+                calls_per_s_before: rate,
+                older_frees: 0,
+            }),
         },
         open_at_start: None,
         totals: Vec::new(),
@@ -156,6 +222,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
         series: Vec::new(),
         lost: LeakLost::default(),
         warnings,
+        sampler: None,
     };
     let names = timing::phase("symbolize", || {
         let refs: Vec<&[u64]> = data.stacks.iter().map(|s| &s[..]).collect();
@@ -180,13 +247,63 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             render::leaks_pprof,
         )?;
     }
+    emit(&report, a.json, svg, out)
+}
+
+/// Renders `report`: JSON, or text and, with `svg`, the flame graph.
+pub(super) fn emit(
+    report: &LeaksReport,
+    json: bool,
+    svg: Option<OutputFile>,
+    out: &mut Sink,
+) -> Result<()> {
+    if let Some(svg) = svg {
+        svg.write(|w| render::leaks_svg(report, w))?;
+        let path = svg.path().display().to_string();
+        return out.emit(|w| {
+            render::leaks_text(report, w)?;
+            writeln!(w, "\nflame graph of the outstanding bytes: {path}")
+        });
+    }
     out.emit(|w| {
-        if a.json {
-            render::json(&report, w)
+        if json {
+            render::json(report, w)
         } else {
-            render::leaks_text(&report, w)
+            render::leaks_text(report, w)
         }
     })
+}
+
+/// Allocator calls per second of the process, its heap probes counting
+/// only for [`COUNT_BEFORE`] (the syscalls' events drained meanwhile).
+fn count_heap_calls(c: &mut LeaksCollector) -> Result<f64> {
+    let before = c.heap_calls()?;
+    let t = Instant::now();
+    while t.elapsed() < COUNT_BEFORE {
+        std::thread::sleep(TICK);
+        c.serve();
+    }
+    let n = c.heap_calls()?.saturating_sub(before);
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Says on stderr, before the window, what tracing the heap costs the
+/// process at the rate it allocates now.
+fn say_heap_cost(al: &Allocator, rate: f64) {
+    let share = |us: u64| rate * us as f64 / 1e4;
+    eprintln!(
+        "rip-probe: heap: uprobes on {} functions of {} ({}); the process made {:.0} allocator \
+         calls/s just now, and each traced call costs it {}–{} µs: about {:.1}–{:.1}% of a CPU \
+         while traced (--no-heap traces none)",
+        al.sites.len(),
+        al.binary,
+        al.name,
+        rate,
+        HIT_US.0,
+        HIT_US.1,
+        share(HIT_US.0),
+        share(HIT_US.1),
+    );
 }
 
 /// The window of `leaks`: the events drained, the stacks named while the

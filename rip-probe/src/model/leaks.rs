@@ -53,6 +53,38 @@ pub struct LeaksReport {
     /// Things to know: the process exited, events were lost, parts not
     /// traced.
     pub warnings: Vec<String>,
+    /// When the heap comes from librip's allocation sampler (`leaks RING`,
+    /// `leaks --pid N --sampled`) rather than a traced window: what it
+    /// kept. Then `window_ns` is 0 (one reading), the heap's stacks count
+    /// live samples, and their bytes are estimates unless every call was
+    /// recorded.
+    pub sampler: Option<HeapSampler>,
+}
+
+/// What librip's allocation sampler kept in a ring, read once.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct HeapSampler {
+    /// The ring file.
+    pub ring: String,
+    /// The sampling mean in bytes; 1: every allocation was recorded, and
+    /// counts and bytes are exact.
+    pub mean_bytes: u64,
+    /// The heap's bytes are estimates (`mean_bytes` > 1): each live sample
+    /// of `s` bytes stands for `s / (1 - exp(-s/mean))`.
+    pub estimated: bool,
+    /// Allocations sampled since the ring was made.
+    pub sampled: u64,
+    /// Of those, freed since.
+    pub freed: u64,
+    /// Sampled allocations the full table could not hold (the live
+    /// totals are then lower bounds).
+    pub dropped: u64,
+    /// Entries found half-written (a writer killed mid-record), left out.
+    pub torn: u32,
+    /// Sampled allocations live when the ring was read.
+    pub live_samples: u64,
+    /// Their requested bytes.
+    pub sampled_bytes: u64,
 }
 
 /// Which resources were traced.
@@ -75,10 +107,19 @@ pub struct LeakTracing {
 pub struct HeapTracing {
     /// The allocator's library or binary, as the process maps it.
     pub allocator: String,
+    /// Which allocator: `glibc`, `jemalloc`, `tcmalloc`, `mimalloc`, or
+    /// `the executable's own` (a static binary, or one that defines
+    /// malloc itself).
+    pub name: String,
     /// The functions probed (`malloc`, `free`, ...).
     pub functions: Vec<String>,
     /// Allocator calls seen during the window.
     pub calls: u64,
+    /// Allocator calls per second measured just before the window (its
+    /// probes counting only): what the tracing was said to cost.
+    pub calls_per_s_before: f64,
+    /// Frees of blocks allocated before the window (not in the report).
+    pub older_frees: u64,
 }
 
 /// What a resource is.
@@ -225,4 +266,40 @@ pub struct LeakLost {
     /// Releases of resources never seen acquired in the window (acquired
     /// before it, or their acquisition was lost): ignored.
     pub unmatched_releases: u64,
+    /// Allocations whose block was not seen: the table of allocator calls
+    /// in flight was full, or the return matched no entry (an allocator
+    /// call nested in another of the same thread).
+    pub heap_calls: u64,
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A report of nothing, for tests to fill.
+    pub(crate) fn empty_report() -> LeaksReport {
+        LeaksReport {
+            schema: crate::model::SCHEMA_VERSION,
+            process: ProcessInfo {
+                pid: 1,
+                exe: None,
+                comm: None,
+                alive: true,
+                lost: None,
+                ns_pid: None,
+                title: None,
+            },
+            window_ns: 0,
+            min_age_ns: 0,
+            traced: LeakTracing::default(),
+            open_at_start: None,
+            totals: Vec::new(),
+            released: Vec::new(),
+            stacks: Vec::new(),
+            series: Vec::new(),
+            lost: LeakLost::default(),
+            warnings: Vec::new(),
+            sampler: None,
+        }
+    }
 }

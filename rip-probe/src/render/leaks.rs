@@ -5,12 +5,19 @@
 
 use std::io::{self, Write};
 
+use inferno::flamegraph::{
+    self,
+    color::{BasicPalette, Palette},
+};
+
 use super::{
+    folded,
+    offcpu::xml_safe,
     stack,
     text::{escape, escape_frame},
 };
 use crate::{
-    model::leaks::{LeakPoint, LeakStack, LeakTotal, LeaksReport, ResourceKind},
+    model::leaks::{HeapSampler, LeakPoint, LeakStack, LeakTotal, LeaksReport, ResourceKind},
     util::timefmt::duration,
 };
 
@@ -70,8 +77,95 @@ fn totals(ts: &[LeakTotal]) -> String {
     }
 }
 
+/// The header of a report read from librip's allocation sampler: which
+/// ring, whether the writer still runs, exact or estimated.
+fn sampler_header(r: &LeaksReport, sm: &HeapSampler, w: &mut dyn Write) -> io::Result<()> {
+    let p = &r.process;
+    let bytes_total: u64 = r.totals.iter().map(|t| t.bytes).sum();
+    writeln!(
+        w,
+        "pid {} {} ({}), ring {}",
+        p.pid,
+        escape(p.exe.as_deref().unwrap_or("?")),
+        if p.alive {
+            "running"
+        } else {
+            "gone: what was live at its end"
+        },
+        escape(&sm.ring)
+    )?;
+    let s = |n: u64| if n == 1 { "" } else { "s" };
+    if sm.estimated {
+        writeln!(
+            w,
+            "heap from librip's sampler, sampled every {} on average: {} live sample{} ({}) stand for about {} live (estimates)",
+            bytes(sm.mean_bytes),
+            sm.live_samples,
+            s(sm.live_samples),
+            bytes(sm.sampled_bytes),
+            bytes(bytes_total)
+        )?;
+    } else {
+        writeln!(
+            w,
+            "heap from librip's sampler, every allocation recorded: {} live allocation{}, {} (exact)",
+            sm.live_samples,
+            s(sm.live_samples),
+            bytes(sm.sampled_bytes)
+        )?;
+    }
+    writeln!(
+        w,
+        "{} sampled since the start, {} freed",
+        sm.sampled, sm.freed
+    )
+}
+
 /// Writes `report` as text.
 pub fn leaks_text(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
+    match &r.sampler {
+        Some(sm) => sampler_header(r, sm, w)?,
+        None => window_header(r, w)?,
+    }
+    for warning in &r.warnings {
+        writeln!(w, "warning: {}", escape(warning))?;
+    }
+    let estimated = r.sampler.as_ref().is_some_and(|s| s.estimated);
+    if r.stacks.is_empty() {
+        if r.sampler.is_some() {
+            writeln!(w, "\nno sampled allocation is live")?;
+        } else {
+            writeln!(
+                w,
+                "\nno resource acquired in the window is still held (older than {})",
+                duration(r.min_age_ns)
+            )?;
+        }
+    } else {
+        writeln!(w)?;
+        writeln!(w, "Outstanding, by acquiring stack (most bytes first):")?;
+        for s in r.stacks.iter().take(TEXT_STACKS) {
+            writeln!(w)?;
+            one_stack(s, estimated, w)?;
+        }
+        if r.stacks.len() > TEXT_STACKS {
+            let rest = &r.stacks[TEXT_STACKS..];
+            let count: u64 = rest.iter().map(|s| s.count).sum();
+            let b: u64 = rest.iter().map(|s| s.bytes).sum();
+            writeln!(
+                w,
+                "\n… {} more stacks holding {count} resources ({}): --json lists them all",
+                rest.len(),
+                bytes(b)
+            )?;
+        }
+    }
+    series(&r.series, r.traced.heap.is_some(), w)
+}
+
+/// The header of a traced window: totals, what was traced, what was
+/// filtered out.
+fn window_header(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
     let p = &r.process;
     writeln!(
         w,
@@ -102,10 +196,14 @@ pub fn leaks_text(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
     match &t.heap {
         Some(h) => writeln!(
             w,
-            "traced: {syscalls}; heap (uprobes on {} in {}: {} calls)",
+            "traced: {syscalls}; heap (uprobes on {} of {} in {}: {} calls, {:.0}/s before the \
+             window; {} frees of blocks from before it left out)",
             h.functions.join(", "),
+            escape(&h.name),
             escape(&h.allocator),
-            h.calls
+            h.calls,
+            h.calls_per_s_before,
+            h.older_frees
         )?,
         None => writeln!(w, "traced: {syscalls}; heap not traced")?,
     }
@@ -123,53 +221,39 @@ pub fn leaks_text(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
             totals(&r.released)
         )?;
     }
-    for warning in &r.warnings {
-        writeln!(w, "warning: {}", escape(warning))?;
-    }
-    if r.stacks.is_empty() {
-        writeln!(
-            w,
-            "\nno resource acquired in the window is still held (older than {})",
-            duration(r.min_age_ns)
-        )?;
-    } else {
-        writeln!(w)?;
-        writeln!(w, "Outstanding, by acquiring stack (most bytes first):")?;
-        for s in r.stacks.iter().take(TEXT_STACKS) {
-            writeln!(w)?;
-            one_stack(s, w)?;
-        }
-        if r.stacks.len() > TEXT_STACKS {
-            let rest = &r.stacks[TEXT_STACKS..];
-            let count: u64 = rest.iter().map(|s| s.count).sum();
-            let b: u64 = rest.iter().map(|s| s.bytes).sum();
-            writeln!(
-                w,
-                "\n… {} more stacks holding {count} resources ({}): --json lists them all",
-                rest.len(),
-                bytes(b)
-            )?;
-        }
-    }
-    series(&r.series, r.traced.heap.is_some(), w)
+    Ok(())
 }
 
-fn one_stack(s: &LeakStack, w: &mut dyn Write) -> io::Result<()> {
+/// One group; `estimated`: its heap bytes are the sampler's estimate and
+/// its count live samples.
+fn one_stack(s: &LeakStack, estimated: bool, w: &mut dyn Write) -> io::Result<()> {
     let what = match (s.kind, s.fd_kind) {
         (ResourceKind::Fd, Some(k)) => format!("descriptors ({})", k.name()),
         (k, _) => k.name().to_string(),
     };
-    let size = match s.kind {
-        ResourceKind::Fd => String::new(),
-        _ => format!(", {}", bytes(s.bytes)),
-    };
-    writeln!(
-        w,
-        "{what}: {}{size}, oldest {}, from {}",
-        s.count,
-        duration(s.oldest_ns),
-        escape(&s.call)
-    )?;
+    if estimated && s.kind == ResourceKind::Heap {
+        writeln!(
+            w,
+            "{what}: about {} ({} sample{}), oldest {}, from {}",
+            bytes(s.bytes),
+            s.count,
+            if s.count == 1 { "" } else { "s" },
+            duration(s.oldest_ns),
+            escape(&s.call)
+        )?;
+    } else {
+        let size = match s.kind {
+            ResourceKind::Fd => String::new(),
+            _ => format!(", {}", bytes(s.bytes)),
+        };
+        writeln!(
+            w,
+            "{what}: {}{size}, oldest {}, from {}",
+            s.count,
+            duration(s.oldest_ns),
+            escape(&s.call)
+        )?;
+    }
     if !s.ids.is_empty() {
         let ids: Vec<String> = s
             .ids
@@ -254,6 +338,75 @@ fn series(points: &[LeakPoint], heap: bool, w: &mut dyn Write) -> io::Result<()>
     Ok(())
 }
 
+/// The outstanding bytes as folded stacks, the flame graph's input: one
+/// line per group that holds bytes (descriptors hold none), its kind
+/// first, then its frames outermost first, then its bytes.
+pub fn leaks_folded_lines(r: &LeaksReport) -> Vec<String> {
+    let mut lines: std::collections::BTreeMap<String, u64> = Default::default();
+    for s in r.stacks.iter().filter(|s| s.bytes > 0) {
+        let mut names = vec![format!("{} ({})", s.kind.name(), folded::clean(&s.call))];
+        if s.frames.is_empty() {
+            names.push("[no user stack]".into());
+        }
+        for f in s.frames.iter().rev() {
+            folded::names(f, &mut names);
+        }
+        *lines.entry(names.join(";")).or_default() += s.bytes;
+    }
+    lines
+        .into_iter()
+        .map(|(stack, bytes)| format!("{stack} {bytes}"))
+        .collect()
+}
+
+/// Writes `r` as an SVG flame graph: widths are outstanding bytes (heap
+/// blocks, mappings, shm; descriptors hold none and are left out).
+pub fn leaks_svg(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
+    let lines: Vec<String> = leaks_folded_lines(r).iter().map(|l| xml_safe(l)).collect();
+    let p = &r.process;
+    let mut opts = flamegraph::Options::default();
+    opts.title = xml_safe(&format!(
+        "Outstanding bytes: {} (pid {})",
+        p.comm.as_deref().unwrap_or("?"),
+        p.pid
+    ));
+    let held: u64 = r.totals.iter().map(|t| t.bytes).sum();
+    let fds: u64 = r
+        .totals
+        .iter()
+        .filter(|t| t.kind == ResourceKind::Fd)
+        .map(|t| t.count)
+        .sum();
+    let how = match &r.sampler {
+        Some(sm) if sm.estimated => format!(
+            "estimated from librip's sampler (every {} on average)",
+            bytes(sm.mean_bytes)
+        ),
+        Some(_) => "from librip's sampler (every allocation)".into(),
+        None => format!(
+            "acquired in a {} window, held at its end",
+            duration(r.window_ns)
+        ),
+    };
+    opts.subtitle = Some(xml_safe(&format!(
+        "{} {how}; {fds} descriptors hold no bytes and are not drawn. rip-probe leaks",
+        bytes(held)
+    )));
+    opts.count_name = "bytes".into();
+    opts.colors = Palette::Basic(BasicPalette::Mem);
+    if lines.is_empty() {
+        // inferno refuses an empty input; the process alone says "nothing".
+        let comm = xml_safe(&folded::clean(p.comm.as_deref().unwrap_or("process")));
+        return flamegraph::from_lines(
+            &mut opts,
+            [format!("{comm} 1")].iter().map(|s| s.as_str()),
+            w,
+        )
+        .map_err(io::Error::other);
+    }
+    flamegraph::from_lines(&mut opts, lines.iter().map(|s| s.as_str()), w).map_err(io::Error::other)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +480,7 @@ mod report_tests {
             series: Vec::new(),
             lost: LeakLost::default(),
             warnings: vec!["heap not traced: --no-heap".into()],
+            sampler: None,
         }
     }
 

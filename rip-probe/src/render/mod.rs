@@ -9,12 +9,11 @@ mod hist;
 mod json;
 mod leaks;
 mod offcpu;
+mod openmetrics;
+mod otlp;
 mod perfetto;
 mod pprof;
 pub mod protos;
-mod openmetrics;
-mod otlp;
-mod sampled;
 mod service;
 mod stack;
 mod tasks;
@@ -25,15 +24,14 @@ pub use calls::calls_text;
 pub use contention::locks;
 pub use folded::folded;
 pub use json::json;
-pub use leaks::{bytes, leaks_text};
+pub use leaks::{bytes, leaks_folded_lines, leaks_svg, leaks_text};
 pub use offcpu::{offcpu_folded, offcpu_folded_lines, offcpu_svg, offcpu_text};
+pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, openmetrics};
+pub use otlp::otlp_logs;
 pub use perfetto::{perfetto, perfetto_trace, process_track, span_name, thread_track};
 pub use pprof::{
     BuildIds, calls_pprof, calls_profile, leaks_pprof, leaks_profile, modules as pprof_modules,
     offcpu_pprof, offcpu_profile, threads_pprof, threads_profile,
 };
-pub use openmetrics::{OPENMETRICS_CONTENT_TYPE, openmetrics};
-pub use otlp::otlp_logs;
-pub(crate) use sampled::sampled_text;
 pub use service::service;
 pub use text::{escape, grouped, history, live, live_cut};

@@ -268,7 +268,7 @@ pub fn offcpu_svg(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
 /// (`\x1b`, `\u{fffe}`): control characters (which no character
 /// reference may name either) and the non-characters U+FFFE and U+FFFF.
 /// inferno escapes markup (`<`, `&`, quotes) itself, not these.
-fn xml_safe(s: &str) -> String {
+pub(super) fn xml_safe(s: &str) -> String {
     let bad = |c: char| c.is_control() || matches!(c, '\u{fffe}' | '\u{ffff}');
     if !s.chars().any(bad) {
         return s.to_owned();

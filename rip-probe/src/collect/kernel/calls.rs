@@ -188,7 +188,7 @@ impl CallsProbe {
 
 /// Where each site's code is mapped in process `pid` now: the address the
 /// entry probe sees as its instruction pointer.
-fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
+pub(crate) fn runtime_addresses(pid: u32, sites: &[ProbeSite]) -> Result<Vec<u64>> {
     // Through a live thread when the leader exited (its maps are empty).
     let view = crate::discover::view_pid(pid);
     let path = format!("/proc/{view}/maps");

@@ -4,21 +4,30 @@
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
 use rip_ebpf::{
-    leaks::{LeakConfig, LeakEvent, LeakStats, MAX_SYSCALL, names},
+    leaks::{LeakConfig, LeakEvent, LeakStats, MAX_SYSCALL, heap, names},
     names as base_names,
 };
 use zerocopy::FromBytes;
 
-use super::{Error, MapOp, ProgramOp, SwitchSetup, features::RegsSource, missing, program};
+use super::{
+    Error, MapOp, ProgramOp, SwitchSetup,
+    features::RegsSource,
+    missing, program,
+    uprobe::{self, Held, ProbeSite},
+};
 use crate::collect::Result;
 
 /// Bytes of the ring buffer to user space: about 4,000 acquisitions with
 /// their stack copies (or 300,000 releases) between two drains.
 const EVENT_BYTES: u32 = 32 << 20;
+/// The same when the heap is traced: about 8,000 allocations with their
+/// stack copies between two drains (a process allocating through its
+/// uprobes makes at most some tens of thousands a second per CPU).
+const HEAP_EVENT_BYTES: u32 = 64 << 20;
 
 /// The leak programs attached to one process.
 ///
@@ -28,13 +37,34 @@ pub struct LeaksProbe {
     ebpf: Ebpf,
     events: RingBuf<MapData>,
     links: Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
+    /// The heap's entry probes, then its return probes (closing them
+    /// detaches).
+    heap_entries: Vec<Held>,
+    heap_returns: Vec<Held>,
+}
+
+/// An allocator function to probe: where, and which of
+/// `rip_ebpf::leaks::heap`'s functions it is.
+#[derive(Clone, Debug)]
+pub struct HeapSite {
+    /// The function in its binary.
+    pub site: ProbeSite,
+    /// Its `rip_ebpf::leaks::heap` number.
+    pub func: u32,
 }
 
 impl LeaksProbe {
     /// Loads the programs for process `tgid` (whose thread count is about
     /// `threads`), traces the syscalls `calls` names (number, one of
-    /// `rip_ebpf::leaks::call`), and attaches.
-    pub fn attach(tgid: u32, threads: usize, calls: &[(u32, u8)]) -> Result<Self> {
+    /// `rip_ebpf::leaks::call`), and attaches; with `heap` sites, the
+    /// allocator's probes too, counting calls only until
+    /// [`Self::heap_on`].
+    pub fn attach(
+        tgid: u32,
+        threads: usize,
+        calls: &[(u32, u8)],
+        heap: &[HeapSite],
+    ) -> Result<Self> {
         let mut setup = SwitchSetup::new(tgid, false, None)?;
         // In a pid namespace of rip-probe's own, the programs compare the
         // kernel's id of the process (the events' thread ids stay the
@@ -65,7 +95,15 @@ impl LeaksProbe {
             .override_global(base_names::CONFIG, &setup.config, true)
             .override_global(names::LEAK_CONFIG, &config, true)
             .map_max_entries(names::LEAK_IN_FLIGHT, in_flight)
-            .map_max_entries(names::LEAK_EVENTS, EVENT_BYTES)
+            .map_max_entries(names::HEAP_IN_FLIGHT, in_flight)
+            .map_max_entries(
+                names::LEAK_EVENTS,
+                if heap.is_empty() {
+                    EVENT_BYTES
+                } else {
+                    HEAP_EVENT_BYTES
+                },
+            )
             .load(super::EBPF_OBJECT)
             .map_err(Error::load)?;
         {
@@ -84,6 +122,14 @@ impl LeaksProbe {
             RegsSource::Helper => names::LEAKS_EXIT,
             RegsSource::KernelStack => names::LEAKS_EXIT_KSTACK,
         };
+        // Before the buffer is taken out of `ebpf`: a uprobe_multi program
+        // is loaded apart, with its maps found in `ebpf`. The probes only
+        // count calls until `heap_on`.
+        let (heap_entries, heap_returns) = if heap.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            attach_heap(&mut ebpf, tgid, heap)?
+        };
         let map = ebpf
             .take_map(names::LEAK_EVENTS)
             .ok_or_else(|| missing(names::LEAK_EVENTS))?;
@@ -93,6 +139,8 @@ impl LeaksProbe {
             ebpf,
             events,
             links: Vec::new(),
+            heap_entries,
+            heap_returns,
         };
         // The exit first: a call whose entry was seen always has its exit
         // seen too.
@@ -108,6 +156,20 @@ impl LeaksProbe {
         Ok(probe)
     }
 
+    /// Starts sending the heap's blocks (until now its probes counted
+    /// calls only).
+    pub fn heap_on(&mut self) -> Result<()> {
+        let mut on: Array<_, u32> = Array::try_from(
+            self.ebpf
+                .map_mut(names::HEAP_ON)
+                .ok_or_else(|| missing(names::HEAP_ON))?,
+        )
+        .map_err(|e| Error::map(MapOp::Open, "HEAP_ON", e))?;
+        on.set(0, 1, 0)
+            .map_err(|e| Error::map(MapOp::Set, "HEAP_ON", e))?;
+        Ok(())
+    }
+
     /// Hands each event sent since the last call to `f`, with its stack
     /// copy (empty for releases).
     pub fn take_events(&mut self, mut f: impl FnMut(&LeakEvent, &[u8])) {
@@ -121,6 +183,9 @@ impl LeaksProbe {
 
     /// Detaches the programs: no event is sent after it returns.
     pub fn detach(&mut self) -> Result<()> {
+        // Entries before returns, so no call starts unseen by its return.
+        self.heap_entries.clear();
+        self.heap_returns.clear();
         // The entry first, so no call starts unseen by the exit.
         while let Some((name, id)) = self.links.pop() {
             let prog: &mut TracePoint = program(&mut self.ebpf, name)?;
@@ -145,4 +210,35 @@ impl LeaksProbe {
         per_cpu.iter().for_each(|c| s.merge(c));
         Ok(s)
     }
+}
+
+/// Attaches the allocator's probes of process `pid` to `heap`: returns
+/// first, so that an allocation whose entry is seen has its return seen
+/// too. What holds the entries, and the returns.
+fn attach_heap(ebpf: &mut Ebpf, pid: u32, heap: &[HeapSite]) -> Result<(Vec<Held>, Vec<Held>)> {
+    let all: Vec<ProbeSite> = heap.iter().map(|h| h.site.clone()).collect();
+    let addrs = super::calls::runtime_addresses(pid, &all)?;
+    {
+        let mut fns: BpfHashMap<_, u64, u32> = BpfHashMap::try_from(
+            ebpf.map_mut(names::HEAP_FNS)
+                .ok_or_else(|| missing(names::HEAP_FNS))?,
+        )
+        .map_err(|e| Error::map(MapOp::Open, "HEAP_FNS", e))?;
+        for (addr, h) in addrs.iter().zip(heap) {
+            fns.insert(addr, h.func, 0)
+                .map_err(|e| Error::map(MapOp::Fill, "HEAP_FNS", e))?;
+        }
+    }
+    let allocating: Vec<ProbeSite> = heap
+        .iter()
+        .filter(|h| h.func != heap::FREE)
+        .map(|h| h.site.clone())
+        .collect();
+    let returns = if allocating.is_empty() {
+        Vec::new()
+    } else {
+        uprobe::attach_program(ebpf, names::HEAP_RETURN, true, pid, &allocating)?
+    };
+    let entries = uprobe::attach_program(ebpf, names::HEAP_ENTRY, false, pid, &all)?;
+    Ok((entries, returns))
 }

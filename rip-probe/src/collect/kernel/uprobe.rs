@@ -263,6 +263,54 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
     Ok(sites)
 }
 
+/// The functions of the target's executable (`lib` `None`), or of the
+/// first mapped library whose file name contains `lib`, whose names are
+/// exactly one of `names` (as stored, with the index of the name): empty
+/// when none is defined there. Aliases (two names at one address) give
+/// one site, under the first name listed.
+pub fn functions_named(
+    pid: u32,
+    lib: Option<&str>,
+    names: &[&str],
+) -> Result<Vec<(ProbeSite, usize)>> {
+    let spec = match lib {
+        Some(lib) => format!("{lib}:*"),
+        None => "*".to_string(),
+    };
+    let (binary, shown, _) = target_binary(pid, &spec)?;
+    let mut elf = Elf::new(&binary);
+    elf.debug_syms = false;
+    let src = Source::Elf(elf);
+    let mut sites: Vec<(ProbeSite, usize)> = Vec::new();
+    Inspector::new()
+        .for_each(&src, |s| {
+            if s.sym_type == SymType::Function
+                && s.addr != 0
+                && let Some(off) = s.file_offset
+                && let Some(i) = names.iter().position(|n| *n == s.name)
+            {
+                sites.push((
+                    ProbeSite {
+                        binary: binary.clone(),
+                        mapped: shown.clone(),
+                        name: s.name.to_string(),
+                        file_offset: off,
+                    },
+                    i,
+                ));
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| Error::Symbols {
+            binary: shown.clone(),
+            why: symbols_error(&binary, &e.to_string()),
+        })?;
+    sites.sort_by_key(|(s, i)| (s.file_offset, *i));
+    sites.dedup_by_key(|(s, _)| s.file_offset);
+    sites.sort_by_key(|(_, i)| *i);
+    Ok(sites)
+}
+
 /// The symbol-table reader's error `e` about `binary`, with the name it
 /// means filled in: it says "symbol name `{bytes:?}` is invalid" without
 /// the name (the placeholder is left in its text).
