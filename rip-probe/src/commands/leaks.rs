@@ -247,32 +247,9 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             render::leaks_pprof,
         )?;
     }
-    emit(&report, a.json, svg, out)
+    super::emit_leaks(&report, a.json, svg, out)
 }
 
-/// Renders `report`: JSON, or text and, with `svg`, the flame graph.
-pub(super) fn emit(
-    report: &LeaksReport,
-    json: bool,
-    svg: Option<OutputFile>,
-    out: &mut Sink,
-) -> Result<()> {
-    if let Some(svg) = svg {
-        svg.write(|w| render::leaks_svg(report, w))?;
-        let path = svg.path().display().to_string();
-        return out.emit(|w| {
-            render::leaks_text(report, w)?;
-            writeln!(w, "\nflame graph of the outstanding bytes: {path}")
-        });
-    }
-    out.emit(|w| {
-        if json {
-            render::json(report, w)
-        } else {
-            render::leaks_text(report, w)
-        }
-    })
-}
 
 /// Allocator calls per second of the process, its heap probes counting
 /// only for [`COUNT_BEFORE`] (the syscalls' events drained meanwhile).

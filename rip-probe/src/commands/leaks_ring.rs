@@ -149,5 +149,5 @@ fn report(
     analyze::leaks::fill_sampled(&mut report, &table, &names, |t| {
         now.saturating_sub(ring.unix_ns(t))
     });
-    super::leaks::emit(&report, json, svg, out)
+    super::emit_leaks(&report, json, svg, out)
 }

@@ -149,3 +149,27 @@ mod tests {
         assert!(parse_length("always").unwrap_err().contains("or forever"));
     }
 }
+
+/// Renders `report`: JSON, or text and, with `svg`, the flame graph.
+pub(crate) fn emit_leaks(
+    report: &crate::model::leaks::LeaksReport,
+    json: bool,
+    svg: Option<output::OutputFile>,
+    out: &mut Sink,
+) -> Result<()> {
+    if let Some(svg) = svg {
+        svg.write(|w| render::leaks_svg(report, w))?;
+        let path = svg.path().display().to_string();
+        return out.emit(|w| {
+            render::leaks_text(report, w)?;
+            writeln!(w, "\nflame graph of the outstanding bytes: {path}")
+        });
+    }
+    out.emit(|w| {
+        if json {
+            render::json(report, w)
+        } else {
+            render::leaks_text(report, w)
+        }
+    })
+}
