@@ -87,8 +87,11 @@ fn every_event_validates_against_its_schema() {
             lost_events: 0,
         },
     ];
+    // Events carry no `schema` (their snapshot's report does).
     for e in &events {
-        assert_valid(&validator, e);
+        let v = json(e);
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
     }
     let kinds: Vec<String> = events
         .iter()
