@@ -250,7 +250,6 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     super::emit_leaks(&report, a.json, svg, out)
 }
 
-
 /// Allocator calls per second of the process, its heap probes counting
 /// only for [`COUNT_BEFORE`] (the syscalls' events drained meanwhile).
 fn count_heap_calls(c: &mut LeaksCollector) -> Result<f64> {
