@@ -81,7 +81,7 @@ fn live_report() -> Report {
 fn live_view() {
     let got = render(render::live, &live_report());
     let want = "\
-pid 1 (server) /usr/bin/server: 3 threads, observed 1.0s
+pid 1 (server) /usr/bin/server \"app --serve\": 3 threads, observed 1.0s
 ring /dev/shm/x.ring (layout v1, depth 32)
 
 SUMMARY
@@ -165,7 +165,7 @@ fn grouped_and_history_views() {
     r.groups = analyze::group_threads(&r.threads);
     let got = render(render::grouped, &r);
     let want = "\
-pid 1 (server) /usr/bin/server: 3 threads, process not running
+pid 1 (server) /usr/bin/server \"app --serve\": 3 threads, process not running
 ring /dev/shm/x.ring (layout v1, depth 32)
 
 THREADS  LOCATION (threads last seen there)
@@ -294,7 +294,7 @@ fn container_view() {
     assert_eq!(
         lines[..3],
         [
-            "pid 4711 (pid 1 in its namespace) (server) /usr/bin/server: 3 threads, observed 1.0s",
+            "pid 4711 (pid 1 in its namespace) (server) /usr/bin/server \"app --serve\": 3 threads, observed 1.0s",
             "ring /dev/shm/x.ring (layout v1, depth 32)",
             "  the path in the mount namespace of pid 4711",
         ],
@@ -310,7 +310,7 @@ fn container_view() {
     r.mode = Mode::Dump;
     let got = render(render::grouped, &r);
     assert!(
-        got.starts_with("pid 1 (of its own pid namespace) (server) /usr/bin/server: 3 threads, process not running\n"),
+        got.starts_with("pid 1 (of its own pid namespace) (server) /usr/bin/server \"app --serve\": 3 threads, process not running\n"),
         "\n{got}"
     );
 }

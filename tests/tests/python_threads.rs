@@ -226,8 +226,18 @@ fn check(python: &str, version: &str) {
     );
     // The burner ran: its Python frames are there, apart from its sampled
     // native stack, and say why.
+    // A thread running Python can move between the two reads that must
+    // agree: then it has no frames, and its note says why.
     let burner = &thread(&report, tids["burner"])["python"];
-    assert_eq!(names(&burner["frames"])[..2], ["burner", "run"], "{burner}");
+    let burner_frames = names(&burner["frames"]);
+    if burner_frames.is_empty() {
+        assert!(
+            burner["note"].as_str().is_some_and(|n| !n.is_empty()),
+            "no frames and no reason: {burner}"
+        );
+    } else {
+        assert_eq!(burner_frames[..2], ["burner", "run"], "{burner}");
+    }
     // The GIL is claimed held only by a thread of the process.
     let gil = &report["python"];
     if gil["gil"] == "held" {

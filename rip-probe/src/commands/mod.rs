@@ -131,25 +131,6 @@ pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("1y").is_err());
-        assert_eq!(parse_length("forever"), Ok(Length(None)));
-        assert_eq!(parse_length("2s"), Ok(Length(Some(Duration::from_secs(2)))));
-        assert!(parse_length("always").unwrap_err().contains("or forever"));
-    }
-}
-
 /// Renders `report`: JSON, or text and, with `svg`, the flame graph.
 pub(crate) fn emit_leaks(
     report: &crate::model::leaks::LeaksReport,
@@ -172,4 +153,23 @@ pub(crate) fn emit_leaks(
             render::leaks_text(report, w)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("1y").is_err());
+        assert_eq!(parse_length("forever"), Ok(Length(None)));
+        assert_eq!(parse_length("2s"), Ok(Length(Some(Duration::from_secs(2)))));
+        assert!(parse_length("always").unwrap_err().contains("or forever"));
+    }
 }

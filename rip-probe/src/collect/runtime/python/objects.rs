@@ -22,6 +22,9 @@ const TYPE_BASE: u64 = 256;
 /// `PySetObject.mask` (`.table` follows).
 const SET_MASK: usize = 32;
 
+/// Pages read in one pass, by address (`None`: unreadable).
+type PageCache = HashMap<u64, Option<Box<[u8]>>>;
+
 /// Objects of the interpreter read from outside, with caches of what
 /// does not change while they are read (types, strings).
 pub(super) struct Heap<'a, M: Memory> {
@@ -34,7 +37,7 @@ pub(super) struct Heap<'a, M: Memory> {
     /// While a pass over many objects runs: the pages it read, by address
     /// (`None`: unreadable), so that objects sharing a page cost one
     /// system call.
-    pages: Option<RefCell<HashMap<u64, Option<Box<[u8]>>>>>,
+    pages: Option<RefCell<PageCache>>,
 }
 
 /// The size of the pages a pass caches.
