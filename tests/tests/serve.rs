@@ -22,6 +22,9 @@ use opentelemetry_proto::tonic::{
 use prost::Message;
 use rip_tests::{TempDir, Workload, bpf_tests_enabled, build_c};
 
+/// A PromQL answer: each series' labels and value.
+type Series = Vec<(BTreeMap<String, String>, f64)>;
+
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
 /// How long any one awaited thing may take on a loaded machine.
@@ -188,7 +191,7 @@ impl Prometheus {
     }
 
     /// The samples of the instant query `q`: each series' labels and value.
-    fn query(&self, q: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, String> {
+    fn query(&self, q: &str) -> Result<Series, String> {
         let url = format!("{}/api/v1/query?query={}", self.url, encode(q));
         let (status, _, body) = http_get(&url)?;
         let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
