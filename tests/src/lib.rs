@@ -702,3 +702,38 @@ pub fn go_version(go: &Path) -> String {
         .expect("go version's third word")
         .to_string()
 }
+
+/// Ids of the BPF programs process `pid` holds, from its descriptors'
+/// fdinfo (`prog_id:`): its own, whatever else runs on the machine; empty
+/// once the process is gone.
+pub fn bpf_programs_held_by(pid: u32) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u64> = dir
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Which of `progs` the kernel still has loaded (bpftool's list).
+pub fn bpf_programs_still_loaded(progs: &[u64]) -> Vec<u64> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .expect("bpftool runs (cargo xtask setup installs it)");
+    assert!(out.status.success(), "bpftool prog show failed");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    v.as_array()
+        .expect("bpftool lists programs")
+        .iter()
+        .filter_map(|p| p["id"].as_u64())
+        .filter(|id| progs.contains(id))
+        .collect()
+}

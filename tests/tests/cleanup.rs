@@ -33,35 +33,6 @@ fn our_programs() -> Vec<u64> {
         .collect()
 }
 
-/// Ids of the programs process `pid` holds, from its descriptors' fdinfo
-/// (`prog_id:`): its own, whatever other rip-probes run on the machine.
-fn programs_held_by(pid: u32) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u64> = dir
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
-        })
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
-/// Which of `progs` are still loaded.
-fn still_loaded(progs: &[u64]) -> Vec<u64> {
-    bpftool("prog")
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["id"].as_u64())
-        .filter(|id| progs.contains(id))
-        .collect()
-}
-
 /// Links that point at one of `progs`.
 fn links_of(progs: &[u64]) -> Vec<u64> {
     bpftool("link")
@@ -133,7 +104,7 @@ fn sigkill_while_attached_leaves_nothing() {
     // Wait until all three programs are in the kernel and linked.
     let deadline = Instant::now() + Duration::from_secs(20);
     let (_, links) = loop {
-        let p = programs_held_by(probe.id());
+        let p = rip_tests::bpf_programs_held_by(probe.id());
         let l = links_of(&p);
         if p.len() >= 2 && !l.is_empty() {
             break (p, l);
@@ -149,7 +120,7 @@ fn sigkill_while_attached_leaves_nothing() {
     // perf_event link is sched_switch's tracepoint; the rest, uprobes.
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
-        let held = perf_links_of(&programs_held_by(probe.id()));
+        let held = perf_links_of(&rip_tests::bpf_programs_held_by(probe.id()));
         if held.len() >= 2 {
             break held;
         }
@@ -160,7 +131,7 @@ fn sigkill_while_attached_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let rip_pid = probe.id();
-    let progs = programs_held_by(rip_pid);
+    let progs = rip_tests::bpf_programs_held_by(rip_pid);
     let named = our_programs();
     assert!(
         progs.iter().all(|p| named.contains(p)),
@@ -177,7 +148,7 @@ fn sigkill_while_attached_leaves_nothing() {
     // grace period): give it a moment.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let p = still_loaded(&progs);
+        let p = rip_tests::bpf_programs_still_loaded(&progs);
         let l = links_of(&progs);
         if p.is_empty() && l.is_empty() {
             break;

@@ -457,39 +457,6 @@ fn otlp_receiver_decodes_the_snapshots_stacks() {
     assert!(serve.terminate().success());
 }
 
-/// Ids of the BPF programs process `pid` holds, from its descriptors.
-fn programs_held_by(pid: u32) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u64> = dir
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
-        })
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
-/// Which of `progs` the kernel still has (bpftool's list).
-fn still_loaded(progs: &[u64]) -> Vec<u64> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show", "--json"])
-        .output()
-        .expect("bpftool runs (cargo xtask setup installs it)");
-    assert!(out.status.success(), "bpftool prog show failed");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["id"].as_u64())
-        .filter(|id| progs.contains(id))
-        .collect()
-}
-
 /// serve SIGKILLed while a snapshot holds its programs leaves none.
 #[test]
 fn sigkill_of_serve_leaves_no_bpf_program() {
@@ -500,7 +467,7 @@ fn sigkill_of_serve_leaves_no_bpf_program() {
     let mut serve = Serve::start(&["--pid", &pids[0].to_string(), "--interval", "10ms"]);
     let serve_pid = serve.child.id();
     let progs = until("serve holds a snapshot's programs", || {
-        let p = programs_held_by(serve_pid);
+        let p = rip_tests::bpf_programs_held_by(serve_pid);
         if p.is_empty() {
             Err("none yet".into())
         } else {
@@ -510,7 +477,7 @@ fn sigkill_of_serve_leaves_no_bpf_program() {
     serve.child.kill().unwrap();
     serve.child.wait().unwrap();
     until("the kernel frees serve's programs", || {
-        let left = still_loaded(&progs);
+        let left = rip_tests::bpf_programs_still_loaded(&progs);
         if left.is_empty() {
             Ok(())
         } else {

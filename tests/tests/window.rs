@@ -15,40 +15,6 @@ use rip_tests::{Background, TempDir, Workload, bpf_tests_enabled, rip_probe};
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_rip-dump-workload");
 
-/// Ids of the BPF programs process `pid` holds, from its descriptors'
-/// fdinfo (`prog_id:`): its own, whatever else runs on the machine.
-fn programs_held_by(pid: u32) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<u64> = dir
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
-        })
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
-
-/// Which of `progs` the kernel still has loaded (`bpftool prog`).
-fn still_loaded(progs: &[u64]) -> Vec<u64> {
-    let out = Command::new("bpftool")
-        .args(["--json", "prog", "show"])
-        .output()
-        .expect("bpftool runs (cargo xtask setup installs it)");
-    assert!(out.status.success(), "bpftool prog show failed");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
-    v.as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["id"].as_u64())
-        .filter(|id| progs.contains(id))
-        .collect()
-}
-
 /// `rip-probe ARGS` with SIGINT's default action, whatever this test
 /// inherited (a test run as a shell's background job ignores SIGINT, and
 /// rip-probe leaves an ignored SIGINT ignored).
@@ -100,7 +66,7 @@ fn sigint_ends_the_window_with_the_report_and_leaves_no_probe() {
     ] {
         let mut run = Background::spawn(&mut cli(&args));
         run.wait_phase("window start");
-        let progs = programs_held_by(run.child.id());
+        let progs = rip_tests::bpf_programs_held_by(run.child.id());
         assert!(!progs.is_empty(), "{args:?}: no program held in the window");
         signal(run.child.id(), libc::SIGINT);
         let done = run.finish();
@@ -125,7 +91,7 @@ fn sigint_ends_the_window_with_the_report_and_leaves_no_probe() {
         // one.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let left = still_loaded(&progs);
+            let left = rip_tests::bpf_programs_still_loaded(&progs);
             if left.is_empty() {
                 break;
             }

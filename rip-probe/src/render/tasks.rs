@@ -3,6 +3,7 @@
 //! table of the tasks stuck longest, and each task's line in the history
 //! view.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::words::{ids, location_text, plural, source_word, truncate};
@@ -58,30 +59,50 @@ pub(crate) fn group_sentence(g: &Group) -> String {
     s
 }
 
-/// The GOROUTINES section, grouped as Go's own traceback groups them:
-/// count, status and wait reason, how long (at least) they have waited,
-/// what they wait on, the stack, and the `go` statement that made them.
-fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
+/// A section's groups, and its coroutines by id.
+type RuntimeSection<'a> = (Vec<&'a Group>, HashMap<u64, &'a Coroutine>);
+
+/// The groups of `origin`'s coroutines and its coroutines by id, after
+/// the section's heading ("GOROUTINES (12, read from the Go runtime
+/// without stopping it)"); `None`, and nothing written, without any.
+fn runtime_section<'a>(
+    r: &'a Report,
+    origin: Origin,
+    title: &str,
+    read_from: &str,
+    w: &mut impl Write,
+) -> io::Result<Option<RuntimeSection<'a>>> {
     let groups: Vec<&Group> = r
         .task_groups
         .iter()
-        .filter(|g| g.origin == Some(Origin::Go))
+        .filter(|g| g.origin == Some(origin))
         .collect();
     if groups.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let n: usize = groups.iter().map(|g| g.count).sum();
-    let by_id: std::collections::HashMap<u64, &Coroutine> = r
+    let by_id = r
         .tasks
         .iter()
-        .filter(|t| t.go.is_some())
+        .filter(|t| t.origin == origin)
         .map(|t| (t.id, t))
         .collect();
     writeln!(w)?;
     writeln!(
         w,
-        "GOROUTINES ({n}, read from the Go runtime without stopping it)"
+        "{title} ({n}, read from {read_from} without stopping it)"
     )?;
+    Ok(Some((groups, by_id)))
+}
+
+/// The GOROUTINES section, grouped as Go's own traceback groups them:
+/// count, status and wait reason, how long (at least) they have waited,
+/// what they wait on, the stack, and the `go` statement that made them.
+fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    let Some((groups, by_id)) = runtime_section(r, Origin::Go, "GOROUTINES", "the Go runtime", w)?
+    else {
+        return Ok(());
+    };
     for g in groups {
         writeln!(w, "  {}", goroutine_sentence(g))?;
         for o in &g.waits_on {
@@ -116,26 +137,11 @@ fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
 /// locks.py:213 Event.wait"), the futures they await, their ids, the chain
 /// innermost first.
 fn asyncio(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    let groups: Vec<&Group> = r
-        .task_groups
-        .iter()
-        .filter(|g| g.origin == Some(Origin::Asyncio))
-        .collect();
-    if groups.is_empty() {
+    let Some((groups, by_id)) =
+        runtime_section(r, Origin::Asyncio, "ASYNCIO TASKS", "the interpreter", w)?
+    else {
         return Ok(());
-    }
-    let n: usize = groups.iter().map(|g| g.count).sum();
-    let by_id: std::collections::HashMap<u64, &Coroutine> = r
-        .tasks
-        .iter()
-        .filter(|t| t.python.is_some())
-        .map(|t| (t.id, t))
-        .collect();
-    writeln!(w)?;
-    writeln!(
-        w,
-        "ASYNCIO TASKS ({n}, read from the interpreter without stopping it)"
-    )?;
+    };
     for g in groups {
         writeln!(w, "  {}", asyncio_sentence(g))?;
         let lone = g.waits_on.iter().filter(|o| o.count == 1).count();
