@@ -47,6 +47,7 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
         .map(|c| c.ts_ns)
         .fold(inp.end_ns, u64::max);
     let mut threads = Vec::new();
+    let mut unseen = 0usize;
     for (tid, mut changes) in by_tid {
         changes.sort_by_key(|c| c.ts_ns);
         let thread = inp.report.threads.iter().find(|t| t.tid == u64::from(tid));
@@ -68,8 +69,19 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
         };
         let mut spans = Vec::new();
         let (mut at, mut what, mut syscall) = (inp.start_ns, first.0, first.1);
+        let mut seen_change = false;
         for c in changes {
             let ts = c.ts_ns.max(inp.start_ns);
+            let next = kind_of(c.state);
+            // Off the CPU twice in a row: it ran in between, but that
+            // switch's event was lost. The span is not a wait of known
+            // length: say so rather than draw one sleep.
+            if seen_change && what != SpanKind::Running && next != SpanKind::Running {
+                what = SpanKind::Unseen;
+                syscall = None;
+                unseen += 1;
+            }
+            seen_change = true;
             if ts > at {
                 spans.push(Span {
                     start_ns: at,
@@ -79,7 +91,7 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
                 });
                 at = ts;
             }
-            what = kind_of(c.state);
+            what = next;
             syscall = c.syscall.clone();
         }
         if end_ns > at {
@@ -115,6 +127,12 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
         });
     }
     let mut warnings = inp.report.warnings.clone();
+    if unseen > 0 {
+        warnings.push(format!(
+            "{unseen} switches onto a CPU were not seen (their events were lost): those spans \
+             are drawn as \"off CPU, then ran\", not as one wait"
+        ));
+    }
     if inp.lost_events > 0 {
         warnings.push(format!(
             "at least {} state changes were lost (the kernel's buffer was full): the spans \
@@ -194,6 +212,10 @@ mod tests {
             change(300, 7, ThreadState::Running, None),
             change(320, 7, ThreadState::Runnable, None),
             change(400, 8, ThreadState::Running, None),
+            // Off the CPU twice in a row: the switch onto a CPU between
+            // was lost.
+            change(200, 9, ThreadState::Sleeping, Some("nanosleep")),
+            change(260, 9, ThreadState::Sleeping, Some("nanosleep")),
         ];
         let t = build(&TimelineInputs {
             process: report.process.clone(),
@@ -235,6 +257,26 @@ mod tests {
                 (100, 400, SpanKind::OffCpu, None),
                 (400, 500, SpanKind::Running, None)
             ]
+        );
+        assert_eq!(
+            spans(9),
+            vec![
+                (100, 200, SpanKind::Running, None),
+                (200, 260, SpanKind::Unseen, None),
+                (
+                    260,
+                    500,
+                    SpanKind::Blocked(ThreadState::Sleeping),
+                    Some("nanosleep".into())
+                ),
+            ]
+        );
+        assert!(
+            t.warnings
+                .iter()
+                .any(|w| w.starts_with("1 switches onto a CPU")),
+            "{:?}",
+            t.warnings
         );
     }
 }

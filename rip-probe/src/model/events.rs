@@ -126,6 +126,10 @@ pub enum SpanKind {
     Blocked(ThreadState),
     /// Off the CPU since before the window, in a state not seen.
     OffCpu,
+    /// Between two switches off the CPU: it went off, then ran again,
+    /// but the switch onto a CPU in between was not seen (its event was
+    /// lost), so when it stopped waiting is not known.
+    Unseen,
 }
 
 /// A snap in the window.

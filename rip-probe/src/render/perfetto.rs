@@ -38,6 +38,7 @@ pub fn span_name(s: &Span) -> String {
         (SpanKind::Blocked(_), Some(sys)) => format!("blocked in {sys}"),
         (SpanKind::Blocked(_), None) => "blocked".into(),
         (SpanKind::OffCpu, _) => "off CPU (not seen)".into(),
+        (SpanKind::Unseen, _) => "off CPU, then ran (switch onto a CPU not seen)".into(),
     }
 }
 
