@@ -394,17 +394,7 @@ pub fn leaks_svg(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
     )));
     opts.count_name = "bytes".into();
     opts.colors = Palette::Basic(BasicPalette::Mem);
-    if lines.is_empty() {
-        // inferno refuses an empty input; the process alone says "nothing".
-        let comm = xml_safe(&folded::clean(p.comm.as_deref().unwrap_or("process")));
-        return flamegraph::from_lines(
-            &mut opts,
-            [format!("{comm} 1")].iter().map(|s| s.as_str()),
-            w,
-        )
-        .map_err(io::Error::other);
-    }
-    flamegraph::from_lines(&mut opts, lines.iter().map(|s| s.as_str()), w).map_err(io::Error::other)
+    super::offcpu::draw(&mut opts, &lines, p.comm.as_deref(), w)
 }
 
 #[cfg(test)]

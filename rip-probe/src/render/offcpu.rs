@@ -250,18 +250,24 @@ pub fn offcpu_svg(r: &OffCpuReport, w: &mut dyn Write) -> io::Result<()> {
     opts.count_name = "us".into();
     opts.colors = Palette::Basic(BasicPalette::Io);
     opts.bgcolors = Some(flamegraph::color::BackgroundColor::Blue);
+    draw(&mut opts, &lines, p.comm.as_deref(), w)
+}
+
+/// Draws the folded `lines` with `opts`; with none, a graph of the
+/// process `comm` alone (inferno refuses an empty input, and the process
+/// alone says "nothing" as well).
+pub(super) fn draw(
+    opts: &mut flamegraph::Options,
+    lines: &[String],
+    comm: Option<&str>,
+    w: &mut dyn Write,
+) -> io::Result<()> {
     if lines.is_empty() {
-        // inferno refuses an empty input; a graph with the process alone
-        // says "nothing" as well.
-        let comm = xml_safe(&folded::clean(p.comm.as_deref().unwrap_or("process")));
-        return flamegraph::from_lines(
-            &mut opts,
-            [format!("{comm} 1")].iter().map(|s| s.as_str()),
-            w,
-        )
-        .map_err(io::Error::other);
+        let comm = xml_safe(&folded::clean(comm.unwrap_or("process")));
+        return flamegraph::from_lines(opts, [format!("{comm} 1")].iter().map(|s| s.as_str()), w)
+            .map_err(io::Error::other);
     }
-    flamegraph::from_lines(&mut opts, lines.iter().map(|s| s.as_str()), w).map_err(io::Error::other)
+    flamegraph::from_lines(opts, lines.iter().map(|s| s.as_str()), w).map_err(io::Error::other)
 }
 
 /// `s` with every character XML 1.0 cannot hold written out as text
