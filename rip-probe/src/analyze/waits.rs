@@ -480,6 +480,7 @@ mod tests {
             },
             rings: Vec::new(),
             window_ns: 0,
+            stacks: StackTable,
             threads,
             tasks: Vec::new(),
             groups: Vec::new(),
