@@ -32,8 +32,10 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// into [`Report::stacks`], a table made as it is written.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
 // The derived serializer is `Report::serialize`; the `Serialize` impl
-// below makes the stack table current around it.
+// below makes the stack table current around it. (The schema keeps the
+// type's name, which `remote` would make `Self`.)
 #[serde(remote = "Self")]
+#[schemars(rename = "Report")]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema: u32,
