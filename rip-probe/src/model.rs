@@ -19,14 +19,24 @@ pub mod list;
 pub mod offcpu;
 pub mod original;
 pub mod serve;
+mod stacks;
 
 pub use hist::Bucket;
+pub use stacks::StackTable;
 
 /// Version of the JSON schema (`docs/JSON.md`).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
+///
+/// Written whole: its threads' and groups' stacks are written as indexes
+/// into [`Report::stacks`], a table made as it is written.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
+// The derived serializer is `Report::serialize`; the `Serialize` impl
+// below makes the stack table current around it. (The schema keeps the
+// type's name, which `remote` would make `Self`.)
+#[serde(remote = "Self")]
+#[schemars(rename = "Report")]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema: u32,
@@ -39,6 +49,10 @@ pub struct Report {
     pub rings: Vec<RingInfo>,
     /// How long the kernel was observed, in ns (0 for dump).
     pub window_ns: u64,
+    /// The distinct stacks of `threads` and `groups`, each once; they
+    /// name them by index. Made when the report is written.
+    #[schemars(with = "Vec<Vec<Frame>>")]
+    pub stacks: StackTable,
     /// Threads, sorted by tid.
     pub threads: Vec<Thread>,
     /// Coroutines and async tasks, of every runtime found in the process
@@ -116,6 +130,12 @@ pub(crate) fn rewrite_shared<'a>(
             (stack.clone(), frames.into())
         });
         *stack = new.clone();
+    }
+}
+
+impl Serialize for Report {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        stacks::with_table(self, || Report::serialize(self, s))
     }
 }
 
@@ -260,7 +280,10 @@ pub struct Thread {
     /// How long the thread has been off CPU.
     pub blocked: Option<Blocked>,
     /// Kernel stack, innermost first, symbolized. Shared by the threads
-    /// with the same stack (thousands of workers usually wait in one).
+    /// with the same stack (thousands of workers usually wait in one);
+    /// in JSON, its index in [`Report::stacks`].
+    #[serde(serialize_with = "stacks::stack_id")]
+    #[schemars(with = "u32")]
     pub kernel_stack: std::sync::Arc<[Frame]>,
     /// The thread's last known user-space location.
     pub location: Option<Location>,
@@ -280,7 +303,10 @@ pub struct Thread {
     /// its saved registers when it is blocked, its hottest sampled stack
     /// when it ran during the window. Empty when none was taken
     /// (`--no-stacks`, a kernel thread, a thread that did not run in the
-    /// window). Threads with one stack share one list.
+    /// window). Threads with one stack share one list; in JSON, its
+    /// index in [`Report::stacks`].
+    #[serde(serialize_with = "stacks::stack_id")]
+    #[schemars(with = "u32")]
     pub frames: Arc<[Frame]>,
     /// For a stack sampled on CPU: how many samples had it.
     pub stack_samples: Option<StackSamples>,
@@ -725,7 +751,10 @@ pub struct Group {
     pub location: Option<Frame>,
     /// Where the location came from.
     pub source: Option<LocationSource>,
-    /// The members' shared user stack, innermost first (empty: none).
+    /// The members' shared user stack, innermost first (empty: none); in
+    /// JSON, its index in [`Report::stacks`].
+    #[serde(serialize_with = "stacks::stack_id")]
+    #[schemars(with = "u32")]
     pub frames: Arc<[Frame]>,
     /// For stacks sampled on CPU: the members' samples, added up.
     pub stack_samples: Option<StackSamples>,
@@ -1023,6 +1052,7 @@ pub(crate) mod tests_support {
     pub(crate) fn report(threads: Vec<Thread>) -> Report {
         Report {
             schema: SCHEMA_VERSION,
+            stacks: StackTable,
             mode: Mode::Pid,
             process: ProcessInfo {
                 pid: 1,

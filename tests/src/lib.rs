@@ -614,7 +614,44 @@ pub fn rip_probe_ok(exe: &str, args: &[&str]) -> String {
 /// which must succeed; its report.
 pub fn rip_probe_json(exe: &str, args: &[&str]) -> serde_json::Value {
     let out = rip_probe_ok(exe, args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}"))
+    inline_stacks(
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}")),
+    )
+}
+
+/// A `--json` report (or a `--cgroup` report's each) with every thread's
+/// `kernel_stack` and `frames`, and every group's `frames`, replaced by
+/// the stack they name in the report's `stacks` table: tests read a
+/// thread's stack where it belongs. An index the table does not hold
+/// fails the test.
+pub fn inline_stacks(mut report: serde_json::Value) -> serde_json::Value {
+    fn inline(r: &mut serde_json::Value) {
+        let Some(stacks) = r.get_mut("stacks").map(serde_json::Value::take) else {
+            return;
+        };
+        let stacks = stacks.as_array().cloned().unwrap_or_default();
+        let fields = [("threads", "kernel_stack"), ("threads", "frames")];
+        let fields = fields
+            .into_iter()
+            .chain([("groups", "frames"), ("task_groups", "frames")]);
+        for (list, field) in fields {
+            for item in r[list].as_array_mut().into_iter().flatten() {
+                let Some(id) = item.get(field).and_then(serde_json::Value::as_u64) else {
+                    continue;
+                };
+                let stack = stacks
+                    .get(id as usize)
+                    .unwrap_or_else(|| panic!("{list}: {field} {id}: not in the stack table"));
+                item[field] = stack.clone();
+            }
+        }
+        r["stacks"] = serde_json::Value::Array(stacks);
+    }
+    match report.get_mut("processes").and_then(|p| p.as_array_mut()) {
+        Some(processes) => processes.iter_mut().for_each(inline),
+        None => inline(&mut report),
+    }
+    report
 }
 
 /// The line number of the line containing `marker` in `file` (relative to

@@ -119,7 +119,9 @@ fn inside(c: &Contained, args: &[&str]) -> String {
 /// [`inside`], for `--json`.
 fn inside_json(c: &Contained, args: &[&str]) -> serde_json::Value {
     let out = inside(c, args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}"))
+    rip_tests::inline_stacks(
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("rip-probe {args:?}: {e}: {out}")),
+    )
 }
 
 /// The host's tid of thread `ns_tid` (as its pid namespace numbers it) of

@@ -116,7 +116,7 @@ fn frames(pid: u32, env: &[(&str, &str)]) -> Vec<(String, String, Option<u64>)> 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = rip_tests::inline_stacks(serde_json::from_slice(&out.stdout).expect("JSON"));
     let t = &v["threads"][0];
     t["frames"]
         .as_array()

@@ -34,7 +34,7 @@ fn worker_stacks(pid: u32) -> (Vec<(String, Vec<String>)>, Vec<String>) {
         &["--pid", &pid.to_string(), "--duration", "0", "--json"],
     );
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let v = rip_tests::inline_stacks(serde_json::from_str(&out).expect("JSON"));
     let workers = v["threads"]
         .as_array()
         .expect("threads")

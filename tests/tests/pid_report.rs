@@ -125,7 +125,7 @@ fn stuck_threads_reported_with_state_syscall_time_and_snap() {
     let upper = started.elapsed();
     assert_eq!(code, 0, "{err}");
     eprintln!("rip-probe --json took {:?} (window 500ms)", t.elapsed());
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let v = rip_tests::inline_stacks(serde_json::from_str(&out).expect("JSON"));
     assert_eq!(v["mode"], "pid");
     assert_eq!(v["rings"][0]["path"], ring.display().to_string());
     let threads = v["threads"].as_array().unwrap();

@@ -200,7 +200,7 @@ fn pid_pprof_is_a_profile_of_threads_by_stack() {
             file.to_str().unwrap(),
         ],
     );
-    let r: Value = serde_json::from_str(&out).unwrap();
+    let r = rip_tests::inline_stacks(serde_json::from_str(&out).unwrap());
     let threads = r["threads"].as_array().unwrap();
     let stacks: Vec<(Vec<String>, u64)> = threads
         .iter()

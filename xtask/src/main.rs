@@ -70,6 +70,21 @@ enum Cmd {
         /// at every call): printed and written to target/bench/alloc.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only"])]
         alloc_only: bool,
+        /// Only the scale rows (rip-probe on the demo server's blocked
+        /// threads, with and without stacks, at each of --sizes; the
+        /// tokio workload's idle tasks with --tokio-tasks), without gdb:
+        /// printed and written to target/bench/scale.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only", "alloc_only"])]
+        scale_only: bool,
+        /// With --scale-only: the pool sizes, comma-separated (each a
+        /// demo server with that many blocked workers; 100000 runs with
+        /// `--duration 0`, smaller ones with the usual 1 s window).
+        #[arg(long, requires = "scale_only", value_delimiter = ',', default_values_t = [1_000usize, 10_000, 100_000])]
+        sizes: Vec<usize>,
+        /// With --scale-only: also the tokio workload with this many idle
+        /// tasks (`--duration 0`), 0 for none.
+        #[arg(long, requires = "scale_only", default_value_t = 0)]
+        tokio_tasks: usize,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -120,6 +135,12 @@ fn main() {
         Cmd::Bench {
             alloc_only: true, ..
         } => bench::run_alloc_only(),
+        Cmd::Bench {
+            scale_only: true,
+            sizes,
+            tokio_tasks,
+            ..
+        } => bench::run_scale_only(&sizes, tokio_tasks),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

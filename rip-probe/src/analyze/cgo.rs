@@ -130,6 +130,7 @@ mod tests {
         };
         let mut r = Report {
             schema: crate::model::SCHEMA_VERSION,
+            stacks: crate::model::StackTable,
             mode: crate::model::Mode::Pid,
             process: Default::default(),
             rings: Vec::new(),

@@ -136,7 +136,7 @@ mod tests {
     use super::*;
     use crate::{
         collect::runtime::python::PyThread,
-        model::{Mode, ProcessInfo, Thread, ThreadState},
+        model::{Mode, ProcessInfo, StackTable, Thread, ThreadState},
     };
 
     fn native(name: &str) -> Frame {
@@ -165,6 +165,7 @@ mod tests {
             process: ProcessInfo::default(),
             rings: Vec::new(),
             window_ns: 0,
+            stacks: StackTable,
             threads: Vec::new(),
             tasks: Vec::new(),
             groups: Vec::new(),

@@ -187,6 +187,7 @@ mod tests {
     fn spans_tile_the_window_from_the_switches() {
         let report = Report {
             schema: crate::model::SCHEMA_VERSION,
+            stacks: crate::model::StackTable,
             mode: crate::model::Mode::Pid,
             process: ProcessInfo {
                 pid: 7,

@@ -43,6 +43,7 @@ pub fn fill(
     ev: &LockEvidence,
     names: &HashMap<u64, Option<String>>,
 ) -> Vec<Vec<u32>> {
+    let mut stacks = StackWaits::default();
     for t in &mut report.threads {
         let (Some(key), Ok(tid)) = (wait_key(t), u32::try_from(t.tid)) else {
             continue;
@@ -50,7 +51,8 @@ pub fn fill(
         let Some(Some(reads)) = ev.locks.get(&key) else {
             continue;
         };
-        let (wait, owner_tid) = judge(tid, key, reads, &ev.now, &t.frames);
+        let says = stacks.of(&t.frames);
+        let (wait, owner_tid) = judge(tid, key, reads, &ev.now, says);
         t.waits_for = Some(WaitsFor {
             symbol: names.get(&wait.lock).cloned().flatten(),
             owner_tid,
@@ -68,12 +70,13 @@ pub fn fill(
 pub fn confirm(report: &mut Report, candidates: &[Vec<u32>], second: &LockEvidence) {
     let before = edges(report);
     let mut again = BTreeMap::new();
+    let mut stacks = StackWaits::default();
     for t in &report.threads {
         let (Some(key), Ok(tid)) = (wait_key(t), u32::try_from(t.tid)) else {
             continue;
         };
         if let Some(Some(reads)) = second.locks.get(&key) {
-            let (w, owner) = judge(tid, key, reads, &second.now, &t.frames);
+            let (w, owner) = judge(tid, key, reads, &second.now, stacks.of(&t.frames));
             again.insert(
                 tid,
                 WaitEdge {
@@ -127,12 +130,50 @@ fn edges(report: &Report) -> BTreeMap<u32, WaitEdge> {
 /// What thread `tid`, in wait `key`, waits for according to `reads` and
 /// the waits threads were in (`now`); its user stack `frames` says when
 /// the futex belongs to a language runtime.
+/// What a waiter's stack says of its wait, whatever the lock's words
+/// look like: a language runtime's own wait, a Rust lock's slow path, or
+/// glibc's semaphore wait.
+#[derive(Clone, Copy, Debug, Default)]
+struct StackSays {
+    runtime: Option<RuntimeWait>,
+    rust_lock: Option<&'static str>,
+    semaphore: bool,
+}
+
+impl StackSays {
+    fn of(frames: &[Frame]) -> StackSays {
+        let names = function_names(frames);
+        StackSays {
+            runtime: runtime_wait(&names),
+            rust_lock: rust_lock_type(&names),
+            semaphore: names
+                .iter()
+                .any(|n| SEM_WAITS.iter().any(|s| n.contains(s))),
+        }
+    }
+}
+
+/// [`StackSays`] of each distinct stack, read once: the threads blocked
+/// in one place share their stack (by address), and thousands of them
+/// would otherwise have the same names matched thousands of times.
+#[derive(Default)]
+struct StackWaits(HashMap<(*const Frame, usize), StackSays>);
+
+impl StackWaits {
+    fn of(&mut self, frames: &std::sync::Arc<[Frame]>) -> StackSays {
+        *self
+            .0
+            .entry((frames.as_ptr(), frames.len()))
+            .or_insert_with(|| StackSays::of(frames))
+    }
+}
+
 fn judge(
     tid: u32,
     key: WaitKey,
     reads: &LockReads,
     now: &HashMap<u32, Option<(i64, u64)>>,
-    frames: &[Frame],
+    says: StackSays,
 ) -> (WaitsFor, Option<u32>) {
     let l = &reads.first;
     let mut wait = WaitsFor {
@@ -145,10 +186,9 @@ fn judge(
         owner: l.owner.clone(),
         owner_tid: None,
     };
-    let names = function_names(frames);
     // A runtime's own futex is never read as a glibc lock, whatever its
     // words look like.
-    if let Some(rt) = runtime_wait(&names) {
+    if let Some(rt) = says.runtime {
         wait.kind = match rt {
             RuntimeWait::GoRuntimeLock | RuntimeWait::GoFutex | RuntimeWait::PythonLock => {
                 LockKind::Runtime
@@ -163,7 +203,7 @@ fn judge(
         };
         return (wait, None);
     }
-    if let Some(ty) = rust_lock_type(&names) {
+    if let Some(ty) = says.rust_lock {
         wait.kind = LockKind::Futex;
         wait.lock = l.futex;
         wait.mutex = None;
@@ -176,10 +216,7 @@ fn judge(
     }
     // glibc's semaphore waits (a JVM's GC workers, PostgreSQL's): a
     // count, whatever its word looks like.
-    if names
-        .iter()
-        .any(|n| SEM_WAITS.iter().any(|s| n.contains(s)))
-    {
+    if says.semaphore {
         wait.kind = LockKind::Semaphore;
         wait.lock = l.futex;
         wait.mutex = None;
@@ -411,7 +448,7 @@ mod tests {
     use super::*;
     use crate::{
         collect::locks::{AwaitedLock, SYS_FUTEX},
-        model::{Mode, MutexFlavor, ProcessInfo, Syscall, SyscallArg, ThreadState},
+        model::{Mode, MutexFlavor, ProcessInfo, StackTable, Syscall, SyscallArg, ThreadState},
     };
 
     /// FUTEX_WAIT_PRIVATE, as glibc's mutex waiters pass it.
@@ -481,6 +518,7 @@ mod tests {
             },
             rings: Vec::new(),
             window_ns: 0,
+            stacks: StackTable,
             threads,
             tasks: Vec::new(),
             groups: Vec::new(),

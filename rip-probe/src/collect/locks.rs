@@ -466,6 +466,30 @@ pub fn futex_wait_now(pid: u32, tid: u32) -> Option<(i64, u64)> {
     parse_futex_wait(&text)
 }
 
+/// [`futex_wait_now`] of thread `tid`, its `syscall` file opened below
+/// `task_dir` (the process's `/proc/PID/task`); `name` is scratch space.
+fn futex_wait_in(
+    task_dir: &rustix::fd::OwnedFd,
+    tid: u32,
+    name: &mut String,
+) -> Option<(i64, u64)> {
+    use std::fmt::Write;
+    name.clear();
+    let _ = write!(name, "{tid}/syscall");
+    let fd = rustix::fs::openat(
+        task_dir,
+        name.as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    // The line is a number and eight hexadecimal words: under 200 bytes.
+    // Only its first two words are parsed.
+    let mut buf = [0u8; 256];
+    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    parse_futex_wait(std::str::from_utf8(&buf[..n]).ok()?)
+}
+
 /// [`futex_wait_now`] of one `syscall` file's text.
 fn parse_futex_wait(text: &str) -> Option<(i64, u64)> {
     let mut words = text.split_whitespace();
@@ -513,6 +537,46 @@ pub fn chained(ev: &LockEvidence, waits: &[(u32, WaitKey)]) -> Vec<(u32, WaitKey
         })
         .copied()
         .collect()
+}
+
+/// [`futex_wait_now`] of each of `tids`. Thousands of waiters are
+/// thousands of /proc reads, each its own system calls: on two threads
+/// when there are that many (the reads are independent; each thread reads
+/// one half).
+fn waits_now(pid: u32, tids: &[u32]) -> HashMap<u32, Option<(i64, u64)>> {
+    /// Below this, a second thread costs more than it saves.
+    const SPLIT_AT: usize = 2_000;
+    // The task directory is opened once: each thread's file is then one
+    // name below it, not a walk from /proc, and is read into a buffer on
+    // the stack (no allocation per thread).
+    let task_dir = rustix::fs::open(
+        format!("/proc/{pid}/task"),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok();
+    let read = |part: &[u32]| -> Vec<(u32, Option<(i64, u64)>)> {
+        let mut name = String::with_capacity(32);
+        part.iter()
+            .map(|&t| {
+                let now = match &task_dir {
+                    Some(dir) => futex_wait_in(dir, t, &mut name),
+                    None => futex_wait_now(pid, t),
+                };
+                (t, now)
+            })
+            .collect()
+    };
+    if tids.len() < SPLIT_AT {
+        return read(tids).into_iter().collect();
+    }
+    let (a, b) = tids.split_at(tids.len() / 2);
+    let (a, b) = std::thread::scope(|s| {
+        let other = s.spawn(|| read(b));
+        let mine = read(a);
+        (mine, other.join().expect("a /proc reader does not panic"))
+    });
+    a.into_iter().chain(b).collect()
 }
 
 /// A lock read twice around the waiters' states.
@@ -573,10 +637,10 @@ pub fn evidence(pid: u32, waits: &[(u32, WaitKey)]) -> LockEvidence {
         .flatten()
         .filter_map(|l| l.owner.tid().and_then(host));
     let waiters = waits.iter().filter(|(_, k)| owned(k)).map(|(t, _)| *t);
-    let mut now = HashMap::new();
-    for tid in waiters.chain(owners) {
-        now.entry(tid).or_insert_with(|| futex_wait_now(pid, tid));
-    }
+    let mut tids: Vec<u32> = waiters.chain(owners).collect();
+    tids.sort_unstable();
+    tids.dedup();
+    let now = waits_now(pid, &tids);
     let locks = first
         .into_iter()
         .map(|(key, f)| {
@@ -802,6 +866,46 @@ mod tests {
         ] {
             assert_eq!(parse_futex_wait(other), None, "{other:?}");
         }
+    }
+
+    /// The reads of many waiters (below the task directory, on two
+    /// threads from 2,000 on) say what the file of each says: a thread
+    /// parked on a futex is in its wait at its word, one that is not (this
+    /// one, reading) is in none.
+    #[test]
+    fn waits_read_below_the_task_directory_are_each_threads_file() {
+        let pid = std::process::id();
+        let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let waiter = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                    .unwrap();
+                let (m, c) = &*done;
+                let mut d = m.lock().unwrap();
+                while !*d {
+                    d = c.wait(d).unwrap();
+                }
+            })
+        };
+        let tid = rx.recv().unwrap();
+        // Until the waiter is in its condition variable's futex wait.
+        while futex_wait_now(pid, tid).is_none() {
+            std::thread::yield_now();
+        }
+        let one = waits_now(pid, &[tid, me]);
+        assert!(one[&tid].is_some_and(|(nr, _)| nr == SYS_FUTEX), "{one:?}");
+        assert_eq!(one[&me], None);
+        // Past the split: the same thread many times over, on two threads.
+        let many = vec![tid; 2_500];
+        let read = waits_now(pid, &many);
+        assert_eq!(read.get(&tid), one.get(&tid));
+        let (m, c) = &*done;
+        *m.lock().unwrap() = true;
+        c.notify_all();
+        waiter.join().unwrap();
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::{
     },
     model::{
         Blocked, BlockedSource, Coroutine, CoroutineState, Frame, Location, LocationSource, Mode,
-        ProcessInfo, Report, RingInfo, SCHEMA_VERSION, Thread, ThreadState,
+        ProcessInfo, Report, RingInfo, SCHEMA_VERSION, StackTable, Thread, ThreadState,
     },
     util::timefmt,
 };
@@ -269,6 +269,7 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         process: inp.process.clone(),
         rings: inp.ring.map(ring_info).into_iter().collect(),
         window_ns: inp.clock.now_ns.saturating_sub(inp.clock.attached_ns),
+        stacks: StackTable,
         threads,
         tasks,
         groups: Vec::new(),
@@ -408,6 +409,7 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
         process: inp.process.clone(),
         rings: Vec::new(),
         window_ns: inp.window_ns,
+        stacks: StackTable,
         threads,
         tasks,
         groups: Vec::new(),
@@ -521,6 +523,7 @@ pub(crate) fn dump(ring: &RingView, process: ProcessInfo, opts: DumpOptions) -> 
         process,
         rings: vec![ring_info(ring)],
         window_ns: 0,
+        stacks: StackTable,
         threads,
         tasks,
         groups: Vec::new(),

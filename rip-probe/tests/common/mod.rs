@@ -92,6 +92,7 @@ pub fn full_report() -> Report {
             dropped_snaps: 0,
         }],
         window_ns: 1,
+        stacks: StackTable,
         threads: vec![Thread {
             tid: 2,
             ns_tid: Some(2),

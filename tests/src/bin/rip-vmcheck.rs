@@ -289,7 +289,9 @@ fn probe_json(paths: &Paths, check: &str, args: &[&str]) -> Result<Value> {
         args.join(" "),
         err.lines().last().unwrap_or("")
     );
-    serde_json::from_str(&out).with_context(|| format!("rip-probe {}: not JSON", args.join(" ")))
+    let v = serde_json::from_str(&out)
+        .with_context(|| format!("rip-probe {}: not JSON", args.join(" ")))?;
+    Ok(rip_tests::inline_stacks(v))
 }
 
 fn thread(report: &Value, tid: u32) -> Result<&Value> {

@@ -60,6 +60,41 @@ pub fn run_alloc_only() -> Result<()> {
     alloc::run_alloc_only()
 }
 
+/// Runs the scale rows alone, at the pool sizes `sizes` (and, unless 0,
+/// on the tokio workload with `tokio_tasks` idle tasks), without gdb,
+/// and prints their section (also written to target/bench/scale.md).
+pub fn run_scale_only(sizes: &[usize], tokio_tasks: usize) -> Result<()> {
+    crate::setup::run_setup()?;
+    step("bench: peers (Debian packages)");
+    let peers = peers::Peers::ensure();
+    step("bench: build the workloads");
+    let w = workloads::build(&peers)?;
+    step("bench: scale (blocked threads)");
+    let results: Vec<_> = sizes
+        .iter()
+        .map(|&workers| {
+            let window = if workers >= scale::HUGE {
+                std::time::Duration::ZERO
+            } else {
+                scale::WINDOW
+            };
+            let gdb = Err("not run (--scale-only)".to_string());
+            scale::run(&w, workers, window, 3, gdb).map_err(|e| format!("{e:#}"))
+        })
+        .collect();
+    let mut s = String::new();
+    report::scale_section(&results, &mut s);
+    if tokio_tasks > 0 {
+        step("bench: scale (idle tokio tasks)");
+        let r = scale::run_tokio(&w, tokio_tasks, 3).map_err(|e| format!("{e:#}"));
+        scale::tokio_section(&r, &mut s);
+    }
+    let md = out_dir().join("scale.md");
+    std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;
+    println!("{s}");
+    Ok(())
+}
+
 /// Runs the user stacks comparison alone and prints its section (also
 /// written to target/bench/stacks.md).
 pub fn run_stacks_only() -> Result<()> {
@@ -180,6 +215,13 @@ pub fn run_bench(quick: bool) -> Result<()> {
         scale_results.push(r.map_err(|e| format!("{e:#}")));
     }
 
+    step("bench: scale (idle tokio tasks)");
+    let tokio = scale::run_tokio(&w, scale::TOKIO_TASKS, if quick { 1 } else { 3 })
+        .map_err(|e| format!("{e:#}"));
+    if let Err(e) = &tokio {
+        eprintln!("    failed: {e}");
+    }
+
     step("bench: user stacks of 10,000 blocked threads");
     let stacks = stacks::run(&w, &peers, quick).map_err(|e| format!("{e:#}"));
     if let Err(e) = &stacks {
@@ -254,6 +296,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
         callgrind: (n1, n2, callgrind_example),
         overhead,
         scale: scale_results,
+        tokio,
         stacks,
         reading,
         bulk,

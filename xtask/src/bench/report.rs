@@ -40,6 +40,8 @@ pub struct Report {
     pub overhead: Vec<Measured>,
     /// Scale runs (or why one failed).
     pub scale: Vec<Result<ScaleResult, String>>,
+    /// The tokio workload's idle tasks (or why it failed).
+    pub tokio: Result<scale::TokioResult, String>,
     /// The user stacks comparison (or why it failed).
     pub stacks: Result<super::stacks::StacksResult, String>,
     /// Reading 100,000 live slots (or why it failed).
@@ -149,6 +151,7 @@ impl Report {
         self.per_call_table(&mut s);
         self.overhead_table(&mut s);
         self.scale_table(&mut s);
+        scale::tokio_section(&self.tokio, &mut s);
         super::stacks::render(&self.stacks, &mut s);
         super::reading::render(&self.reading, &mut s);
         match &self.bulk {
@@ -403,145 +406,7 @@ impl Report {
     }
 
     fn scale_table(&self, s: &mut String) {
-        let _ = writeln!(
-            s,
-            "## Scale: thousands of blocked threads\n\n\
-             `rip-demo-server --workers N --spinners 0`: N pool threads blocked \
-             on one mutex (after a snap each), plus a few other stuck threads. \
-             Time from start to exit of each tool (rip-probe observes for {} \
-             before it reports, none at 100,000 threads (`--duration 0`): \
-             \"beyond the window\" subtracts it), peak RSS \
-             (`ru_maxrss` from `wait4` in a small helper, `tests/bench/maxrss.c`), \
-             and how many of the process's threads the report \
-             lists (rip-probe: tids in `--json`; gdb: `(LWP n)` headers).\n",
-            secs(scale::WINDOW)
-        );
-        let _ = writeln!(
-            s,
-            "| threads | tool | runs | time to full report (median) | beyond the window | CPU, user + system (median) | peak RSS | threads listed |\n\
-             | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-        );
-        for r in &self.scale {
-            let r = match r {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = writeln!(s, "| | failed: {e} | | | | | | |");
-                    continue;
-                }
-            };
-            for (tool, t, window) in [
-                ("rip-probe --pid --json", &r.rip_probe, Some(r.window)),
-                (
-                    "rip-probe --pid --json --no-stacks",
-                    &r.no_stacks,
-                    Some(r.window),
-                ),
-                ("gdb thread apply all bt", &r.gdb, None),
-            ] {
-                let threads = thousands(r.threads as u64);
-                match (&t.missing, t.median_wall()) {
-                    (Some(m), None) => {
-                        let _ = writeln!(s, "| {threads} | {tool} | | {m} | | | | |");
-                    }
-                    (_, Some(wall)) => {
-                        let beyond = window.map_or("—".into(), |w| secs(wall.saturating_sub(w)));
-                        let _ = writeln!(
-                            s,
-                            "| {threads} | {tool} | {} | {} | {beyond} | {} | {} | {} of {threads} |",
-                            t.runs.len(),
-                            secs(wall),
-                            t.median_cpu().map_or("—".into(), secs),
-                            t.max_rss_kib().map_or(String::new(), mib),
-                            thousands(t.listed as u64)
-                        );
-                    }
-                    (None, None) => {}
-                }
-            }
-        }
-        if let Some(Ok(big)) = self
-            .scale
-            .iter()
-            .rev()
-            .find(|r| r.as_ref().is_ok_and(|r| r.workers <= 10_000))
-            && let Some(wall) = big.rip_probe.median_wall()
-        {
-            let beyond = wall.saturating_sub(big.window).as_secs_f64();
-            let all = big.rip_probe.listed == big.threads;
-            let _ = writeln!(
-                s,
-                "\nRequirement: a full report for 10,000 blocked threads in at most \
-                 0.5 s beyond the observation window, every thread in `--json`. \
-                 Measured at {} threads: {beyond:.2} s beyond the window, {} of {} \
-                 threads listed — {}.",
-                thousands(big.threads as u64),
-                thousands(big.rip_probe.listed as u64),
-                thousands(big.threads as u64),
-                if beyond <= 0.5 && all && big.workers >= 10_000 {
-                    "met"
-                } else {
-                    "NOT met"
-                }
-            );
-        }
-        if let Some(Ok(huge)) = self
-            .scale
-            .iter()
-            .find(|r| r.as_ref().is_ok_and(|r| r.workers == scale::HUGE))
-        {
-            let _ = writeln!(
-                s,
-                "\nRequirement: `--duration 0` on 100,000 blocked threads in at most {} wall \
-                 and {} peak RSS, every thread in `--json` (set before user stacks were in \
-                 reports: `--no-stacks` is that report). CPU time is user + system: unlike \
-                 wall time, it does not grow when other work shares the machine.\n",
-                secs(scale::HUGE_WALL),
-                mib(scale::HUGE_RSS_KIB),
-            );
-            for (label, runs) in [
-                ("`--no-stacks`", &huge.no_stacks),
-                ("with user stacks (the default)", &huge.rip_probe),
-            ] {
-                let (Some(wall), Some(rss)) = (runs.median_wall(), runs.max_rss_kib()) else {
-                    continue;
-                };
-                let all = runs.listed == huge.threads;
-                let _ = writeln!(
-                    s,
-                    "- {label}: {} wall, {} CPU, {}, {} of {} threads listed — {}.",
-                    secs(wall),
-                    runs.median_cpu().map_or("—".into(), secs),
-                    mib(rss),
-                    thousands(runs.listed as u64),
-                    thousands(huge.threads as u64),
-                    if wall <= scale::HUGE_WALL && rss <= scale::HUGE_RSS_KIB && all {
-                        "met"
-                    } else {
-                        "NOT met"
-                    }
-                );
-            }
-        }
-        for big in self.scale.iter().flatten().filter(|r| r.workers >= 10_000) {
-            for (label, runs) in [
-                ("", &big.rip_probe),
-                (" with `--no-stacks`", &big.no_stacks),
-            ] {
-                if runs.phases.is_empty() {
-                    continue;
-                }
-                let _ = writeln!(
-                    s,
-                    "\nrip-probe's phases in its last run{label} at {} threads \
-                     (`RIP_PROBE_TIMING=1`):\n\n| phase | ms |\n| --- | ---: |",
-                    thousands(big.threads as u64)
-                );
-                for (p, ms) in &runs.phases {
-                    let _ = writeln!(s, "| {p} | {ms:.1} |");
-                }
-            }
-        }
-        s.push('\n');
+        scale_section(&self.scale, s);
     }
 
     fn commands(&self, s: &mut String) {
@@ -734,6 +599,148 @@ fn format_us(ns: f64) -> String {
     }
 }
 
+/// The scale section: the runs of each size, the requirements and the
+/// phase tables of the largest runs (also what `--scale-only` prints).
+pub fn scale_section(scale: &[Result<ScaleResult, String>], s: &mut String) {
+    let _ = writeln!(
+        s,
+        "## Scale: thousands of blocked threads\n\n\
+         `rip-demo-server --workers N --spinners 0`: N pool threads blocked \
+         on one mutex (after a snap each), plus a few other stuck threads. \
+         Time from start to exit of each tool (rip-probe observes for {} \
+         before it reports, none at 100,000 threads (`--duration 0`): \
+         \"beyond the window\" subtracts it), peak RSS \
+         (`ru_maxrss` from `wait4` in a small helper, `tests/bench/maxrss.c`), \
+         and how many of the process's threads the report \
+         lists (rip-probe: tids in `--json`; gdb: `(LWP n)` headers).\n",
+        secs(scale::WINDOW)
+    );
+    let _ = writeln!(
+        s,
+        "| threads | tool | runs | time to full report (median) | beyond the window | CPU, user + system (median) | peak RSS | threads listed |\n\
+         | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for r in scale {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(s, "| | failed: {e} | | | | | | |");
+                continue;
+            }
+        };
+        for (tool, t, window) in [
+            ("rip-probe --pid --json", &r.rip_probe, Some(r.window)),
+            (
+                "rip-probe --pid --json --no-stacks",
+                &r.no_stacks,
+                Some(r.window),
+            ),
+            ("gdb thread apply all bt", &r.gdb, None),
+        ] {
+            let threads = thousands(r.threads as u64);
+            match (&t.missing, t.median_wall()) {
+                (Some(m), None) => {
+                    let _ = writeln!(s, "| {threads} | {tool} | | {m} | | | | |");
+                }
+                (_, Some(wall)) => {
+                    let beyond = window.map_or("—".into(), |w| secs(wall.saturating_sub(w)));
+                    let _ = writeln!(
+                        s,
+                        "| {threads} | {tool} | {} | {} | {beyond} | {} | {} | {} of {threads} |",
+                        t.runs.len(),
+                        secs(wall),
+                        t.median_cpu().map_or("—".into(), secs),
+                        t.max_rss_kib().map_or(String::new(), mib),
+                        thousands(t.listed as u64)
+                    );
+                }
+                (None, None) => {}
+            }
+        }
+    }
+    if let Some(Ok(big)) = scale
+        .iter()
+        .rev()
+        .find(|r| r.as_ref().is_ok_and(|r| r.workers <= 10_000))
+        && let Some(wall) = big.rip_probe.median_wall()
+    {
+        let beyond = wall.saturating_sub(big.window).as_secs_f64();
+        let all = big.rip_probe.listed == big.threads;
+        let _ = writeln!(
+            s,
+            "\nRequirement: a full report for 10,000 blocked threads in at most \
+             0.5 s beyond the observation window, every thread in `--json`. \
+             Measured at {} threads: {beyond:.2} s beyond the window, {} of {} \
+             threads listed — {}.",
+            thousands(big.threads as u64),
+            thousands(big.rip_probe.listed as u64),
+            thousands(big.threads as u64),
+            if beyond <= 0.5 && all && big.workers >= 10_000 {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
+    if let Some(Ok(huge)) = scale
+        .iter()
+        .find(|r| r.as_ref().is_ok_and(|r| r.workers == scale::HUGE))
+    {
+        let _ = writeln!(
+            s,
+            "\nRequirement: `--duration 0` on 100,000 blocked threads in at most {} wall \
+             and {} peak RSS, every thread in `--json` (set before user stacks were in \
+             reports: `--no-stacks` is that report). CPU time is user + system: unlike \
+             wall time, it does not grow when other work shares the machine.\n",
+            secs(scale::HUGE_WALL),
+            mib(scale::HUGE_RSS_KIB),
+        );
+        for (label, runs) in [
+            ("`--no-stacks`", &huge.no_stacks),
+            ("with user stacks (the default)", &huge.rip_probe),
+        ] {
+            let (Some(wall), Some(rss)) = (runs.median_wall(), runs.max_rss_kib()) else {
+                continue;
+            };
+            let all = runs.listed == huge.threads;
+            let _ = writeln!(
+                s,
+                "- {label}: {} wall, {} CPU, {}, {} of {} threads listed — {}.",
+                secs(wall),
+                runs.median_cpu().map_or("—".into(), secs),
+                mib(rss),
+                thousands(runs.listed as u64),
+                thousands(huge.threads as u64),
+                if wall <= scale::HUGE_WALL && rss <= scale::HUGE_RSS_KIB && all {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            );
+        }
+    }
+    for big in scale.iter().flatten().filter(|r| r.workers >= 10_000) {
+        for (label, runs) in [
+            ("", &big.rip_probe),
+            (" with `--no-stacks`", &big.no_stacks),
+        ] {
+            if runs.phases.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "\nrip-probe's phases in its last run{label} at {} threads \
+                 (`RIP_PROBE_TIMING=1`):\n\n| phase | ms |\n| --- | ---: |",
+                thousands(big.threads as u64)
+            );
+            for (p, ms) in &runs.phases {
+                let _ = writeln!(s, "| {p} | {ms:.1} |");
+            }
+        }
+    }
+    s.push('\n');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -818,6 +825,7 @@ mod tests {
                 r.troubles.push("it said `boom`".into());
                 r
             }],
+            tokio: Err("not run".into()),
             scale: vec![Ok(ScaleResult {
                 workers: 10_000,
                 threads: 10_006,

@@ -315,6 +315,129 @@ pub fn parse_phases(stderr: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Idle tasks of the tokio row of the whole bench.
+pub const TOKIO_TASKS: usize = 50_000;
+
+/// rip-probe on the tokio workload's idle tasks (`many RING N`), with
+/// `--duration 0`: the report of N tasks at one await, `reps` times.
+#[derive(Clone, Debug)]
+pub struct TokioResult {
+    /// Tasks asked for.
+    pub tasks: usize,
+    /// Tasks the last report lists.
+    pub listed: usize,
+    /// The runs, and the phases of the last.
+    pub rip_probe: ToolRuns,
+}
+
+/// Runs rip-probe `reps` times on a tokio workload of `tasks` idle tasks.
+pub fn run_tokio(w: &Workloads, tasks: usize, reps: usize) -> Result<TokioResult> {
+    let dir = super::out_dir();
+    let ring = format!("/dev/shm/rip-bench-tokio.{}.ring", std::process::id());
+    let args: Vec<String> = [
+        &*w.tokio_workload.path.to_string_lossy(),
+        "many",
+        &ring,
+        &tasks.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut workload = Proc::start(&args, &[])?;
+    let res = (|| {
+        workload
+            .stdout
+            .as_mut()
+            .expect("piped")
+            .wait_for(Duration::from_secs(300), |l| l == "ready")
+            .context("the tokio workload did not get ready")?;
+        let pid = workload.pid().to_string();
+        let mut runs = ToolRuns::default();
+        let mut listed = 0;
+        for _ in 0..reps {
+            let json = dir.join(format!("tokio-{tasks}.json"));
+            let timing = dir.join(format!("tokio-{tasks}.timing"));
+            let exe = w.rip_probe.path.to_string_lossy();
+            let a = rip_probe_args(&exe, &pid, Duration::ZERO, true);
+            let u = measure(
+                &w.maxrss.path,
+                &a,
+                &[("RIP_PROBE_TIMING", "1")],
+                create(&json)?,
+                create(&timing)?,
+            )?;
+            if !u.success {
+                bail!("rip-probe failed: see {}", rel(&timing));
+            }
+            let text = std::fs::read_to_string(&json)
+                .with_context(|| format!("reading {}", json.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", json.display()))?;
+            listed = v["tasks"]
+                .as_array()
+                .map_or(0, |t| t.iter().filter(|t| t["origin"] == "tokio").count());
+            runs.phases = parse_phases(&std::fs::read_to_string(&timing).unwrap_or_default());
+            eprintln!(
+                "    rip-probe: {:.2}s, {} MiB, {listed}/{tasks} tasks",
+                u.wall.as_secs_f64(),
+                u.max_rss_kib / 1024
+            );
+            runs.runs.push(u);
+        }
+        Ok(TokioResult {
+            tasks,
+            listed,
+            rip_probe: runs,
+        })
+    })();
+    workload.signal(libc::SIGKILL);
+    workload.wait_or_kill(Duration::from_secs(10));
+    let _ = std::fs::remove_file(&ring);
+    res
+}
+
+/// The tokio rows: time, CPU, peak RSS, tasks listed, and the phases.
+pub fn tokio_section(r: &Result<TokioResult, String>, s: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "## Scale: idle tokio tasks\n\n\
+         `rip-tokio-workload many RING N`: N tasks spawned with \
+         `librip::tokio::spawn_traced`, idle at one await on two worker \
+         threads; `rip-probe --pid P --duration 0 --json`.\n\n\
+         | tasks | runs | time to full report (median) | CPU, user + system (median) | peak RSS | tasks listed |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(s, "| | failed: {e} | | | | |\n");
+            return;
+        }
+    };
+    let tasks = super::stats::thousands(r.tasks as u64);
+    let ms = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+    let _ = writeln!(
+        s,
+        "| {tasks} | {} | {} | {} | {} MiB | {} of {tasks} |",
+        r.rip_probe.runs.len(),
+        r.rip_probe.median_wall().map_or("—".into(), ms),
+        r.rip_probe.median_cpu().map_or("—".into(), ms),
+        r.rip_probe.max_rss_kib().map_or(0, |k| k / 1024),
+        super::stats::thousands(r.listed as u64),
+    );
+    if !r.rip_probe.phases.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nrip-probe's phases in its last run at {tasks} tasks \
+             (`RIP_PROBE_TIMING=1`):\n\n| phase | ms |\n| --- | ---: |"
+        );
+        for (p, ms) in &r.rip_probe.phases {
+            let _ = writeln!(s, "| {p} | {ms:.1} |");
+        }
+    }
+    s.push('\n');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

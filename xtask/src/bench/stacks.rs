@@ -229,19 +229,25 @@ fn task_count(pid: u32) -> usize {
 }
 
 /// How many stacks of `text` reach `stk_thread`: threads of a rip-probe
-/// JSON report whose frames name it, or a debugger's backtrace lines.
+/// JSON report whose frames (the stack of its table they name) name it,
+/// or a debugger's backtrace lines.
 fn full_stacks(text: &str) -> usize {
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
         let threads = v["threads"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or_default();
+        let reaches = |stack: &serde_json::Value| {
+            stack
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["function"] == "stk_thread"))
+        };
         return threads
             .iter()
             .filter(|t| {
                 t["frames"]
-                    .as_array()
-                    .is_some_and(|f| f.iter().any(|f| f["function"] == "stk_thread"))
+                    .as_u64()
+                    .is_some_and(|id| reaches(&v["stacks"][id as usize]))
             })
             .count();
     }
@@ -507,8 +513,8 @@ mod tests {
 
     #[test]
     fn full_stacks_in_json_and_backtraces() {
-        let json = r#"{"threads":[{"frames":[{"function":"read"},{"function":"stk_thread"}]},{"frames":[{"function":"stk_thread"}]},{"frames":[]}],"groups":[{"frames":[{"function":"stk_thread"}]}]}"#;
-        assert_eq!(full_stacks(json), 2);
+        let json = r#"{"stacks":[[{"function":"read"},{"function":"stk_thread"}],[{"function":"stk_thread"}],[]],"threads":[{"frames":0},{"frames":1},{"frames":2},{"frames":1}],"groups":[{"frames":1}]}"#;
+        assert_eq!(full_stacks(json), 3);
         let gdb = "Thread 2 (Thread 0x7f (LWP 5) \"user_stacks\"):\n\
                    #0  0x00007f in read () from /lib/libc.so.6\n\
                    #5  0x000055 in stk_thread ()\n\

@@ -60,6 +60,8 @@ pub struct Workloads {
     pub demo_server: Exe,
     /// `rip-dump-workload` (a ring of many live slots).
     pub dump_workload: Exe,
+    /// `rip-tokio-workload` (tokio tasks idle at one await).
+    pub tokio_workload: Exe,
 }
 
 const CARGO_ARGS: &[&str] = &[
@@ -78,6 +80,8 @@ const CARGO_ARGS: &[&str] = &[
     "rip-demo-server",
     "--bin",
     "rip-dump-workload",
+    "--bin",
+    "rip-tokio-workload",
     "--bin",
     "rip-bench-loop",
     "--bin",
@@ -124,6 +128,7 @@ pub fn build(peers: &Peers) -> Result<Workloads> {
         uprobe_lib: cargo_exe("rip-bench-uprobe"),
         demo_server: cargo_exe("rip-demo-server"),
         dump_workload: cargo_exe("rip-dump-workload"),
+        tokio_workload: cargo_exe("rip-tokio-workload"),
     })
 }
 
