@@ -85,6 +85,12 @@ enum Cmd {
         /// tasks (`--duration 0`), 0 for none.
         #[arg(long, requires = "scale_only", default_value_t = 0)]
         tokio_tasks: usize,
+        /// Only the Python rows (rip-probe on a live Python service of 102
+        /// threads, then 1,002 threads and 100,000 asyncio tasks, beside
+        /// py-spy and pystack, none stopping it): printed and written to
+        /// target/bench/python.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only", "alloc_only", "scale_only"])]
+        python_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -141,6 +147,9 @@ fn main() {
             tokio_tasks,
             ..
         } => bench::run_scale_only(&sizes, tokio_tasks),
+        Cmd::Bench {
+            python_only: true, ..
+        } => bench::run_python_only(),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

@@ -14,6 +14,7 @@ mod chart;
 mod goroutines;
 mod peers;
 mod proc;
+mod python;
 mod reading;
 mod report;
 mod rows;
@@ -52,6 +53,11 @@ pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
 /// Runs the goroutine rows alone (see [`goroutines`]).
 pub fn run_goroutines_only() -> Result<()> {
     goroutines::run_goroutines_only()
+}
+
+/// Runs the Python rows alone (see [`python`]).
+pub fn run_python_only() -> Result<()> {
+    python::run_python_only()
 }
 
 /// Runs the allocation sampler's rows alone and prints their section
