@@ -7,7 +7,9 @@
 //! value (a round number at least the largest point); each series is a
 //! `<polyline class="series">` named by `data-series`, one vertex per
 //! point of the report's series: x is the point's time over the window,
-//! y its value over `data-max`. A panel of a part not traced (the heap
+//! y its value over `data-max`. What is outstanding was acquired in the
+//! window, so it is 0 when the window begins: those lines start with a
+//! vertex at the origin (`data-origin="1"`), before the points. A panel of a part not traced (the heap
 //! with `--no-heap`) is left out rather than drawn flat.
 
 use std::io::{self, Write};
@@ -278,12 +280,20 @@ pub fn leaks_timeline(r: &LeaksReport, w: &mut dyn Write) -> io::Result<()> {
                     )
                 })
                 .collect();
+            // The rate has no value at the start; the others are 0 then.
+            let origin = line.id != "heap_calls_per_s";
+            let mut vertices = Vec::with_capacity(points.len() + 1);
+            if origin {
+                vertices.push(format!("{LEFT:.2},{bottom:.2}"));
+            }
+            vertices.extend(points);
             let last = line.values.last().copied().unwrap_or(0.0);
             writeln!(
                 w,
-                r#"<polyline class="series" data-series="{}" fill="none" stroke="{colour}" stroke-width="2" points="{}"><title>{}: {} at the end</title></polyline>"#,
+                r#"<polyline class="series" data-series="{}" data-origin="{}" fill="none" stroke="{colour}" stroke-width="2" points="{}"><title>{}: {} at the end</title></polyline>"#,
                 line.id,
-                points.join(" "),
+                u8::from(origin),
+                vertices.join(" "),
                 line.label,
                 xml_text(&(panel.unit)(last))
             )?;
@@ -370,7 +380,11 @@ mod tests {
                 )
             })
             .collect();
-        assert!(line.contains(&want.join(" ")), "{line}");
+        let origin = format!("{LEFT:.2},{:.2}", top + PLOT);
+        assert!(
+            line.contains(&format!(r#"points="{origin} {}""#, want.join(" "))),
+            "{line}"
+        );
         assert!(svg.contains(r#"id="bytes" data-max="5000""#), "{svg}");
         // 100 calls every 0.5 s: 200/s, on an axis to 200.
         assert!(svg.contains(r#"id="rate" data-max="200""#), "{svg}");
