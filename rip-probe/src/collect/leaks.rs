@@ -367,7 +367,21 @@ impl LeaksCollector {
     /// (the cost estimate's): from now on they send blocks.
     pub fn heap_on(&mut self, calls: u64) -> Result<()> {
         self.heap_calls_before = calls;
-        self.data.start_ns = monotonic_ns();
+        // What the syscalls acquired and released while the heap's probes
+        // only counted is from before the window, as what was open before
+        // the attach: the window begins now for every kind (a mapping
+        // older than the window would be a claim the window cannot back).
+        self.serve();
+        let d = &mut self.data;
+        d.fds.clear();
+        d.mappings.clear();
+        d.shm.clear();
+        d.released.clear();
+        d.unmatched_releases = 0;
+        if let Some(a) = &mut d.acquired {
+            a.clear();
+        }
+        d.start_ns = monotonic_ns();
         self.probe.heap_on()
     }
 
