@@ -17,8 +17,8 @@ use rip_probe::model::{
     contention::LocksReport,
     events::{Event, StateChange},
     leaks::{
-        FdKind, HeapSampler, HeapTracing, LeakLost, LeakPoint, LeakStack, LeakTotal, LeakTracing,
-        LeaksReport, ResourceKind,
+        FdKind, HeapSampler, HeapTracing, LeakAcquired, LeakLost, LeakPoint, LeakStack, LeakTotal,
+        LeakTracing, LeaksReport, ResourceKind,
     },
     list::{ListReport, ListedProcess},
     offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
@@ -337,8 +337,16 @@ fn leaks_report() -> LeaksReport {
             ids: vec![5, 6, 7],
             targets: vec!["socket:[1234]".into()],
             addrs: vec![0x1000, 0x2000],
-            frames: vec![f.clone(), f].into(),
+            frames: vec![f.clone(), f.clone()].into(),
         }],
+        allocated: Some(vec![LeakAcquired {
+            kind: ResourceKind::Heap,
+            call: "malloc".into(),
+            count: 900,
+            bytes: 90_000,
+            addrs: vec![0x1000],
+            frames: vec![f].into(),
+        }]),
         series: vec![LeakPoint {
             at_ns: 100_000_000,
             heap_count: 10,
@@ -376,6 +384,7 @@ fn a_leaks_report_validates_against_its_schema() {
     let mut sparse = leaks_report();
     sparse.traced.heap = None;
     sparse.sampler = None;
+    sparse.allocated = None;
     sparse.open_at_start = None;
     sparse.stacks[0].fd_kind = None;
     sparse.stacks.clear();

@@ -373,6 +373,100 @@ fn leaks_pprof_holds_what_is_still_held() {
     assert_eq!(cum_of(&space, "leak_map"), 3 * 64 * 1024, "{r}");
 }
 
+/// `leaks --pprof` with the heap traced: `alloc_objects`/`alloc_space`
+/// count every block allocated in the window by stack, freed or not
+/// (tests/c/heap_leaks.c's balanced path allocates 1200 blocks a round
+/// and frees them all), beside `inuse_*`, which holds only the leaks.
+#[test]
+fn leaks_pprof_has_what_was_allocated_beside_what_is_held() {
+    if !bpf_tests_enabled("leaks_pprof alloc") {
+        return;
+    }
+    let mut child = Command::new(build_c("heap_leaks", &["-fomit-frame-pointer"]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start tests/c/heap_leaks.c");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let expect = |out: &mut std::io::BufReader<_>, what: &str| {
+        let mut l = String::new();
+        std::io::BufRead::read_line(out, &mut l).unwrap();
+        assert_eq!(l.trim(), what);
+    };
+    expect(&mut out, "ready");
+    let dir = TempDir::new("/tmp", "pprof-alloc");
+    let file = dir.join("heap.pb.gz");
+    let mut bg = Background::spawn(Command::new(CLI).args([
+        "leaks",
+        "--pid",
+        &child.id().to_string(),
+        "--json",
+        "--pprof",
+        file.to_str().unwrap(),
+    ]));
+    bg.wait_phase("attach leaks");
+    writeln!(stdin, "go").unwrap();
+    stdin.flush().unwrap();
+    expect(&mut out, "done");
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(bg.child.id() as i32, libc::SIGINT) };
+    let f = bg.finish();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(f.status.success(), "{}", f.stderr);
+    let r: Value = serde_json::from_str(&f.stdout).unwrap();
+    // Every call followed: the counts are exact.
+    assert_eq!(r["lost"]["events"], 0, "{}", r["lost"]);
+    assert_eq!(r["lost"]["heap_calls"], 0, "{}", r["lost"]);
+    let of = |list: &str, value: &str| -> Vec<(Vec<String>, u64)> {
+        r[list]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {list}: {r}"))
+            .iter()
+            .filter(|s| s["kind"] == "heap")
+            .map(|s| (names(&s["frames"]), s[value].as_u64().unwrap()))
+            .collect()
+    };
+    let (alloc_n, alloc_b) = (of("allocated", "count"), of("allocated", "bytes"));
+    assert_eq!(
+        cum_of(&alloc_n, "balanced_heap"),
+        1200,
+        "{:#}",
+        r["allocated"]
+    );
+    assert_eq!(cum_of(&alloc_n, "leak_here"), 40);
+    assert_eq!(cum_of(&alloc_b, "leak_here"), 40_000);
+    assert_eq!(cum_of(&alloc_n, "leak_zeroed"), 10);
+    // go tool pprof reads the same from the file.
+    let (rows, _) = pprof_top(&file, "alloc_objects", "count");
+    assert_eq!(
+        rows.get("balanced_heap").map(|r| r.1),
+        Some(1200),
+        "{rows:?}"
+    );
+    assert_eq!(rows.get("leak_here").map(|r| r.1), Some(40), "{rows:?}");
+    assert_eq!(rows.get("leak_zeroed").map(|r| r.1), Some(10), "{rows:?}");
+    let (rows, _) = pprof_top(&file, "alloc_space", "B");
+    assert_eq!(
+        rows.get("balanced_heap").map(|r| r.1),
+        Some(cum_of(&alloc_b, "balanced_heap")),
+        "{rows:?}"
+    );
+    assert_eq!(rows.get("leak_here").map(|r| r.1), Some(40_000), "{rows:?}");
+    // What is held: the leaks only.
+    let (rows, _) = pprof_top(&file, "inuse_objects", "count");
+    assert_eq!(rows.get("leak_here").map(|r| r.1), Some(40), "{rows:?}");
+    assert!(!rows.contains_key("balanced_heap"), "{rows:?}");
+    let (rows, _) = pprof_top(&file, "inuse_space", "B");
+    assert_eq!(rows.get("leak_here").map(|r| r.1), Some(40_000), "{rows:?}");
+    assert_eq!(
+        rows.get("leak_zeroed").map(|r| r.1),
+        Some(10_000),
+        "{rows:?}"
+    );
+}
+
 #[test]
 fn pprof_files_are_checked_before_the_window() {
     for args in [

@@ -13,7 +13,10 @@ use crate::{
     },
     model::{
         Frame,
-        leaks::{FdKind, LeakLost, LeakPoint, LeakStack, LeakTotal, LeaksReport, ResourceKind},
+        leaks::{
+            FdKind, LeakAcquired, LeakLost, LeakPoint, LeakStack, LeakTotal, LeaksReport,
+            ResourceKind,
+        },
     },
 };
 
@@ -67,6 +70,19 @@ pub(crate) fn fd_kind(target: Option<&str>, call: &str) -> FdKind {
         "pidfd_open" => FdKind::Pidfd,
         _ => FdKind::Other,
     }
+}
+
+/// The frames `names` has for stack `addrs`, else its bare addresses.
+fn frames_of(names: &HashMap<Arc<[u64]>, Arc<[Frame]>>, addrs: &Arc<[u64]>) -> Arc<[Frame]> {
+    names.get(addrs).cloned().unwrap_or_else(|| {
+        addrs
+            .iter()
+            .map(|&a| Frame {
+                addr: a,
+                ..Frame::default()
+            })
+            .collect()
+    })
 }
 
 fn kind_of(t: Table) -> ResourceKind {
@@ -163,15 +179,7 @@ pub(crate) fn fill(
                 oldest_ns: g.oldest,
                 ids: g.ids.iter().take(IDS).map(|&(_, id)| id).collect(),
                 targets: g.targets,
-                frames: names.get(&addrs).cloned().unwrap_or_else(|| {
-                    addrs
-                        .iter()
-                        .map(|&a| Frame {
-                            addr: a,
-                            ..Frame::default()
-                        })
-                        .collect()
-                }),
+                frames: frames_of(names, &addrs),
                 addrs: addrs.to_vec(),
             }
         })
@@ -186,6 +194,35 @@ pub(crate) fn fill(
     });
     totals.sort_by_key(|t| t.kind);
     report.stacks = stacks;
+    report.allocated = data.acquired.as_ref().map(|acq| {
+        let mut all: Vec<LeakAcquired> = acq
+            .iter()
+            .map(|(&(table, call, stack), c)| {
+                let addrs = data
+                    .stacks
+                    .get(stack)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(Vec::new()));
+                LeakAcquired {
+                    kind: kind_of(table),
+                    call: call.to_string(),
+                    count: c.count,
+                    bytes: c.bytes,
+                    frames: frames_of(names, &addrs),
+                    addrs: addrs.to_vec(),
+                }
+            })
+            .collect();
+        all.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(b.count.cmp(&a.count))
+                .then(a.kind.cmp(&b.kind))
+                .then(a.call.cmp(&b.call))
+                .then(a.addrs.cmp(&b.addrs))
+        });
+        all
+    });
     report.totals = totals;
     report.released = data
         .released

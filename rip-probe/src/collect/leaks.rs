@@ -276,6 +276,10 @@ pub struct LeaksData {
     pub heap_unmatched: u64,
     /// The acquiring stacks (return addresses, innermost first).
     pub stacks: Vec<Arc<[u64]>>,
+    /// Everything acquired in the window, released since or not, by
+    /// table, call and stack index: `None` unless asked for
+    /// ([`LeaksCollector::count_acquired`]).
+    pub acquired: Option<HashMap<(Table, &'static str, usize), Count>>,
     /// Released within the window, by table.
     pub released: BTreeMap<Table, Count>,
     /// Releases of what was never seen acquired.
@@ -320,6 +324,21 @@ pub struct LeaksCollector {
     heap_calls_before: u64,
 }
 
+/// Adds one acquisition of `bytes` to `acquired` (when it is counted).
+fn acquired(
+    acquired: &mut Option<HashMap<(Table, &'static str, usize), Count>>,
+    table: Table,
+    call: &'static str,
+    stack: usize,
+    bytes: u64,
+) {
+    if let Some(a) = acquired {
+        let c = a.entry((table, call, stack)).or_default();
+        c.count += 1;
+        c.bytes += bytes;
+    }
+}
+
 impl LeaksCollector {
     /// Serves `probe`, unwinding with `unwinder`; `open_at_start` is the
     /// count of descriptors open before the attach.
@@ -348,8 +367,30 @@ impl LeaksCollector {
     /// (the cost estimate's): from now on they send blocks.
     pub fn heap_on(&mut self, calls: u64) -> Result<()> {
         self.heap_calls_before = calls;
-        self.data.start_ns = monotonic_ns();
+        // What the syscalls acquired and released while the heap's probes
+        // only counted is from before the window, as what was open before
+        // the attach: the window begins now for every kind (a mapping
+        // older than the window would be a claim the window cannot back).
+        self.serve();
+        let d = &mut self.data;
+        d.fds.clear();
+        d.mappings.clear();
+        d.shm.clear();
+        d.released.clear();
+        d.unmatched_releases = 0;
+        if let Some(a) = &mut d.acquired {
+            a.clear();
+        }
+        d.start_ns = monotonic_ns();
         self.probe.heap_on()
+    }
+
+    /// Counts everything acquired in the window by stack, released since
+    /// or not ([`LeaksData::acquired`]). Each heap block's stack is then
+    /// unwound, also of the blocks freed before [`UNWIND_AFTER_NS`] that
+    /// would otherwise never cost an unwind.
+    pub fn count_acquired(&mut self) {
+        self.data.acquired = Some(HashMap::new());
     }
 
     /// The allocator calls the heap probes counted so far.
@@ -405,6 +446,7 @@ impl LeaksCollector {
                 continue;
             };
             let stack = self.unwound(w.regs, &w.stack);
+            acquired(&mut self.data.acquired, Table::Heap, w.call, stack, w.bytes);
             self.data.heap.insert(
                 addr,
                 Held {
@@ -503,6 +545,7 @@ impl LeaksCollector {
             return;
         }
         let stack = self.stack_of(ev);
+        acquired(&mut self.data.acquired, Table::Fd, call, stack, 0);
         let held = Held {
             stack,
             at_ns: ev.ts_ns,
@@ -561,6 +604,13 @@ impl LeaksCollector {
         // Mapped over others (MAP_FIXED): those parts are gone.
         self.unmap(start, end);
         let stack = self.stack_of(ev);
+        acquired(
+            &mut self.data.acquired,
+            Table::Mapping,
+            call,
+            stack,
+            end - start,
+        );
         self.data.mappings.insert(
             start,
             Held {
@@ -577,7 +627,13 @@ impl LeaksCollector {
     /// again (its free was not seen).
     fn free_block(&mut self, addr: u64) {
         let bytes = match self.waiting.remove(&addr) {
-            Some(w) => w.bytes,
+            Some(w) => {
+                if self.data.acquired.is_some() {
+                    let stack = self.unwound(w.regs, &w.stack);
+                    acquired(&mut self.data.acquired, Table::Heap, w.call, stack, w.bytes);
+                }
+                w.bytes
+            }
             None => match self.data.heap.remove(&addr) {
                 Some(h) => h.bytes,
                 None => {
@@ -677,6 +733,7 @@ impl LeaksCollector {
             }
             nr::SHMAT => {
                 let stack = self.stack_of(ev);
+                acquired(&mut self.data.acquired, Table::Shm, "shmat", stack, 0);
                 self.data.shm.insert(
                     ret as u64,
                     Held {

@@ -11,7 +11,7 @@ use clap::Args;
 use rip_ebpf::calls::{CallOutlier, CallStats, MAX_FUNCTIONS};
 
 use super::{
-    output::{OutputFile, Sink},
+    output::{Outputs, Sink, require_window},
     parse_duration,
 };
 use crate::{
@@ -88,17 +88,9 @@ fn parse_percent(s: &str) -> std::result::Result<u32, String> {
 }
 
 pub(crate) fn run(a: &CallsArgs, out: &mut Sink) -> Result<()> {
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        return Err(Error::Usage(
-            "calls needs a window: give --duration a length, e.g. --duration 5s".into(),
-        ));
-    }
+    require_window("calls", a.duration, "5s")?;
     let rule = outlier_rule(a)?;
-    let pprof = a
-        .pprof
-        .as_deref()
-        .map(|p| OutputFile::check("--pprof", p))
-        .transpose()?;
+    let pprof = Outputs::check(None, a.pprof.as_deref(), None)?.pprof;
     let target = Target::open(a.pid)?;
     target.require_user_space(discover::Lacks::Functions)?;
     privileges::check()?;

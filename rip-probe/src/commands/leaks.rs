@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::{
-    output::{OutputFile, Sink},
+    output::{Outputs, Sink, require_window},
     parse_duration,
 };
 use crate::{
@@ -49,9 +49,12 @@ const MARK_EVERY: Duration = Duration::from_millis(100);
 /// said before it.
 const COUNT_BEFORE: Duration = Duration::from_millis(200);
 /// What one traced allocator call costs the process, in µs: a uprobe and
-/// a uretprobe hit, measured on machines of this kind (an uprobe 10 to 22
-/// µs a hit).
-const HIT_US: (u64, u64) = (10, 45);
+/// a uretprobe hit (a free only the first). The low end was measured
+/// with these probes: `tests/bench/alloc_mix.c` lost 7.1 to 7.5 µs of CPU
+/// time per allocator call (200,000 operations, 2 CPUs at load 11); the
+/// high end is twice the 22 µs an uprobe hit cost a prototype on machines
+/// of this kind.
+const HIT_US: (u64, u64) = (7, 45);
 
 /// `rip-probe leaks`.
 #[derive(Debug, Args)]
@@ -88,11 +91,18 @@ pub(crate) struct LeaksArgs {
     /// Print the report as JSON (schema: docs/JSON.md).
     #[arg(long)]
     json: bool,
-    /// Also write what is still held as a pprof profile to FILE
-    /// (`inuse_objects`, `inuse_space` by acquiring stack), for `go tool
-    /// pprof`, Pyroscope or Parca.
+    /// Also write a pprof profile to FILE, for `go tool pprof`, Pyroscope
+    /// or Parca: what is still held (`inuse_objects`, `inuse_space`) and
+    /// everything acquired in the window, released or not
+    /// (`alloc_objects`, `alloc_space`), by acquiring stack. Every heap
+    /// block's stack is then unwound, even of those freed at once.
     #[arg(long, value_name = "FILE", conflicts_with = "sampled")]
     pprof: Option<std::path::PathBuf>,
+    /// Also write an SVG timeline to FILE: the bytes, descriptors and
+    /// heap blocks outstanding over the window, and the allocator calls
+    /// per second.
+    #[arg(long, value_name = "FILE", conflicts_with = "sampled")]
+    timeline: Option<std::path::PathBuf>,
     /// Write an SVG flame graph of the outstanding bytes to FILE (and the
     /// text report to stdout).
     #[arg(long, value_name = "FILE", conflicts_with = "json")]
@@ -102,27 +112,22 @@ pub(crate) struct LeaksArgs {
 pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     // Refused before anything is traced: no window is spent on a report
     // that cannot be written.
-    let svg = a
-        .svg
-        .as_deref()
-        .map(|p| OutputFile::check("--svg", p))
-        .transpose()?;
-    let pprof = a
-        .pprof
-        .as_deref()
-        .map(|p| OutputFile::check("--pprof", p))
-        .transpose()?;
-    if pprof.is_some() && (a.ring.is_some() || a.sampled) {
-        return Err(Error::Usage(
-            "--pprof writes a traced window's report: use it with rip-probe leaks --pid PID \
-             --duration D (not with a RING or --sampled)"
-                .into(),
-        ));
+    for (flag, given) in [
+        ("--pprof", a.pprof.is_some()),
+        ("--timeline", a.timeline.is_some()),
+    ] {
+        if given && (a.ring.is_some() || a.sampled) {
+            return Err(Error::Usage(format!(
+                "{flag} writes a traced window's report: use it with rip-probe leaks --pid PID \
+                 --duration D (not with a RING or --sampled)"
+            )));
+        }
     }
+    let files = Outputs::check(a.svg.as_deref(), a.pprof.as_deref(), a.timeline.as_deref())?;
     let pid = match (&a.ring, a.pid) {
-        (Some(ring), _) => return super::leaks_ring::run_file(ring, a.json, svg, out),
+        (Some(ring), _) => return super::leaks_ring::run_file(ring, a.json, &files, out),
         (None, Some(pid)) if a.sampled => {
-            return super::leaks_ring::run_pid(pid, a.json, svg, out);
+            return super::leaks_ring::run_pid(pid, a.json, &files, out);
         }
         (None, Some(pid)) => pid,
         (None, None) => {
@@ -131,11 +136,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             ));
         }
     };
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        return Err(Error::Usage(
-            "leaks needs a window: give --duration a length, e.g. --duration 10s".into(),
-        ));
-    }
+    require_window("leaks", a.duration, "10s")?;
     let target = Target::open(pid)?;
     privileges::check()?;
     let threads = procfs::tids(pid)?.len();
@@ -169,6 +170,9 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     let (c, rate) = timing::phase("attach leaks", || -> Result<_> {
         let probe = LeaksProbe::attach(pid, threads, &calls, heap_sites)?;
         let mut c = LeaksCollector::new(probe, stacks, open_at_start);
+        if files.pprof.is_some() {
+            c.count_acquired();
+        }
         let mut rate = 0.0;
         if let Some(al) = &allocator {
             rate = count_heap_calls(&mut c)?;
@@ -219,6 +223,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
         totals: Vec::new(),
         released: Vec::new(),
         stacks: Vec::new(),
+        allocated: None,
         series: Vec::new(),
         lost: LeakLost::default(),
         warnings,
@@ -236,9 +241,16 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
     timing::phase("analyze", || {
         analyze::leaks::fill(&mut report, &data, &names)
     });
-    if let Some(file) = &pprof {
+    files.recheck()?;
+    if let Some(file) = &files.pprof {
         let view = lost.is_none().then(|| target.view_pid());
-        let frames = report.stacks.iter().flat_map(|s| s.frames.iter());
+        let frames = report.stacks.iter().flat_map(|s| s.frames.iter()).chain(
+            report
+                .allocated
+                .iter()
+                .flatten()
+                .flat_map(|s| s.frames.iter()),
+        );
         super::write_pprof(
             file,
             view,
@@ -247,7 +259,7 @@ pub(crate) fn run(a: &LeaksArgs, out: &mut Sink) -> Result<()> {
             render::leaks_pprof,
         )?;
     }
-    super::emit_leaks(&report, a.json, svg, out)
+    super::emit_leaks(&report, a.json, &files, out)
 }
 
 /// Allocator calls per second of the process, its heap probes counting

@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, path::Path, sync::Arc};
 
-use super::output::{OutputFile, Sink};
+use super::output::{Outputs, Sink};
 use crate::{
     analyze,
     collect::{namespaces::Writer, procfs, ring::RingView},
@@ -22,19 +22,14 @@ use crate::{
 };
 
 /// `rip-probe leaks RING`: the sampler's table of a ring file.
-pub(crate) fn run_file(
-    path: &Path,
-    json: bool,
-    svg: Option<OutputFile>,
-    out: &mut Sink,
-) -> Result<()> {
-    report(RingView::open(path)?, true, json, svg, out)
+pub(crate) fn run_file(path: &Path, json: bool, files: &Outputs, out: &mut Sink) -> Result<()> {
+    report(RingView::open(path)?, true, json, files, out)
 }
 
 /// `rip-probe leaks --pid N --sampled`: the sampler's table of the
 /// process's ring, read live.
-pub(crate) fn run_pid(pid: u32, json: bool, svg: Option<OutputFile>, out: &mut Sink) -> Result<()> {
-    report(super::dump::ring_of(pid)?, false, json, svg, out)
+pub(crate) fn run_pid(pid: u32, json: bool, files: &Outputs, out: &mut Sink) -> Result<()> {
+    report(super::dump::ring_of(pid)?, false, json, files, out)
 }
 
 /// Reads the ring's allocation table, names its live samples' stacks,
@@ -43,7 +38,7 @@ fn report(
     mut ring: RingView,
     from_file: bool,
     json: bool,
-    svg: Option<OutputFile>,
+    files: &Outputs,
     out: &mut Sink,
 ) -> Result<()> {
     let writer = ring.writer();
@@ -130,6 +125,7 @@ fn report(
         totals: Vec::new(),
         released: Vec::new(),
         stacks: Vec::new(),
+        allocated: None,
         series: Vec::new(),
         lost: LeakLost::default(),
         warnings,
@@ -149,5 +145,5 @@ fn report(
     analyze::leaks::fill_sampled(&mut report, &table, &names, |t| {
         now.saturating_sub(ring.unix_ns(t))
     });
-    super::emit_leaks(&report, json, svg, out)
+    super::emit_leaks(&report, json, files, out)
 }

@@ -131,27 +131,37 @@ pub(crate) fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Renders `report`: JSON, or text and, with `svg`, the flame graph.
+/// Renders `report`: JSON or text, and the files asked for (`--svg`
+/// flame graph, `--timeline`), all looked at again before any is written.
 pub(crate) fn emit_leaks(
     report: &crate::model::leaks::LeaksReport,
     json: bool,
-    svg: Option<output::OutputFile>,
+    files: &output::Outputs,
     out: &mut Sink,
 ) -> Result<()> {
-    if let Some(svg) = svg {
+    files.recheck()?;
+    if let Some(timeline) = &files.timeline {
+        timeline.write(|w| render::leaks_timeline(report, w))?;
+    }
+    if let Some(svg) = &files.svg {
         svg.write(|w| render::leaks_svg(report, w))?;
-        let path = svg.path().display().to_string();
-        return out.emit(|w| {
-            render::leaks_text(report, w)?;
-            writeln!(w, "\nflame graph of the outstanding bytes: {path}")
-        });
     }
     out.emit(|w| {
         if json {
-            render::json(report, w)
-        } else {
-            render::leaks_text(report, w)
+            return render::json(report, w);
         }
+        render::leaks_text(report, w)?;
+        if let Some(svg) = &files.svg {
+            writeln!(
+                w,
+                "\nflame graph of the outstanding bytes: {}",
+                svg.path().display()
+            )?;
+        }
+        if let Some(timeline) = &files.timeline {
+            writeln!(w, "timeline of the window: {}", timeline.path().display())?;
+        }
+        Ok(())
     })
 }
 

@@ -13,7 +13,7 @@ use std::{
 use clap::Args;
 
 use super::{
-    output::{OutputFile, Sink},
+    output::{Outputs, Sink, require_window},
     parse_duration,
 };
 use crate::{
@@ -84,21 +84,8 @@ pub(crate) struct OffCpuArgs {
 }
 
 pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        return Err(Error::Usage(
-            "offcpu needs a window: give --duration a length, e.g. --duration 5s".into(),
-        ));
-    }
-    let svg = a
-        .svg
-        .as_deref()
-        .map(|p| OutputFile::check("--svg", p))
-        .transpose()?;
-    let pprof = a
-        .pprof
-        .as_deref()
-        .map(|p| OutputFile::check("--pprof", p))
-        .transpose()?;
+    require_window("offcpu", a.duration, "5s")?;
+    let files = Outputs::check(a.svg.as_deref(), a.pprof.as_deref(), None)?;
     let target = Target::open(a.pid)?;
     privileges::check()?;
     let threads = procfs::tids(a.pid)?.len();
@@ -157,7 +144,8 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
         threads,
     };
     timing::phase("analyze", || fill(&mut report, &data, &names));
-    if let Some(file) = &pprof {
+    files.recheck()?;
+    if let Some(file) = &files.pprof {
         let view = lost.is_none().then(|| target.view_pid());
         let frames = report.stacks.iter().flat_map(|s| s.frames.iter());
         super::write_pprof(
@@ -168,7 +156,7 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
             render::offcpu_pprof,
         )?;
     }
-    if let Some(svg) = svg {
+    if let Some(svg) = &files.svg {
         svg.write(|w| render::offcpu_svg(&report, w))?;
         return out.emit(|w| {
             render::offcpu_text(&report, &mut *w)?;

@@ -67,6 +67,63 @@ impl Sink<'_> {
     }
 }
 
+/// The files a command writes beside its report (`--svg`, `--pprof`,
+/// `--timeline`): each checked before the window ([`Outputs::check`]), so
+/// a bad path costs no observation, and all looked at again before the
+/// first is written ([`Outputs::recheck`]), so that one refused at the
+/// end leaves none of them written.
+#[derive(Default)]
+pub(crate) struct Outputs {
+    /// `--svg FILE`.
+    pub(crate) svg: Option<OutputFile>,
+    /// `--pprof FILE`.
+    pub(crate) pprof: Option<OutputFile>,
+    /// `--timeline FILE`.
+    pub(crate) timeline: Option<OutputFile>,
+}
+
+impl Outputs {
+    /// Checks each file given ([`OutputFile::check`]).
+    pub(crate) fn check(
+        svg: Option<&Path>,
+        pprof: Option<&Path>,
+        timeline: Option<&Path>,
+    ) -> Result<Outputs> {
+        let one = |flag, p: Option<&Path>| p.map(|p| OutputFile::check(flag, p)).transpose();
+        Ok(Outputs {
+            svg: one("--svg", svg)?,
+            pprof: one("--pprof", pprof)?,
+            timeline: one("--timeline", timeline)?,
+        })
+    }
+
+    /// Looks at every file again ([`OutputFile::recheck`]) before any is
+    /// written.
+    pub(crate) fn recheck(&self) -> Result<()> {
+        for f in [&self.svg, &self.pprof, &self.timeline]
+            .into_iter()
+            .flatten()
+        {
+            f.recheck()?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a window of length zero for `command`: it observes nothing.
+pub(crate) fn require_window(
+    command: &str,
+    duration: Option<std::time::Duration>,
+    example: &str,
+) -> Result<()> {
+    if duration.is_some_and(|d| d.is_zero()) {
+        return Err(Error::Usage(format!(
+            "{command} needs a window: give --duration a length, e.g. --duration {example}"
+        )));
+    }
+    Ok(())
+}
+
 /// An output file checked before observing: its directory opened, its
 /// name known to be new or a regular file.
 pub(crate) struct OutputFile {
@@ -144,16 +201,37 @@ impl OutputFile {
         }
         // A file can be made there (not so in /proc or a read-only mount):
         // found out now rather than after the window.
-        let tmp = out.temporary();
-        let fd = out.create(&tmp, 0o600).map_err(|e| {
-            usage(format!(
-                "cannot create a file in {}: {e}",
-                dir_path.display()
+        out.can_create()?;
+        Ok(out)
+    }
+
+    /// Whether a file can be made in the directory now: a temporary one
+    /// is created and removed.
+    fn can_create(&self) -> Result<()> {
+        let tmp = self.temporary();
+        let fd = self.create(&tmp, 0o600).map_err(|e| {
+            Error::Usage(format!(
+                "{} {}: cannot create a file in {}: {e}",
+                self.flag,
+                self.path.display(),
+                match self.path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                }
+                .display()
             ))
         })?;
         drop(fd);
-        let _ = rustix::fs::unlinkat(&out.dir, &tmp, AtFlags::empty());
-        Ok(out)
+        let _ = rustix::fs::unlinkat(&self.dir, &tmp, AtFlags::empty());
+        Ok(())
+    }
+
+    /// Looks again, after the window, at what [`Self::check`] looked at:
+    /// the name still new or a regular file, a file still creatable in
+    /// the directory (it may have been removed meanwhile).
+    pub(crate) fn recheck(&self) -> Result<()> {
+        self.existing()?;
+        self.can_create()
     }
 
     /// The temporary name the file is written under, in its directory.

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::{
     Length, filter_idle,
-    output::{OutputFile, Sink},
+    output::{Outputs, Sink},
     parse_duration, parse_length,
 };
 use crate::{
@@ -137,11 +137,7 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
     if a.events {
         return events(a, pid, out);
     }
-    let pprof = a
-        .pprof
-        .as_deref()
-        .map(|p| OutputFile::check("--pprof", p))
-        .transpose()?;
+    let pprof = Outputs::check(None, a.pprof.as_deref(), None)?.pprof;
     let mut session = Session::attach(&options(a, pid))?;
     loop {
         let observed = session.observe_for(a.duration.0, &mut ())?;

@@ -64,11 +64,7 @@ pub(crate) fn run(a: &RecordArgs, out: &mut Sink) -> Result<()> {
                 .into(),
         ));
     }
-    if a.duration.is_some_and(|d| d.is_zero()) {
-        return Err(Error::Usage(
-            "record needs a window: give --duration a length, e.g. --duration 5s".into(),
-        ));
-    }
+    super::output::require_window("record", a.duration, "5s")?;
     let mut opts = SessionOptions::new(a.pid);
     opts.events = true;
     // Names and states are all the timeline takes from the report.

@@ -43,6 +43,13 @@ pub struct LeaksReport {
     /// The outstanding resources grouped by kind and acquiring stack, most
     /// bytes first (then most resources).
     pub stacks: Vec<LeakStack>,
+    /// Everything acquired in the window by kind, call and acquiring
+    /// stack, released since or not, most bytes first (then most
+    /// resources): pprof's `alloc_objects` and `alloc_space`. Only with
+    /// `--pprof` (each heap block's stack is then unwound, even of the
+    /// blocks freed at once), otherwise `None`; not subject to
+    /// `min_age_ns`.
+    pub allocated: Option<Vec<LeakAcquired>>,
     /// Outstanding totals over the window, oldest first: what was acquired
     /// in the window and not yet released at each point.
     pub series: Vec<LeakPoint>,
@@ -236,6 +243,24 @@ pub struct LeakStack {
     pub frames: Arc<[Frame]>,
 }
 
+/// What was acquired in the window under one stack, released since or
+/// not.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct LeakAcquired {
+    /// The kind.
+    pub kind: ResourceKind,
+    /// The call that acquired them (`malloc`, `openat`, `mmap`, ...).
+    pub call: String,
+    /// Resources acquired.
+    pub count: u64,
+    /// Their bytes (0 for descriptors and shm).
+    pub bytes: u64,
+    /// The acquiring user stack as return addresses, innermost first.
+    pub addrs: Vec<u64>,
+    /// The same stack, named.
+    pub frames: Arc<[Frame]>,
+}
+
 /// Outstanding totals at one point of the window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct LeakPoint {
@@ -296,6 +321,7 @@ pub(crate) mod tests {
             totals: Vec::new(),
             released: Vec::new(),
             stacks: Vec::new(),
+            allocated: None,
             series: Vec::new(),
             lost: LeakLost::default(),
             warnings: Vec::new(),

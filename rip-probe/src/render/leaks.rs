@@ -467,6 +467,7 @@ mod report_tests {
                 addrs: vec![0x1000, 0x2000],
                 frames: vec![frame(0x1000, "leak_fds"), frame(0x2000, "main")].into(),
             }],
+            allocated: None,
             series: Vec::new(),
             lost: LeakLost::default(),
             warnings: vec!["heap not traced: --no-heap".into()],

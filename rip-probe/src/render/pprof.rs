@@ -415,15 +415,31 @@ pub fn calls_profile(r: &CallsReport, build_ids: &BuildIds) -> Profile {
 /// of the window, by acquiring stack: `inuse_objects/count` (allocations,
 /// descriptors, mappings, segments) and `inuse_space/bytes` (heap and
 /// mapped bytes; 0 for descriptors), shown by default; labels `kind`,
-/// `fd_kind` and `call`. The report has no per-stack totals of what was
-/// acquired and released, so there is no `alloc_space`.
+/// `fd_kind` and `call`. When the report has what was acquired in the
+/// window ([`LeaksReport::allocated`]), also `alloc_objects/count` and
+/// `alloc_space/bytes` (released since or not), first, in the order of
+/// Go's heap profiles: each stack's acquisitions are samples of their
+/// own, whose `inuse_*` are 0, as the outstanding ones' `alloc_*` are.
 pub fn leaks_profile(r: &LeaksReport, build_ids: &BuildIds) -> Profile {
-    let mut b = Builder::new(
-        &r.process,
-        &[("inuse_objects", "count"), ("inuse_space", "bytes")],
-        "inuse_space",
-        build_ids,
-    );
+    let types: &[(&str, &str)] = match r.allocated {
+        Some(_) => &[
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ],
+        None => &[("inuse_objects", "count"), ("inuse_space", "bytes")],
+    };
+    let mut b = Builder::new(&r.process, types, "inuse_space", build_ids);
+    let alloc = r.allocated.is_some();
+    for a in r.allocated.iter().flatten() {
+        let locs = b.stack(&[], &a.frames);
+        let labels = vec![
+            b.label_str("kind", a.kind.name()),
+            b.label_str("call", &a.call),
+        ];
+        b.sample(locs, vec![clamp(a.count), clamp(a.bytes), 0, 0], labels);
+    }
     for s in &r.stacks {
         let locs = b.stack(&[], &s.frames);
         let mut labels = vec![
@@ -437,7 +453,11 @@ pub fn leaks_profile(r: &LeaksReport, build_ids: &BuildIds) -> Profile {
             ResourceKind::Fd => 0,
             _ => clamp(s.bytes),
         };
-        b.sample(locs, vec![clamp(s.count), bytes], labels);
+        let mut values = vec![clamp(s.count), bytes];
+        if alloc {
+            values.splice(0..0, [0, 0]);
+        }
+        b.sample(locs, values, labels);
     }
     b.finish(r.window_ns, &r.warnings)
 }
