@@ -87,6 +87,10 @@ pub struct Python {
     pub gil: String,
     /// The thread holding the GIL, when two reads agreed that it does.
     pub gil_holder: Option<u64>,
+    /// The threads waiting to take the GIL, ascending: each asleep on the
+    /// GIL's own condition variable or mutex, or blocked in `take_gil`
+    /// (see [`PythonThread::gil_wait`]); never the holder.
+    pub gil_waiters: Vec<u64>,
 }
 
 /// What CPython says of one thread.
@@ -110,6 +114,11 @@ pub struct PythonThread {
     pub note: Option<String>,
     /// The thread holds the GIL (two reads agreed).
     pub holds_gil: bool,
+    /// The thread waits to take the GIL, and what says so: asleep in a
+    /// futex wait on the GIL's condition variable or mutex (the kernel's
+    /// word), or blocked with `take_gil` on its native stack. Absent when
+    /// nothing read says it waits for it.
+    pub gil_wait: Option<String>,
 }
 
 /// Rewrites every frame of `stacks` with `f`, once per distinct shared

@@ -730,6 +730,11 @@ pub fn go_toolchains() -> Vec<PathBuf> {
 /// newest's.
 pub const GO_MIDDLE: &str = "/opt/rip-go/1.23.9/go/bin/go";
 
+/// Debian's CPython 3.13 (trixie's packages, started with their own
+/// loader and C library): what `cargo xtask setup` installs for the
+/// Python tests (xtask's `PYTHON_3_13`).
+pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
+
 /// `go version`'s version of the toolchain `go` (`go1.19.8`).
 pub fn go_version(go: &Path) -> String {
     let out = Command::new(go).arg("version").output().expect("go runs");

@@ -4,7 +4,8 @@
 //! --pid` must list every task with its name and await chain, group them
 //! by chain with exact counts, and say which future each group awaits (the
 //! awaited task: one object for all its awaiters), in JSON, text and
-//! `--folded`, on Debian's stripped 3.11 and on a shared 3.12.
+//! `--folded`, on Debian's stripped 3.11, on a shared 3.12 and on Debian's
+//! 3.13 (read through its `_Py_DebugOffsets`).
 
 use std::{
     io::{BufRead, BufReader},
@@ -268,4 +269,14 @@ fn shared_python_3_12() {
         return;
     }
     check("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+}
+
+/// Debian's CPython 3.13, read through its `_Py_DebugOffsets` (tasks in
+/// `_asyncio`'s 3.13 layout, instances' attributes inline).
+#[test]
+fn debians_python_3_13() {
+    if !bpf_tests_enabled("debians_python_3_13") {
+        return;
+    }
+    check(rip_tests::PYTHON_3_13, "3.13");
 }

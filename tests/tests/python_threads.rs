@@ -8,7 +8,8 @@
 //! `--enable-shared` (libpython3.12.so). Each thread is named as
 //! `threading` names it. Both interpreters are on every
 //! machine of the project's kind (Debian's python3.11, which `cargo xtask
-//! setup` installs, and the image's pyenv builds, which it checks).
+//! setup` installs, and the image's pyenv builds, which it checks), and
+//! so is Debian's 3.13, which setup unpacks ([`rip_tests::PYTHON_3_13`]).
 
 use std::{
     collections::HashMap,
@@ -91,15 +92,21 @@ impl Drop for Program {
 
 /// Starts the program under `python`; its role → tid once it is ready.
 fn start(python: &str, dir: &TempDir) -> (Program, HashMap<String, u32>) {
+    let script = dir.join("threads.py");
+    std::fs::write(&script, PROGRAM).unwrap();
+    start_script(python, &script)
+}
+
+/// Starts `script` under `python`; the name → tid lines it prints before
+/// `ready`.
+fn start_script(python: &str, script: &std::path::Path) -> (Program, HashMap<String, u32>) {
     assert!(
         std::path::Path::new(python).exists(),
         "{python} is missing: run `cargo xtask setup`"
     );
-    let script = dir.join("threads.py");
-    std::fs::write(&script, PROGRAM).unwrap();
     let mut child = Program(
         Command::new(python)
-            .arg(&script)
+            .arg(script)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -166,7 +173,10 @@ fn parked_report(pid: u32, tids: &HashMap<String, u32>) -> Value {
     }
 }
 
-fn check(python: &str, version: &str) {
+/// `outermost`: the native function every thread starts in, when the
+/// interpreter's C library names it (trixie's, which Debian's 3.13 runs
+/// on, has no symbol for it: the frame is then only checked to be native).
+fn check(python: &str, version: &str, outermost: Option<&str>) {
     let dir = TempDir::new("/tmp", "rip-python-threads");
     let (program, tids) = start(python, &dir);
     let pid = program.0.id();
@@ -203,7 +213,11 @@ fn check(python: &str, version: &str) {
             "{role}: {n:?}"
         );
         // Native frames stay around them: the thread starts in libc.
-        assert_eq!(n.last().unwrap(), "clone3", "{role}: {n:?}");
+        let last = t["frames"].as_array().unwrap().last().unwrap();
+        assert_ne!(last["python"], true, "{role}: {n:?}");
+        if let Some(outermost) = outermost {
+            assert_eq!(n.last().unwrap(), outermost, "{role}: {n:?}");
+        }
         let frame = t["frames"]
             .as_array()
             .unwrap()
@@ -264,13 +278,109 @@ fn check(python: &str, version: &str) {
     assert!(text.contains(&format!("python {version}: ")), "{text}");
 }
 
+/// The GIL held across a blocking call: the main thread calls `pause()`
+/// through `ctypes.PyDLL`, which keeps the GIL, while three threads that
+/// run Python wait to take it and one waits on a `threading.Lock` (it
+/// released the GIL, and wants the lock, not the GIL).
+const GIL_PROGRAM: &str = r#"
+import ctypes, threading, time
+lock = threading.Lock(); lock.acquire()
+tids = {}
+def spinner():
+    while True:
+        time.sleep(0.001)
+def lock_waiter():
+    lock.acquire()
+def run(name, f):
+    tids[name] = threading.get_native_id()
+    f()
+names = ["spin-0", "spin-1", "spin-2"]
+for name in names:
+    threading.Thread(target=run, args=(name, spinner), name=name, daemon=True).start()
+threading.Thread(target=run, args=("lock-w", lock_waiter), name="lock-w", daemon=True).start()
+while len(tids) < 4:
+    time.sleep(0.01)
+for name, tid in tids.items():
+    print(name, tid, flush=True)
+print("ready", flush=True)
+ctypes.PyDLL(None).pause()
+"#;
+
+/// Who holds the GIL and who waits for it, read as the evidence says: the
+/// main thread holds it, each spinner is seen waiting for it (polled
+/// until all three are, since a waiter wakes every few milliseconds to
+/// ask for the GIL again), and neither the holder nor the lock's waiter
+/// is ever said to wait for it.
+fn gil_check(python: &str) {
+    let dir = TempDir::new("/tmp", "rip-python-gil");
+    let script = dir.join("gil.py");
+    std::fs::write(&script, GIL_PROGRAM).unwrap();
+    let (program, tids) = start_script(python, &script);
+    let pid = program.0.id();
+    let spinners: Vec<u64> = ["spin-0", "spin-1", "spin-2"]
+        .iter()
+        .map(|n| u64::from(tids[*n]))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = rip_probe_json(
+            CLI,
+            &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+        );
+        let py = &report["python"];
+        let waiters: Vec<u64> = py["gil_waiters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no gil_waiters: {py}"))
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        // Never the holder, the lock's waiter, or a thread not a spinner.
+        assert!(
+            waiters.iter().all(|w| spinners.contains(w)),
+            "{waiters:?} are not all spinners {spinners:?}: {report}"
+        );
+        // The main thread holds it, blocked in pause(): two reads agree.
+        assert_eq!(py["gil"], "held", "{py}");
+        assert_eq!(py["gil_holder"], u64::from(pid), "{py}");
+        let main = thread(&report, pid);
+        assert_eq!(main["python"]["holds_gil"], true, "{main}");
+        assert!(main["python"]["gil_wait"].is_null(), "{main}");
+        let lock_w = thread(&report, tids["lock-w"]);
+        assert!(lock_w["python"]["gil_wait"].is_null(), "{lock_w}");
+        if waiters == spinners {
+            for &tid in &spinners {
+                let why = thread(&report, tid as u32)["python"]["gil_wait"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                assert!(
+                    why.contains("the GIL's condition variable or mutex")
+                        || why.contains("take_gil"),
+                    "{why}"
+                );
+            }
+            let text = rip_probe_ok(CLI, &["--pid", &pid.to_string(), "--duration", "0"]);
+            let line = text.lines().find(|l| l.starts_with("python ")).unwrap();
+            assert!(
+                line.contains(&format!("the GIL is held by tid {pid}")),
+                "{line}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the spinners {spinners:?} were never all seen waiting for the GIL: {report}"
+        );
+    }
+}
+
 /// Debian's python3.11: stripped, libpython linked into the executable.
 #[test]
 fn debians_stripped_python_3_11() {
     if !bpf_tests_enabled("debians_stripped_python_3_11") {
         return;
     }
-    check("/usr/bin/python3.11", "3.11");
+    check("/usr/bin/python3.11", "3.11", Some("clone3"));
 }
 
 /// CPython 3.12 built with `--enable-shared`: `_PyRuntime` in
@@ -280,5 +390,45 @@ fn shared_python_3_12() {
     if !bpf_tests_enabled("shared_python_3_12") {
         return;
     }
-    check("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+    check(
+        "/root/.pyenv/versions/3.12.1/bin/python3.12",
+        "3.12",
+        Some("clone3"),
+    );
+}
+
+/// Debian's CPython 3.13 (trixie's, stripped, libpython in the
+/// executable; `cargo xtask setup` unpacks it with its own C library):
+/// read through the `_Py_DebugOffsets` it publishes.
+#[test]
+fn debians_python_3_13() {
+    if !bpf_tests_enabled("debians_python_3_13") {
+        return;
+    }
+    check(rip_tests::PYTHON_3_13, "3.13", None);
+}
+
+/// The GIL's holder and waiters on each CPython version.
+#[test]
+fn gil_holder_and_waiters_3_11() {
+    if !bpf_tests_enabled("gil_holder_and_waiters_3_11") {
+        return;
+    }
+    gil_check("/usr/bin/python3.11");
+}
+
+#[test]
+fn gil_holder_and_waiters_3_12() {
+    if !bpf_tests_enabled("gil_holder_and_waiters_3_12") {
+        return;
+    }
+    gil_check("/root/.pyenv/versions/3.12.1/bin/python3.12");
+}
+
+#[test]
+fn gil_holder_and_waiters_3_13() {
+    if !bpf_tests_enabled("gil_holder_and_waiters_3_13") {
+        return;
+    }
+    gil_check(rip_tests::PYTHON_3_13);
 }

@@ -91,6 +91,9 @@ pub fn run_setup() -> Result<()> {
     step("setup: CPython 3.12 built with --enable-shared (the Python thread tests)");
     shared_python()?;
 
+    step("setup: Debian's CPython 3.13 (the Python tests read it through _Py_DebugOffsets)");
+    python_3_13()?;
+
     Ok(())
 }
 
@@ -112,6 +115,107 @@ fn shared_python() -> Result<()> {
         _ => bail!(
             "{SHARED_PYTHON} is missing or not built with --enable-shared: the Python thread \
              tests need it (`pyenv install 3.12.1` with PYTHON_CONFIGURE_OPTS=--enable-shared)"
+        ),
+    }
+}
+
+/// Where Debian's CPython 3.13 is unpacked, and the command that runs it
+/// (a script that starts it with the dynamic loader and libraries of its
+/// own release: trixie's build needs a newer glibc than this Debian's).
+pub const PYTHON_3_13_DIR: &str = "/opt/rip-python/3.13";
+pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
+/// The Debian release that packages 3.13, and the packages unpacked: the
+/// interpreter (stripped, libpython in the executable), its standard
+/// library, and the libraries it and the modules the tests import load.
+const PYTHON_3_13_SUITE: &str = "trixie";
+const PYTHON_3_13_PACKAGES: &[&str] = &[
+    "python3.13-minimal",
+    "libpython3.13-minimal",
+    "libpython3.13-stdlib",
+    "libc6",
+    "libexpat1",
+    "zlib1g",
+    "libssl3t64",
+    "libffi8",
+    "libbz2-1.0",
+    "liblzma5",
+];
+
+/// Debian's CPython 3.13 under [`PYTHON_3_13_DIR`]: its packages fetched
+/// from the Debian archive apt uses, with a private apt state (the host's
+/// package lists and status are never touched), unpacked, and a
+/// `bin/python3.13` that runs it. Present when that command imports what
+/// the tests use and says 3.13.
+fn python_3_13() -> Result<()> {
+    let check = || {
+        output(Command::new(PYTHON_3_13).args([
+            "-c",
+            "import sys, threading, asyncio, socket, queue; print('%d.%d' % sys.version_info[:2])",
+        ]))
+    };
+    if check().as_deref().map(str::trim) == Some("3.13") {
+        eprintln!("    {PYTHON_3_13}: present");
+        return Ok(());
+    }
+    let dir = Path::new(PYTHON_3_13_DIR);
+    let apt_dir = dir.join("apt");
+    let root = dir.join("root");
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(apt_dir.join("lists/partial"))
+        .with_context(|| format!("creating {}", apt_dir.display()))?;
+    std::fs::create_dir_all(apt_dir.join("cache/archives/partial"))?;
+    std::fs::create_dir_all(apt_dir.join("dl"))?;
+    std::fs::write(
+        apt_dir.join("sources.list"),
+        format!(
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {PYTHON_3_13_SUITE} main\n",
+            crate::vmtest::kernels::archive_uri()
+        ),
+    )?;
+    let apt = |tool| crate::vmtest::kernels::apt(tool, &apt_dir);
+    exec(
+        apt("apt-get").arg("update"),
+        &format!("apt-get update ({PYTHON_3_13_SUITE})"),
+    )
+    .with_context(|| {
+        format!(
+            "cannot read the {PYTHON_3_13_SUITE} package lists: is the Debian mirror reachable?"
+        )
+    })?;
+    exec(
+        apt("apt-get")
+            .current_dir(apt_dir.join("dl"))
+            .arg("download")
+            .args(PYTHON_3_13_PACKAGES),
+        "apt-get download (CPython 3.13)",
+    )?;
+    for deb in std::fs::read_dir(apt_dir.join("dl"))? {
+        let deb = deb?.path();
+        if deb.extension().is_some_and(|e| e == "deb") {
+            exec(
+                Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root),
+                &format!("dpkg-deb -x {}", deb.display()),
+            )?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&apt_dir);
+    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    let script = format!(
+        "#!/bin/sh\n# Debian {PYTHON_3_13_SUITE}'s CPython 3.13 with its own loader and libraries.\nexec {lib}/ld-linux-x86-64.so.2 --library-path {lib} {exe} \"$@\"\n",
+        lib = lib.display(),
+        exe = root.join("usr/bin/python3.13").display(),
+    );
+    std::fs::create_dir_all(dir.join("bin"))?;
+    std::fs::write(PYTHON_3_13, script)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(PYTHON_3_13, std::fs::Permissions::from_mode(0o755))?;
+    match check().as_deref().map(str::trim) {
+        Some("3.13") => {
+            eprintln!("    {PYTHON_3_13}: installed");
+            Ok(())
+        }
+        other => bail!(
+            "{PYTHON_3_13} was unpacked but does not run (it said {other:?}): remove {PYTHON_3_13_DIR} and run `cargo xtask setup` again"
         ),
     }
 }

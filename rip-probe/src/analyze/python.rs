@@ -22,21 +22,18 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         GilState::Held(tstate) => snap.threads.iter().find(|p| p.tstate == tstate),
         _ => None,
     };
-    report.python = Some(Python {
-        version: snap.version.clone(),
-        gil: match (snap.gil, holder) {
-            (GilState::Held(_), Some(_)) => "held",
-            (GilState::Free, _) => "free",
-            _ => "changing",
-        }
-        .into(),
-        gil_holder: holder.map(|p| p.tid),
-    });
+    let mut gil_waiters = Vec::new();
     for t in &mut report.threads {
         let Some(p) = snap.threads.iter().find(|p| p.tid == t.tid) else {
             continue;
         };
         let holds_gil = holder.is_some_and(|h| h.tid == p.tid);
+        // The holder waits for nothing of its own: a wait seen on it is
+        // from before it took the GIL, and is not claimed.
+        let gil_wait = gil_wait(t, snap).filter(|_| !holds_gil);
+        if gil_wait.is_some() {
+            gil_waiters.push(t.tid);
+        }
         if let Some(name) = &p.name
             && t.name_source == "comm"
         {
@@ -51,6 +48,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
                 merged: false,
                 note: Some("its Python frames changed at every read".into()),
                 holds_gil,
+                gil_wait,
             });
             continue;
         };
@@ -82,8 +80,56 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
             merged,
             note,
             holds_gil,
+            gil_wait,
         });
     }
+    gil_waiters.sort_unstable();
+    report.python = Some(Python {
+        version: snap.version.clone(),
+        gil: match (snap.gil, holder) {
+            (GilState::Held(_), Some(_)) => "held",
+            (GilState::Free, _) => "free",
+            _ => "changing",
+        }
+        .into(),
+        gil_holder: holder.map(|p| p.tid),
+        gil_waiters,
+    });
+}
+
+/// The function in which a thread waits to take the GIL (3.11–3.13).
+const TAKE_GIL: &str = "take_gil";
+
+/// Why thread `t` is said to wait for the GIL, when what was read says
+/// it does: asleep in a futex wait on the GIL's condition variable or
+/// mutex (what `take_gil` sleeps on; the kernel says where it sleeps), or
+/// blocked with `take_gil` on its native stack (unwound while it was
+/// blocked). A thread that ran, or sleeps elsewhere, is not claimed.
+fn gil_wait(t: &crate::model::Thread, snap: &Snapshot) -> Option<String> {
+    if t.state != crate::model::ThreadState::Sleeping {
+        return None;
+    }
+    let futex = t
+        .syscall
+        .as_ref()
+        .filter(|s| s.name == "futex")
+        .and_then(|s| s.args.iter().find(|a| a.name == "uaddr"))
+        .map(|a| a.raw);
+    if let (Some(at), Some(gil)) = (futex, &snap.gil_waits)
+        && gil.contains(&at)
+    {
+        return Some(format!(
+            "asleep in futex_wait on {at:#x}, the GIL's condition variable or mutex"
+        ));
+    }
+    if t.stack_samples.is_none()
+        && t.frames
+            .iter()
+            .any(|f| f.function.as_deref() == Some(TAKE_GIL))
+    {
+        return Some(format!("blocked with {TAKE_GIL} on its native stack"));
+    }
+    None
 }
 
 /// The model's frame of a Python frame.
@@ -187,6 +233,7 @@ mod tests {
                 name: Some("worker-1".into()),
             }],
             gil,
+            gil_waits: None,
             asyncio: None,
         };
         merge(&mut r, &snap);

@@ -201,6 +201,20 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
             ("free", _) => "the GIL is free".to_string(),
             _ => "the GIL is changing hands (two reads differ): no holder claimed".to_string(),
         };
+        let waiters = match py.gil_waiters.len() {
+            0 => String::new(),
+            n => format!(
+                "; {n} thread{} wait{} for it (tids {})",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "s" } else { "" },
+                py.gil_waiters
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        };
+        let gil = gil + &waiters;
         writeln!(
             w,
             "python {}: threads and frames read from the interpreter; {gil}",
@@ -640,7 +654,11 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
 /// A Python thread's line under its row: whether it holds the GIL, and
 /// its Python frames when they are not in its stack (why not, then).
 fn python_line(py: &crate::model::PythonThread, w: &mut impl Write) -> io::Result<()> {
-    let gil = if py.holds_gil { " [holds the GIL]" } else { "" };
+    let gil = match (&py.gil_wait, py.holds_gil) {
+        (_, true) => " [holds the GIL]".to_string(),
+        (Some(why), _) => format!(" [waits for the GIL: {why}]"),
+        _ => String::new(),
+    };
     if py.merged && gil.is_empty() {
         return Ok(());
     }

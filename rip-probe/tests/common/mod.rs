@@ -305,6 +305,7 @@ pub fn full_report_with_python() -> Report {
             merged: true,
             note: Some("not merged".into()),
             holds_gil: true,
+            gil_wait: Some("blocked with take_gil on its native stack".into()),
         });
     }
     // An asyncio task awaiting another task, and its group.
@@ -364,6 +365,7 @@ pub fn full_report_with_python() -> Report {
         version: "3.11".into(),
         gil: "held".into(),
         gil_holder: Some(2),
+        gil_waiters: vec![3],
     });
     r
 }

@@ -77,7 +77,7 @@ fn cache_root() -> PathBuf {
 
 /// The archive URI apt uses (from /etc/apt/sources.list.d/debian.sources
 /// or /etc/apt/sources.list), `http://deb.debian.org/debian` otherwise.
-fn archive_uri() -> String {
+pub(crate) fn archive_uri() -> String {
     let deb822 =
         std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources").unwrap_or_default();
     let from_deb822 = deb822
@@ -98,7 +98,7 @@ fn archive_uri() -> String {
 }
 
 /// apt-get / apt-cache with a private state under `dir`.
-fn apt(tool: &str, dir: &Path) -> Command {
+pub(crate) fn apt(tool: &str, dir: &Path) -> Command {
     let mut c = Command::new(tool);
     c.current_dir(dir)
         .arg("-q")

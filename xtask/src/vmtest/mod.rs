@@ -6,7 +6,7 @@
 //! suite runs directly. Fails if any cell fails.
 
 mod initramfs;
-mod kernels;
+pub(crate) mod kernels;
 mod matrix;
 mod qemu;
 

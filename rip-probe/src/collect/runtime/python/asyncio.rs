@@ -16,7 +16,7 @@ use std::{
     sync::Arc,
 };
 
-use super::{Names, PyFrame, objects::Heap};
+use super::{Names, PyFrame, objects::Heap, offsets::Awaiting};
 use crate::{
     collect::{
         memory::Memory,
@@ -33,18 +33,14 @@ const MAX_CHAIN: usize = 256;
 /// How often a task is read before it is called changing.
 const READS: usize = 4;
 
-/// `_asyncio.Task`'s fields (`TaskObj`, the same in 3.11 and 3.12).
-const TASK_STATE: usize = 88;
-const TASK_FUT_WAITER: usize = 128;
-const TASK_CORO: usize = 136;
-const TASK_NAME: usize = 144;
-const TASK_SIZE: usize = 176;
+/// The largest `TaskObj` read (its layout per version is in the offsets).
+const TASK_SIZE: usize = 256;
 /// `futureiterobject.future`.
 const FUTURE_ITER_FUTURE: u64 = 16;
 /// `PyWeakReference.wr_object`.
 const WEAKREF_OBJECT: u64 = 16;
-/// `_PyGenObject` frame states.
-const FRAME_CREATED: i8 = -2;
+/// `_PyGenObject`'s frame state of a running coroutine (that of one not
+/// started yet is in the offsets).
 const FRAME_EXECUTING: i8 = 0;
 
 /// A future's state (`fut_state`).
@@ -191,17 +187,21 @@ impl<M: Memory> Heap<'_, M> {
 
     /// One read of the task at `addr`.
     fn task(&mut self, addr: u64, names: &mut Names) -> Option<RawTask> {
+        let layout = self.o.objects.task;
         let mut t = [0u8; TASK_SIZE];
-        self.read(addr, &mut t).ok()?;
+        let t = t.get_mut(..layout.size)?;
+        self.read(addr, t).ok()?;
+        let t = &*t;
         let word = |off: usize| u64::from_le_bytes(t[off..off + 8].try_into().expect("8 bytes"));
-        let state = match u32::from_le_bytes(t[TASK_STATE..TASK_STATE + 4].try_into().ok()?) {
+        let at = layout.state;
+        let state = match u32::from_le_bytes(t[at..at + 4].try_into().ok()?) {
             0 => FutureState::Pending,
             1 => FutureState::Cancelled,
             2 => FutureState::Finished,
             _ => return None,
         };
-        let name = self.task_name(word(TASK_NAME));
-        let waiter = word(TASK_FUT_WAITER);
+        let name = self.task_name(word(layout.name));
+        let waiter = word(layout.fut_waiter);
         let awaits = if waiter == 0 || self.type_name(waiter).as_deref() == Some("NoneType") {
             None
         } else {
@@ -218,7 +218,7 @@ impl<M: Memory> Heap<'_, M> {
             changing: false,
         };
         if state == FutureState::Pending {
-            self.chain(word(TASK_CORO), &mut task, names)?;
+            self.chain(word(layout.coro), &mut task, names)?;
         }
         Some(task)
     }
@@ -244,7 +244,7 @@ impl<M: Memory> Heap<'_, M> {
             let mut head = vec![0u8; (ob.gen_iframe + ob.frame_localsplus) as usize];
             self.read(obj, &mut head).ok()?;
             let state = head[ob.gen_frame_state as usize] as i8;
-            if state == FRAME_CREATED || state > FRAME_EXECUTING {
+            if state == ob.frame_created || state > FRAME_EXECUTING {
                 // Not started yet, or done: no frame of its own runs.
                 return Some(());
             }
@@ -276,12 +276,19 @@ impl<M: Memory> Heap<'_, M> {
                 return Some(());
             }
             // Suspended: in an await when the next instruction resumes
-            // one (RESUME with an argument of 2 or more); what it awaits
-            // is then on top of its value stack.
-            let mut next = [0u8; 2];
-            self.read(instr + 2, &mut next).ok()?;
-            if !ob.resume.contains(&next[0]) || next[1] < 2 {
-                return Some(());
+            // one (RESUME with an argument of 2 or more), or (3.13) when
+            // its state says so; what it awaits is then on top of its
+            // value stack.
+            match ob.awaiting {
+                Awaiting::Resume(resume) => {
+                    let mut next = [0u8; 2];
+                    self.read(instr + 2, &mut next).ok()?;
+                    if !resume.contains(&next[0]) || next[1] < 2 {
+                        return Some(());
+                    }
+                }
+                Awaiting::State(s) if state != s => return Some(()),
+                Awaiting::State(_) => {}
             }
             let top = i32::from_le_bytes(
                 f[ob.frame_stacktop as usize..ob.frame_stacktop as usize + 4]
@@ -300,7 +307,7 @@ impl<M: Memory> Heap<'_, M> {
     fn awaited(&mut self, addr: u64) -> Awaited {
         let task = self.is_task(addr);
         let name = if task {
-            self.word(addr + TASK_NAME as u64)
+            self.word(addr + self.o.objects.task.name as u64)
                 .and_then(|n| self.task_name(n))
         } else {
             None

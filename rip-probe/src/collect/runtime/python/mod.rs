@@ -39,7 +39,7 @@ pub(crate) struct Python {
     /// `major.minor`, e.g. `3.11`.
     pub(crate) version: String,
     runtime: u64,
-    offsets: &'static Offsets,
+    offsets: Offsets,
 }
 
 /// One Python thread state, read.
@@ -98,6 +98,10 @@ pub(crate) struct Snapshot {
     pub(crate) threads: Vec<PyThread>,
     /// The main interpreter's GIL.
     pub(crate) gil: GilState,
+    /// Where a thread waiting to take the main interpreter's GIL sleeps:
+    /// the addresses of its condition variable and mutex (`take_gil`
+    /// waits on them), when the GIL was found.
+    pub(crate) gil_waits: Option<std::ops::Range<u64>>,
     /// The main interpreter's asyncio tasks, when it imported asyncio.
     pub(crate) asyncio: Option<asyncio::Tasks>,
 }
@@ -120,36 +124,61 @@ impl Python {
                 continue;
             };
             let mem = ProcessMemory::new(view);
-            // Py_Version: PY_VERSION_HEX (3.11 and later).
-            let Some(hex) = version.and_then(|a| mem.read_u32(a).ok()) else {
-                return Some(Err(
-                    "a CPython older than 3.11 (no Py_Version): only 3.11 and 3.12 are read".into(),
-                ));
-            };
-            let (major, minor) = ((hex >> 24) as u8, (hex >> 16) as u8);
-            let version = format!("{major}.{minor}");
-            return Some(match offsets::for_version(major, minor) {
-                Some(offsets) => Ok(Python {
+            return Some(
+                Self::offsets(&mem, runtime, version).map(|(version, offsets)| Python {
                     version,
                     runtime,
                     offsets,
                 }),
-                None => Err(format!(
-                    "CPython {version}: not read (rip reads 3.11 and 3.12)"
-                )),
-            });
+            );
         }
         None
+    }
+
+    /// The version (`major.minor`) and offsets of the CPython whose
+    /// `_PyRuntime` and `Py_Version` are at `runtime` and `version`: a
+    /// table for 3.11 and 3.12, `_Py_DebugOffsets` from 3.13.
+    fn offsets(
+        mem: &impl Memory,
+        runtime: u64,
+        version: Option<u64>,
+    ) -> Result<(String, Offsets), String> {
+        // Py_Version: PY_VERSION_HEX (3.11 and later).
+        let hex = version.and_then(|a| mem.read_u32(a).ok());
+        if let Some(hex) = hex {
+            let (major, minor) = ((hex >> 24) as u8, (hex >> 16) as u8);
+            if let Some(o) = offsets::for_version(major, minor) {
+                return Ok((format!("{major}.{minor}"), o));
+            }
+            if (major, minor) < (3, 13) {
+                return Err(format!(
+                    "CPython {major}.{minor}: not read (rip reads 3.11, 3.12 and 3.13)"
+                ));
+            }
+        }
+        let mut debug = [0u8; offsets::DEBUG_OFFSETS_3_13];
+        if mem.read(runtime, &mut debug).is_err() {
+            return Err("CPython: its _PyRuntime could not be read: not read".into());
+        }
+        if hex.is_none() && &debug[..8] != b"xdebugpy" {
+            return Err(
+                "a CPython older than 3.11 (no Py_Version): only 3.11, 3.12 and 3.13 are read"
+                    .into(),
+            );
+        }
+        let o = offsets::parse_debug(&debug, hex)?;
+        let hex = u32::from_le_bytes(debug[8..12].try_into().expect("4 bytes"));
+        Ok((format!("{}.{}", hex >> 24, (hex >> 16) & 0xff), o))
     }
 
     /// Reads every thread state and its frames, and the GIL before and
     /// after.
     pub(crate) fn read(&self, mem: &impl Memory) -> Snapshot {
-        let gil = self.gil(mem);
+        let (gil, gil_at) = self.gil(mem);
         let mut names = Names::default();
         let mut threads = Vec::new();
         for tstate in self.thread_states(mem) {
-            let o = self.offsets;
+            let o = &self.offsets;
             let (Ok(tid), Ok(ident)) = (
                 mem.read_u64(tstate + o.tstate_native_thread_id),
                 mem.read_u64(tstate + o.tstate_thread_id),
@@ -178,18 +207,19 @@ impl Python {
             .read_u64(self.runtime + self.offsets.runtime_interpreters_head)
             .ok()
             .filter(|&i| i != 0);
-        let mut heap = objects::Heap::new(mem, self.offsets);
+        let mut heap = objects::Heap::new(mem, &self.offsets);
         if let Some(by_ident) = interp.and_then(|i| thread_names(&mut heap, i)) {
             for t in &mut threads {
                 t.name = by_ident.get(&t.ident).cloned();
             }
         }
         let asyncio = interp.and_then(|i| heap.asyncio_tasks(i, &mut names));
-        let again = self.gil(mem);
+        let (again, _) = self.gil(mem);
         Snapshot {
             version: self.version.clone(),
             threads,
             asyncio,
+            gil_waits: gil_at.map(|at| at + offsets::GIL_TAKE.start..at + offsets::GIL_TAKE.end),
             gil: if gil == again {
                 gil
             } else {
@@ -200,7 +230,7 @@ impl Python {
 
     /// The thread states of every interpreter.
     fn thread_states(&self, mem: &impl Memory) -> Vec<u64> {
-        let o = self.offsets;
+        let o = &self.offsets;
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         let mut interp = mem
@@ -222,8 +252,11 @@ impl Python {
 
     /// One read of a thread's frame chain, innermost first.
     fn frames(&self, mem: &impl Memory, tstate: u64, names: &mut Names) -> Option<Vec<PyFrame>> {
-        let o = self.offsets;
-        let cframe = mem.read_u64(tstate + o.tstate_cframe).ok()?;
+        let o = &self.offsets;
+        let cframe = match o.tstate_cframe {
+            Some(at) => mem.read_u64(tstate + at).ok()?,
+            None => tstate,
+        };
         if cframe == 0 {
             return Some(Vec::new());
         }
@@ -278,9 +311,9 @@ impl Python {
         Some(out)
     }
 
-    /// The GIL: who holds it, read once.
-    fn gil(&self, mem: &impl Memory) -> GilState {
-        let o = self.offsets;
+    /// The GIL: who holds it, read once, and where its state is.
+    fn gil(&self, mem: &impl Memory) -> (GilState, Option<u64>) {
+        let o = &self.offsets;
         let at = match o.gil {
             Gil::Runtime {
                 locked,
@@ -298,13 +331,14 @@ impl Python {
                 .map(|g| (g + locked, g + last_holder)),
         };
         let Some((locked, holder)) = at else {
-            return GilState::Changing;
+            return (GilState::Changing, None);
         };
-        match (mem.read_u32(locked), mem.read_u64(holder)) {
+        let state = match (mem.read_u32(locked), mem.read_u64(holder)) {
             (Ok(0), Ok(_)) => GilState::Free,
             (Ok(_), Ok(h)) if h != 0 => GilState::Held(h),
             _ => GilState::Changing,
-        }
+        };
+        (state, holder.checked_sub(offsets::GIL_LAST_HOLDER))
     }
 }
 

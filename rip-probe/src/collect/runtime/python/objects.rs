@@ -19,6 +19,11 @@ pub(super) const MODULE_DICT: u64 = 16;
 /// `PyTypeObject.tp_name`, `.tp_base`.
 const TYPE_NAME: u64 = 24;
 const TYPE_BASE: u64 = 256;
+/// `PyTypeObject.tp_basicsize`, `.tp_flags` and the flag (3.13) of
+/// types whose instances keep their attributes' values inline.
+const TYPE_BASICSIZE: u64 = 32;
+const TYPE_FLAGS: u64 = 168;
+const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
 /// `PySetObject.mask` (`.table` follows).
 const SET_MASK: usize = 32;
 
@@ -130,7 +135,8 @@ impl<'a, M: Memory> Heap<'a, M> {
             let v = if values == 0 {
                 v
             } else {
-                self.word(values + 8 * i as u64).unwrap_or(0)
+                let at = values + self.o.objects.dict_values_at;
+                self.word(at + 8 * i as u64).unwrap_or(0)
             };
             if k != 0 && v != 0 {
                 out.push((k, v));
@@ -232,7 +238,7 @@ impl<'a, M: Memory> Heap<'a, M> {
         let ix = self.key_index(keys, key)?;
         match ix {
             (_, Some(v)) if values == 0 => Some(v).filter(|&v| v != 0),
-            (i, _) => self.word(values + 8 * i),
+            (i, _) => self.word(values + self.o.objects.dict_values_at + 8 * i),
         }
     }
 
@@ -252,6 +258,22 @@ impl<'a, M: Memory> Heap<'a, M> {
             Managed::Tagged => {
                 let w = self.read_u64(obj - 24).ok()?;
                 if w & 1 == 1 { (w + 1, 0) } else { (0, w) }
+            }
+            Managed::Inline => {
+                let ty = self.word(obj + 8)?;
+                let flags = self.read_u64(ty + TYPE_FLAGS).ok()?;
+                let dict = self.read_u64(obj - 24).ok()?;
+                let mut values = 0;
+                if flags & TPFLAGS_INLINE_VALUES != 0 {
+                    let at = obj + self.read_u64(ty + TYPE_BASICSIZE).ok()?;
+                    let mut head = [0u8; 4];
+                    self.read(at, &mut head).ok()?;
+                    // `valid`: the values are the instance's (else its dict).
+                    if head[3] != 0 {
+                        values = at + 8;
+                    }
+                }
+                (values, if values == 0 { dict } else { 0 })
             }
         };
         if values != 0 {

@@ -3,6 +3,17 @@
 //! releases, which keep them within a version) were read off interpreters
 //! built with debug information, with gdb (`ptype/o`); each table is
 //! checked against a running interpreter of its version by the tests.
+//!
+//! From 3.13 the interpreter publishes the offsets of its own structures
+//! in `_Py_DebugOffsets`, the first field of `_PyRuntime` (cookie
+//! `xdebugpy`, `PY_VERSION_HEX`, then each structure's size and field
+//! offsets): the walk of interpreters, thread states, frames and code
+//! objects, the GIL and `sys.modules` are taken from there, each offset
+//! checked against the size its structure is published with ([`parse_debug`]).
+//! What it does not publish (generators, `_asyncio`'s tasks, instances'
+//! inline attribute values) stays in a table of that version.
+
+use std::collections::HashMap;
 
 /// Byte offsets into CPython's structures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,15 +31,18 @@ pub(crate) struct Offsets {
     pub(crate) tstate_thread_id: u64,
     /// `PyThreadState.native_thread_id` (the kernel's tid).
     pub(crate) tstate_native_thread_id: u64,
-    /// `PyThreadState.cframe`.
-    pub(crate) tstate_cframe: u64,
-    /// `_PyCFrame.current_frame`.
+    /// `PyThreadState.cframe` (3.11, 3.12); `None` from 3.13, where the
+    /// thread state points to its frame itself.
+    pub(crate) tstate_cframe: Option<u64>,
+    /// `_PyCFrame.current_frame`; from 3.13 `PyThreadState.current_frame`.
     pub(crate) cframe_current_frame: u64,
     /// `_PyInterpreterFrame.f_code`.
     pub(crate) frame_code: u64,
     /// `_PyInterpreterFrame.previous`.
     pub(crate) frame_previous: u64,
-    /// `_PyInterpreterFrame.prev_instr`.
+    /// `_PyInterpreterFrame.prev_instr` (3.11, 3.12: the instruction
+    /// running); from 3.13 `.instr_ptr` (the instruction running, or the
+    /// next one of a suspended frame). Either gives the line the same way.
     pub(crate) frame_prev_instr: u64,
     /// `_PyInterpreterFrame.owner`.
     pub(crate) frame_owner: u64,
@@ -77,17 +91,60 @@ pub(crate) struct Objects {
     pub(crate) frame_stacktop: u64,
     /// `_PyInterpreterFrame.localsplus`.
     pub(crate) frame_localsplus: u64,
-    /// The opcodes of `RESUME` (plain, and the forms it may be rewritten
-    /// to): a suspended frame whose next instruction is one of them with
-    /// an argument of 2 or more waits in a `yield from` or `await`.
-    pub(crate) resume: [u8; 2],
+    /// `_PyGenObject`'s `gi_frame_state` of a coroutine not started yet
+    /// (`FRAME_CREATED`: -2 in 3.11 and 3.12, -3 from 3.13).
+    pub(crate) frame_created: i8,
+    /// How a suspended coroutine is known to wait in an `await`.
+    pub(crate) awaiting: Awaiting,
     /// The names, in the `_asyncio` module, of the sets of live tasks:
     /// 3.11's `_all_tasks` (a `WeakSet`); 3.12's `_scheduled_tasks` (a
     /// `WeakSet`) and `_eager_tasks` (a `set`).
     pub(crate) registries: &'static [&'static str],
     /// How a task's default name is kept.
     pub(crate) long: Long,
+    /// Where a split dict's values start in what `ma_values` points to
+    /// (0 in 3.11 and 3.12; 8 from 3.13, after the values' header).
+    pub(crate) dict_values_at: u64,
+    /// `_asyncio.Task`'s fields.
+    pub(crate) task: TaskLayout,
 }
+
+/// How a suspended coroutine's frame says it waits in an `await` (what
+/// it awaits is then on top of its value stack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Awaiting {
+    /// 3.11, 3.12: its next instruction (two bytes after `prev_instr`) is
+    /// `RESUME` (one of these opcodes: plain, and the forms it may be
+    /// rewritten to) with an argument of 2 or more.
+    Resume([u8; 2]),
+    /// 3.13: its `gi_frame_state` is `FRAME_SUSPENDED_YIELD_FROM` (this
+    /// value).
+    State(i8),
+}
+
+/// `_asyncio.Task`'s fields (`TaskObj`) that rip reads, and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TaskLayout {
+    /// `task_state` (`fut_state`, an `int`).
+    pub(crate) state: usize,
+    /// `task_fut_waiter`.
+    pub(crate) fut_waiter: usize,
+    /// `task_coro`.
+    pub(crate) coro: usize,
+    /// `task_name`.
+    pub(crate) name: usize,
+    /// `sizeof(TaskObj)`: what one read of a task copies.
+    pub(crate) size: usize,
+}
+
+/// `TaskObj` in 3.11 and 3.12.
+const TASK_3_11: TaskLayout = TaskLayout {
+    state: 88,
+    fut_waiter: 128,
+    coro: 136,
+    name: 144,
+    size: 176,
+};
 
 /// Where an instance of a class keeps its attribute dict or values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +155,11 @@ pub(crate) enum Managed {
     /// 3.12: one word at `obj - 24`, the values array + 1 when odd, else
     /// the dict.
     Tagged,
+    /// 3.13: the values inline after the object (at `tp_basicsize`, with
+    /// a header whose 4th byte says they are valid, the values from byte
+    /// 8) when its type has `Py_TPFLAGS_INLINE_VALUES`; else, or when not
+    /// valid, the dict at `obj - 24`.
+    Inline,
 }
 
 /// How an `int` keeps its size (30-bit digits from offset 24 in both).
@@ -144,6 +206,13 @@ pub(crate) enum Gil {
     },
 }
 
+/// `_gil_runtime_state` (the same in 3.11, 3.12 and 3.13): `last_holder`
+/// follows `interval`; `cond` and `mutex`, what `take_gil` sleeps on,
+/// span these bytes (then `switch_cond` and `switch_mutex`, which
+/// `drop_gil` sleeps on while it hands the GIL over).
+pub(crate) const GIL_LAST_HOLDER: u64 = 8;
+pub(crate) const GIL_TAKE: std::ops::Range<u64> = 32..120;
+
 /// CPython 3.11.
 const V3_11: Offsets = Offsets {
     runtime_interpreters_head: 40,
@@ -152,7 +221,7 @@ const V3_11: Offsets = Offsets {
     tstate_next: 8,
     tstate_thread_id: 152,
     tstate_native_thread_id: 160,
-    tstate_cframe: 56,
+    tstate_cframe: Some(56),
     cframe_current_frame: 8,
     frame_code: 32,
     frame_previous: 48,
@@ -178,10 +247,13 @@ const V3_11: Offsets = Offsets {
         gen_frame_state: 75,
         frame_stacktop: 64,
         frame_localsplus: 72,
+        frame_created: -2,
         // RESUME, RESUME_QUICK.
-        resume: [151, 150],
+        awaiting: Awaiting::Resume([151, 150]),
         registries: &["_all_tasks"],
         long: Long::Size,
+        dict_values_at: 0,
+        task: TASK_3_11,
     },
 };
 
@@ -193,7 +265,7 @@ const V3_12: Offsets = Offsets {
     tstate_next: 8,
     tstate_thread_id: 136,
     tstate_native_thread_id: 144,
-    tstate_cframe: 56,
+    tstate_cframe: Some(56),
     cframe_current_frame: 0,
     frame_code: 0,
     frame_previous: 8,
@@ -220,18 +292,468 @@ const V3_12: Offsets = Offsets {
         gen_frame_state: 67,
         frame_stacktop: 64,
         frame_localsplus: 72,
+        frame_created: -2,
         // RESUME, INSTRUMENTED_RESUME.
-        resume: [151, 240],
+        awaiting: Awaiting::Resume([151, 240]),
         registries: &["_scheduled_tasks", "_eager_tasks"],
         long: Long::Tag,
+        dict_values_at: 0,
+        task: TASK_3_11,
     },
 };
 
-/// The offsets of CPython `major.minor`, if rip knows that version.
-pub(crate) fn for_version(major: u8, minor: u8) -> Option<&'static Offsets> {
+/// The offsets of CPython `major.minor` rip keeps a table of (3.11, 3.12;
+/// later versions publish theirs, see [`parse_debug`]).
+pub(crate) fn for_version(major: u8, minor: u8) -> Option<Offsets> {
     match (major, minor) {
-        (3, 11) => Some(&V3_11),
-        (3, 12) => Some(&V3_12),
+        (3, 11) => Some(V3_11),
+        (3, 12) => Some(V3_12),
         _ => None,
+    }
+}
+
+/// What 3.13 does not publish in `_Py_DebugOffsets`, from its release's
+/// layout (read off a build with debug information, like the tables
+/// above): the objects asyncio's tasks are found through.
+const OBJECTS_3_13: Objects = Objects {
+    // Replaced by the published `imports_modules`.
+    interp_modules: 0,
+    type_cached_keys: 880,
+    managed: Managed::Inline,
+    gen_iframe: 72,
+    gen_frame_state: 67,
+    frame_stacktop: 64,
+    // Replaced by the published `localsplus`.
+    frame_localsplus: 72,
+    frame_created: -3,
+    awaiting: Awaiting::State(-1),
+    registries: &["_scheduled_tasks", "_eager_tasks"],
+    long: Long::Tag,
+    dict_values_at: 8,
+    task: TaskLayout {
+        state: 96,
+        fut_waiter: 112,
+        coro: 120,
+        name: 128,
+        size: 144,
+    },
+};
+
+/// The size of `_Py_DebugOffsets` in 3.13: the cookie, then 72 words.
+pub(crate) const DEBUG_OFFSETS_3_13: usize = 8 + 72 * 8;
+
+/// The words of 3.13's `_Py_DebugOffsets` (after the cookie), in order,
+/// by name: each section starts with its structure's size.
+const DEBUG_FIELDS_3_13: [&str; 72] = [
+    "version",
+    "free_threaded",
+    "runtime_state.size",
+    "runtime_state.finalizing",
+    "runtime_state.interpreters_head",
+    "interpreter_state.size",
+    "interpreter_state.id",
+    "interpreter_state.next",
+    "interpreter_state.threads_head",
+    "interpreter_state.gc",
+    "interpreter_state.imports_modules",
+    "interpreter_state.sysdict",
+    "interpreter_state.builtins",
+    "interpreter_state.ceval_gil",
+    "interpreter_state.gil_runtime_state",
+    "interpreter_state.gil_runtime_state_enabled",
+    "interpreter_state.gil_runtime_state_locked",
+    "interpreter_state.gil_runtime_state_holder",
+    "thread_state.size",
+    "thread_state.prev",
+    "thread_state.next",
+    "thread_state.interp",
+    "thread_state.current_frame",
+    "thread_state.thread_id",
+    "thread_state.native_thread_id",
+    "thread_state.datastack_chunk",
+    "thread_state.status",
+    "interpreter_frame.size",
+    "interpreter_frame.previous",
+    "interpreter_frame.executable",
+    "interpreter_frame.instr_ptr",
+    "interpreter_frame.localsplus",
+    "interpreter_frame.owner",
+    "code_object.size",
+    "code_object.filename",
+    "code_object.name",
+    "code_object.qualname",
+    "code_object.linetable",
+    "code_object.firstlineno",
+    "code_object.argcount",
+    "code_object.localsplusnames",
+    "code_object.localspluskinds",
+    "code_object.co_code_adaptive",
+    "pyobject.size",
+    "pyobject.ob_type",
+    "type_object.size",
+    "type_object.tp_name",
+    "type_object.tp_repr",
+    "type_object.tp_flags",
+    "tuple_object.size",
+    "tuple_object.ob_item",
+    "tuple_object.ob_size",
+    "list_object.size",
+    "list_object.ob_item",
+    "list_object.ob_size",
+    "dict_object.size",
+    "dict_object.ma_keys",
+    "dict_object.ma_values",
+    "float_object.size",
+    "float_object.ob_fval",
+    "long_object.size",
+    "long_object.lv_tag",
+    "long_object.ob_digit",
+    "bytes_object.size",
+    "bytes_object.ob_size",
+    "bytes_object.ob_sval",
+    "unicode_object.size",
+    "unicode_object.state",
+    "unicode_object.length",
+    "unicode_object.asciiobject_size",
+    "gc.size",
+    "gc.collecting",
+];
+
+/// The largest size believed for each structure: a larger one is not a
+/// structure of this interpreter but a torn or foreign read.
+const MAX_STRUCT: u64 = 1 << 24;
+/// What rip reads of one interpreter frame and of a code object's head.
+const FRAME_READ: u64 = 80;
+const CODE_READ: u64 = 4096;
+
+/// The offsets `_Py_DebugOffsets` publishes, read from `bytes` (the
+/// first [`DEBUG_OFFSETS_3_13`] bytes of `_PyRuntime`), for a CPython whose
+/// `Py_Version` says `version` (`PY_VERSION_HEX`, when it has one). Every
+/// offset is checked to lie inside its structure (as published, no larger
+/// than [`MAX_STRUCT`]) and to fit what rip reads of it; the layouts rip
+/// reads with fixed offsets (dicts, `int`s, `str`s, types) must be the
+/// ones published. `Err` says, in one line, what does not hold.
+pub(crate) fn parse_debug(bytes: &[u8], version: Option<u32>) -> Result<Offsets, String> {
+    let what = |hex: u64| format!("CPython {}.{}", (hex >> 24) & 0xff, (hex >> 16) & 0xff);
+    if bytes.len() < DEBUG_OFFSETS_3_13 || &bytes[..8] != b"xdebugpy" {
+        return Err(match version {
+            Some(v) => format!(
+                "{}: _PyRuntime does not start with _Py_DebugOffsets (no \"xdebugpy\" cookie): not read",
+                what(u64::from(v))
+            ),
+            None => {
+                "a CPython whose _PyRuntime has neither Py_Version nor _Py_DebugOffsets: not read"
+                    .into()
+            }
+        });
+    }
+    let words: Vec<u64> = bytes[8..DEBUG_OFFSETS_3_13]
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .collect();
+    let field: HashMap<&str, u64> = DEBUG_FIELDS_3_13.iter().copied().zip(words).collect();
+    let get = |name: &str| field[name];
+    let hex = get("version");
+    let (major, minor) = ((hex >> 24) & 0xff, (hex >> 16) & 0xff);
+    if let Some(v) = version
+        && u64::from(v) >> 16 != hex >> 16
+    {
+        return Err(format!(
+            "{}: its _Py_DebugOffsets says {}: not read",
+            what(u64::from(v)),
+            what(hex)
+        ));
+    }
+    if (major, minor) != (3, 13) {
+        return Err(format!(
+            "{}: rip reads the _Py_DebugOffsets of 3.13 only (their layout changes with each version): not read",
+            what(hex)
+        ));
+    }
+    if get("free_threaded") != 0 {
+        return Err(format!(
+            "{}: a free-threaded build (no GIL, other object layouts): not read",
+            what(hex)
+        ));
+    }
+    // Each offset inside its structure, with room for the bytes read.
+    let sized = |name: &str, width: u64, limit: u64| -> Result<u64, String> {
+        let section = name.split('.').next().expect("a section");
+        let size = get(&format!("{section}.size"));
+        let off = get(name);
+        if size > MAX_STRUCT.min(limit)
+            || off
+                .checked_add(width)
+                .is_none_or(|end| end > size.min(limit))
+        {
+            return Err(format!(
+                "{}: _Py_DebugOffsets.{name} = {off} does not fit its structure of {size} bytes: not read",
+                what(hex)
+            ));
+        }
+        Ok(off)
+    };
+    let word = |name: &str| sized(name, 8, MAX_STRUCT);
+    // The layouts read with fixed offsets must be the published ones.
+    for (name, expected) in [
+        ("pyobject.ob_type", 8),
+        ("type_object.tp_name", 24),
+        ("dict_object.ma_keys", 32),
+        ("dict_object.ma_values", 40),
+        ("long_object.lv_tag", 16),
+        ("long_object.ob_digit", 24),
+        ("bytes_object.ob_size", 16),
+        ("bytes_object.ob_sval", 32),
+        ("unicode_object.length", 16),
+        ("unicode_object.state", 32),
+    ] {
+        if get(name) != expected {
+            return Err(format!(
+                "{}: _Py_DebugOffsets.{name} = {}, where rip reads it at {expected}: not read",
+                what(hex),
+                get(name)
+            ));
+        }
+    }
+    let gil_state = word("interpreter_state.gil_runtime_state")?;
+    let gil_field = |name: &str| -> Result<u64, String> {
+        word(name)?
+            .checked_sub(gil_state)
+            .filter(|&o| o < 4096)
+            .ok_or_else(|| {
+                format!(
+                    "{}: _Py_DebugOffsets.{name} is not inside the GIL's state: not read",
+                    what(hex)
+                )
+            })
+    };
+    let code_adaptive = sized("code_object.co_code_adaptive", 0, CODE_READ)?;
+    let code = |name: &str, width: u64| -> Result<u64, String> {
+        let off = sized(name, width, CODE_READ)?;
+        if off + width > code_adaptive {
+            return Err(format!(
+                "{}: _Py_DebugOffsets.{name} = {off} lies past the bytecode (at {code_adaptive}): not read",
+                what(hex)
+            ));
+        }
+        Ok(off)
+    };
+    let ascii_size = sized("unicode_object.asciiobject_size", 0, MAX_STRUCT)?;
+    let localsplus = sized("interpreter_frame.localsplus", 0, FRAME_READ)?;
+    Ok(Offsets {
+        runtime_interpreters_head: word("runtime_state.interpreters_head")?,
+        interp_next: word("interpreter_state.next")?,
+        interp_threads_head: word("interpreter_state.threads_head")?,
+        tstate_next: word("thread_state.next")?,
+        tstate_thread_id: word("thread_state.thread_id")?,
+        tstate_native_thread_id: word("thread_state.native_thread_id")?,
+        tstate_cframe: None,
+        cframe_current_frame: word("thread_state.current_frame")?,
+        frame_code: sized("interpreter_frame.executable", 8, FRAME_READ)?,
+        frame_previous: sized("interpreter_frame.previous", 8, FRAME_READ)?,
+        frame_prev_instr: sized("interpreter_frame.instr_ptr", 8, FRAME_READ)?,
+        frame_owner: sized("interpreter_frame.owner", 1, FRAME_READ)?,
+        // FRAME_OWNED_BY_CSTACK.
+        entry: Entry::CStackOwner(3),
+        code_filename: code("code_object.filename", 8)?,
+        code_qualname: code("code_object.qualname", 8)?,
+        code_firstlineno: code("code_object.firstlineno", 4)?,
+        code_linetable: code("code_object.linetable", 8)?,
+        code_adaptive,
+        ascii_size,
+        // PyCompactUnicodeObject: the ASCII header, utf8_length, utf8.
+        compact_size: ascii_size + 16,
+        gil: Gil::Interpreter {
+            pointer: word("interpreter_state.ceval_gil")?,
+            locked: gil_field("interpreter_state.gil_runtime_state_locked")?,
+            last_holder: gil_field("interpreter_state.gil_runtime_state_holder")?,
+        },
+        objects: Objects {
+            interp_modules: word("interpreter_state.imports_modules")?,
+            frame_localsplus: localsplus,
+            ..OBJECTS_3_13
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `_Py_DebugOffsets` of CPython 3.13.0 (x86-64), as gdb prints
+    /// `_PyRuntime.debug_offsets` of pyenv's build, in field order.
+    const PUBLISHED_3_13_0: [u64; 72] = [
+        0x030d_00f0,
+        0,
+        283_320,
+        608,
+        632,
+        194_968,
+        7272,
+        7264,
+        7344,
+        7400,
+        7656,
+        7640,
+        7648,
+        16,
+        7752,
+        0,
+        7768,
+        7760,
+        304,
+        0,
+        8,
+        16,
+        72,
+        152,
+        160,
+        232,
+        32,
+        80,
+        8,
+        0,
+        56,
+        72,
+        70,
+        208,
+        112,
+        120,
+        128,
+        136,
+        68,
+        52,
+        96,
+        104,
+        200,
+        16,
+        8,
+        416,
+        24,
+        88,
+        168,
+        32,
+        24,
+        16,
+        40,
+        24,
+        16,
+        48,
+        32,
+        40,
+        24,
+        16,
+        32,
+        16,
+        24,
+        40,
+        16,
+        32,
+        64,
+        32,
+        16,
+        40,
+        240,
+        200,
+    ];
+
+    fn bytes(words: &[u64]) -> Vec<u8> {
+        let mut b = b"xdebugpy".to_vec();
+        for w in words {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    fn set(name: &str, value: u64) -> Vec<u8> {
+        let mut w = PUBLISHED_3_13_0;
+        let i = DEBUG_FIELDS_3_13.iter().position(|f| *f == name).unwrap();
+        w[i] = value;
+        bytes(&w)
+    }
+
+    #[test]
+    fn the_published_offsets_of_3_13_are_read() {
+        let o = parse_debug(&bytes(&PUBLISHED_3_13_0), Some(0x030d_05f0)).unwrap();
+        assert_eq!(o.runtime_interpreters_head, 632);
+        assert_eq!((o.interp_next, o.interp_threads_head), (7264, 7344));
+        assert_eq!((o.tstate_cframe, o.cframe_current_frame), (None, 72));
+        assert_eq!((o.tstate_thread_id, o.tstate_native_thread_id), (152, 160));
+        assert_eq!(
+            (
+                o.frame_code,
+                o.frame_previous,
+                o.frame_prev_instr,
+                o.frame_owner
+            ),
+            (0, 8, 56, 70)
+        );
+        assert_eq!(
+            (o.code_qualname, o.code_adaptive, o.code_firstlineno),
+            (128, 200, 68)
+        );
+        assert_eq!((o.ascii_size, o.compact_size), (40, 56));
+        assert_eq!(
+            o.gil,
+            Gil::Interpreter {
+                pointer: 16,
+                locked: 16,
+                last_holder: 8
+            }
+        );
+        assert_eq!(o.objects.interp_modules, 7656);
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_its_reason() {
+        let cases = [
+            (
+                set("thread_state.native_thread_id", 400),
+                "thread_state.native_thread_id = 400 does not fit its structure of 304 bytes",
+            ),
+            (
+                set("interpreter_frame.owner", 80),
+                "interpreter_frame.owner = 80 does not fit",
+            ),
+            (
+                set("runtime_state.size", 1 << 40),
+                "runtime_state.interpreters_head = 632 does not fit",
+            ),
+            (
+                set("code_object.qualname", 200),
+                "code_object.qualname = 200 lies past the bytecode",
+            ),
+            (
+                set("dict_object.ma_keys", 24),
+                "dict_object.ma_keys = 24, where rip reads it at 32",
+            ),
+            (set("free_threaded", 1), "free-threaded"),
+            (
+                set("version", 0x030e_00f0),
+                "CPython 3.14: rip reads the _Py_DebugOffsets of 3.13 only",
+            ),
+            (
+                set("interpreter_state.gil_runtime_state_locked", 8),
+                "gil_runtime_state_locked is not inside the GIL",
+            ),
+        ];
+        for (b, why) in cases {
+            let e = parse_debug(&b, None).unwrap_err();
+            assert!(e.contains(why), "{e} does not say {why}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let mut torn = bytes(&PUBLISHED_3_13_0);
+        torn[0] = b'y';
+        assert!(
+            parse_debug(&torn, Some(0x030d_00f0))
+                .unwrap_err()
+                .contains("no \"xdebugpy\" cookie")
+        );
+        assert!(
+            parse_debug(&bytes(&PUBLISHED_3_13_0), Some(0x030c_01f0))
+                .unwrap_err()
+                .contains("CPython 3.12: its _Py_DebugOffsets says CPython 3.13")
+        );
+        assert!(parse_debug(&bytes(&PUBLISHED_3_13_0)[..100], None).is_err());
     }
 }
