@@ -683,7 +683,11 @@ fn python_line(py: &crate::model::PythonThread, w: &mut impl Write) -> io::Resul
         .as_ref()
         .map(|n| format!(" — not in the stack above: {n}"))
         .unwrap_or_default();
-    writeln!(w, "  {:<8} python:{gil} {}{note}", "", frames.join(" ← "))
+    let frames = frames.join(" ← ");
+    // A line that says only the GIL ends there (no space for frames it
+    // does not have).
+    let sep = if frames.is_empty() { "" } else { " " };
+    writeln!(w, "  {:<8} python:{gil}{sep}{frames}{note}", "")
 }
 
 /// The grouped dump view (like the original `read_rip`): each location
