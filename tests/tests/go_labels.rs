@@ -8,44 +8,18 @@
 
 use std::{
     collections::BTreeMap,
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
 
 use rip_tests::{
-    Workload, bpf_tests_enabled, go_toolchains as toolchains, go_version as version,
-    rip_probe_json, rip_probe_ok, target_dir,
+    Workload, bpf_tests_enabled, go_build, go_toolchains as toolchains, go_version as version,
+    rip_probe_json, rip_probe_ok,
 };
 use serde_json::Value;
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
-
-/// Builds tests/go/labels.go with `go` and `flags`.
-fn build(go: &Path, flags: &[&str], tag: &str) -> PathBuf {
-    let dir = target_dir().join(format!("go-labels/{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(format!("labels-{tag}"));
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("go/labels.go");
-    let status = Command::new(go)
-        .arg("build")
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .env("GOCACHE", target_dir().join("go-cache"))
-        .env("GOPATH", target_dir().join("go-path"))
-        .env("GO111MODULE", "off")
-        .env("GOTOOLCHAIN", "local")
-        .status()
-        .expect("go runs");
-    assert!(
-        status.success(),
-        "go build {flags:?} {} failed",
-        src.display()
-    );
-    exe
-}
 
 /// A goroutine's (or a group's) labels as `key=value` words, sorted by
 /// key. A goroutine always has the array; a group without labels has
@@ -143,7 +117,7 @@ fn parked(pid: u32, v: &str) -> Value {
 
 fn check(go: &Path, flags: &[&str], tag: &str) {
     let v = version(go);
-    let exe = build(go, flags, &format!("{v}-{tag}"));
+    let exe = go_build(go, "labels", flags, &format!("{v}-{tag}"));
     let w = Workload::start(Command::new(&exe));
     let r = parked(w.pid(), &format!("{v} {tag}"));
     // Grouped by labels: the three resize workers apart, the four index
