@@ -631,9 +631,30 @@ pub struct Goroutine {
     pub created_by: Option<Frame>,
     /// The channel(s) or semaphore it waits on, as the runtime records it.
     pub waits_on: Option<GoWaitsOn>,
+    /// Its pprof labels (`pprof.Do`, `pprof.SetGoroutineLabels`), sorted
+    /// by key; empty when none are set or they could not be read.
+    pub labels: Arc<[GoLabel]>,
+    /// Why its labels are not shown though it has some (they could not be
+    /// read whole, or read differently twice).
+    pub labels_note: Option<String>,
     /// Its status or saved registers changed each time it was read: only
     /// its id and status are kept.
     pub torn: bool,
+}
+
+/// One pprof label of a goroutine, as the program set it (a key or value
+/// longer than 512 bytes is cut and ends in `…`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+pub struct GoLabel {
+    /// The label's key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// Whether a group's members have no labels (then none are printed).
+fn no_labels(l: &Arc<[GoLabel]>) -> bool {
+    l.is_empty()
 }
 
 /// A goroutine's status (`g.atomicstatus`).
@@ -778,6 +799,10 @@ pub struct Group {
     /// many members wait on it, most waited on first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waits_on: Vec<WaitedOn>,
+    /// Goroutine groups: the pprof labels every member has (members with
+    /// other labels are other groups); absent when they have none.
+    #[serde(default, skip_serializing_if = "no_labels")]
+    pub labels: Arc<[GoLabel]>,
 }
 
 /// An object goroutines of a group wait on, and how many.

@@ -149,7 +149,11 @@ impl Session {
         let sites = match &opts.uprobe {
             Some(spec) => {
                 target.require_user_space(Lacks::UprobeFunctions)?;
-                uprobe::resolve(target.view_pid(), spec)?
+                uprobe::resolve_with(
+                    target.view_pid(),
+                    spec,
+                    Some(&symbolize::go_table::go_functions),
+                )?
             }
             None => Vec::new(),
         };

@@ -735,6 +735,35 @@ pub const GO_MIDDLE: &str = "/opt/rip-go/1.23.9/go/bin/go";
 /// Python tests (xtask's `PYTHON_3_13`).
 pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
 
+/// Builds the Go program `tests/go/NAME.go` with toolchain `go` and
+/// `flags` into the test's own directory, as `NAME-TAG`; one build cache
+/// for every toolchain and flag (Go keys it by both). A failed build fails
+/// the test.
+pub fn go_build(go: &Path, name: &str, flags: &[&str], tag: &str) -> PathBuf {
+    let dir = target_dir().join(format!("go-{name}/{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the Go build");
+    let exe = dir.join(format!("{name}-{tag}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("go/{name}.go"));
+    let status = Command::new(go)
+        .arg("build")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .env("GOCACHE", target_dir().join("go-cache"))
+        .env("GOPATH", target_dir().join("go-path"))
+        .env("GO111MODULE", "off")
+        .env("GOTOOLCHAIN", "local")
+        .status()
+        .expect("go runs");
+    assert!(
+        status.success(),
+        "go build {flags:?} {} failed",
+        src.display()
+    );
+    exe
+}
+
 /// `go version`'s version of the toolchain `go` (`go1.19.8`).
 pub fn go_version(go: &Path) -> String {
     let out = Command::new(go).arg("version").output().expect("go runs");

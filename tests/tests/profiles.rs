@@ -11,6 +11,7 @@ use std::{
     io::Write,
     path::Path,
     process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use prost::Message;
@@ -20,7 +21,7 @@ use rip_probe::{
     render::protos::perfetto::{TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END, Trace},
 };
 use rip_tests::{
-    Background, TempDir, Workload, assert_one_line_error, bpf_tests_enabled, build_c,
+    Background, TempDir, Workload, assert_one_line_error, bpf_tests_enabled, build_c, go_build,
     go_toolchains, rip_probe_ok,
 };
 use serde_json::Value;
@@ -38,6 +39,16 @@ fn sleeper() -> Workload {
 /// `go tool pprof -top` of `file` for `sample_index`: its rows by
 /// function, (flat, cum), values as printed in `unit`, and the total.
 fn pprof_top(file: &Path, sample_index: &str, unit: &str) -> (BTreeMap<String, (u64, u64)>, u64) {
+    pprof_top_of(file, sample_index, unit, &[])
+}
+
+/// [`pprof_top`] with more of go tool pprof's options (`-tagfocus=…`).
+fn pprof_top_of(
+    file: &Path,
+    sample_index: &str,
+    unit: &str,
+    more: &[&str],
+) -> (BTreeMap<String, (u64, u64)>, u64) {
     // Debian's toolchain (the first): the one every Debian user has.
     let go = &go_toolchains()[0];
     let out = Command::new(go)
@@ -51,6 +62,7 @@ fn pprof_top(file: &Path, sample_index: &str, unit: &str) -> (BTreeMap<String, (
             &format!("-unit={unit}"),
             &format!("-sample_index={sample_index}"),
         ])
+        .args(more)
         .arg(file)
         .env("HOME", std::env::temp_dir())
         .env("PPROF_TMPDIR", std::env::temp_dir())
@@ -248,6 +260,109 @@ fn pid_pprof_is_a_profile_of_threads_by_stack() {
     for want in ["state", "sleeping", "syscall", syscall, "comm", "tid"] {
         assert!(tags.contains(want), "{want} not in:\n{tags}");
     }
+}
+
+/// A Go program's `--pid --pprof`: one sample per goroutine beside the
+/// threads, with its stack, state, wait reason and pprof labels
+/// (`tests/go/labels.go`, Debian's Go: labels in a map).
+#[test]
+fn pid_pprof_holds_every_goroutine_with_its_labels() {
+    if !bpf_tests_enabled("pid_pprof_holds_every_goroutine_with_its_labels") {
+        return;
+    }
+    let go = &go_toolchains()[0];
+    let w = Workload::start(Command::new(go_build(go, "labels", &[], "pprof")));
+    let pid = w.pid().to_string();
+    let dir = TempDir::new("/tmp", "pprof-goroutines");
+    let file = dir.join("goroutines.pb.gz");
+    let program = |t: &&Value| {
+        t["go"]["wait_reason"] == "chan receive"
+            && names(&t["go"]["stack"])
+                .iter()
+                .any(|n| n.starts_with("main."))
+    };
+    // Started, not yet parked, when it said ready: reported until its 11
+    // goroutines are parked, then that report's profile is read.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let r = loop {
+        let out = rip_probe_ok(
+            CLI,
+            &[
+                "--pid",
+                &pid,
+                "--duration",
+                "0",
+                "--json",
+                "--pprof",
+                file.to_str().unwrap(),
+            ],
+        );
+        let r: Value = serde_json::from_str(&out).unwrap();
+        let parked = r["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(program)
+            .count();
+        if parked == 11 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "never parked: {parked} of 11");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let goroutines: Vec<&Value> = r["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["origin"] == "go")
+        .collect();
+    let (rows, total) = pprof_top(&file, "goroutines", "count");
+    assert_eq!(total, goroutines.len() as u64, "{rows:?}");
+    for (f, n) in [
+        ("main.resize", 3),
+        ("main.index", 4),
+        ("main.inherited", 1),
+        ("main.plain", 2),
+        ("main.many", 1),
+    ] {
+        assert_eq!(rows.get(f).map(|r| r.1), Some(n), "{f}: {rows:?}");
+    }
+    // The threads are there as before, apart.
+    let (_, threads) = pprof_top(&file, "threads", "count");
+    assert_eq!(threads, r["threads"].as_array().unwrap().len() as u64);
+    // How long they waited (at least): the report's, summed.
+    let waited: u64 = goroutines
+        .iter()
+        .filter_map(|t| t["idle_ns"].as_u64().or(t["polling_ns"].as_u64()))
+        .sum();
+    assert_eq!(pprof_top(&file, "waiting", "ns").1, waited);
+    // Labels: the program's own, and the state and wait reason.
+    // Samples with a tag: the flat values of the rows shown (the total
+    // printed stays the whole profile's).
+    let with = |tag: &str| -> u64 {
+        let focus = format!("-tagfocus={tag}");
+        let (rows, _) = pprof_top_of(&file, "goroutines", "count", &[&focus]);
+        rows.values().map(|r| r.0).sum()
+    };
+    assert_eq!(with("job=index"), 5);
+    assert_eq!(with("job=resize"), 3);
+    // A bare number would be read as a numeric range, not a string.
+    assert_eq!(with("worker=[2]"), 1);
+    assert_eq!(with("k19=v19"), 1);
+    assert_eq!(
+        with("wait_reason=chan receive"),
+        goroutines
+            .iter()
+            .filter(|t| t["go"]["wait_reason"] == "chan receive")
+            .count() as u64
+    );
+    assert_eq!(
+        with("state=syscall"),
+        goroutines
+            .iter()
+            .filter(|t| t["go"]["status"] == "syscall")
+            .count() as u64
+    );
 }
 
 #[test]

@@ -98,6 +98,8 @@ mod tests {
                 stack_note: None,
                 created_by: None,
                 waits_on: None,
+                labels: Default::default(),
+                labels_note: None,
                 torn: false,
             }),
         }

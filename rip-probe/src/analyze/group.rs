@@ -171,6 +171,7 @@ pub fn group_threads(threads: &[Thread]) -> Vec<Group> {
             max_ns: None,
             created_by: None,
             waits_on: Vec::new(),
+            labels: Default::default(),
         });
         g.count += 1;
         g.ids.push(t.tid);

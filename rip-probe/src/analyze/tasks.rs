@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use super::group::{Place, sorted};
 use crate::model::{
-    ChannelPeers, Coroutine, CoroutineState, Frame, GoStatus, GoWaitKind, GoWaitsOn, Group,
-    GroupState, LocationSource, Origin, WaitedOn,
+    ChannelPeers, Coroutine, CoroutineState, Frame, GoLabel, GoStatus, GoWaitKind, GoWaitsOn,
+    Group, GroupState, LocationSource, Origin, WaitedOn,
 };
 
 /// Keeps the tasks idle at least `min_ns` (since their last poll ended, or
@@ -48,6 +48,7 @@ pub fn group_tasks(tasks: &[Coroutine]) -> Vec<Group> {
                 max_ns: None,
                 created_by: None,
                 waits_on: Vec::new(),
+                labels: Default::default(),
             });
         g.count += 1;
         g.ids.push(t.id);
@@ -90,7 +91,13 @@ fn waits_in(stack: &[Frame]) -> Option<&Frame> {
 fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
     // Stacks and creators by number: goroutines share a few by the
     // thousand, so each is made a place once.
-    type Key<'a> = (GoStatus, Option<&'a str>, usize, Option<usize>);
+    type Key<'a> = (
+        GoStatus,
+        Option<&'a str>,
+        usize,
+        Option<usize>,
+        &'a [GoLabel],
+    );
     let mut places: HashMap<Vec<Place>, usize> = HashMap::new();
     let mut by_stack: HashMap<usize, usize> = HashMap::new();
     let mut creators: HashMap<Place, usize> = HashMap::new();
@@ -113,7 +120,13 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
                 *creators.entry(Place::of(f)).or_insert(n)
             })
         });
-        let key = (g.status, g.wait_reason.as_deref(), stack, creator);
+        let key = (
+            g.status,
+            g.wait_reason.as_deref(),
+            stack,
+            creator,
+            &g.labels[..],
+        );
         let (group, objects) = map.entry(key).or_insert_with(|| {
             let at = waits_in(&g.stack);
             (
@@ -132,6 +145,7 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
                     max_ns: None,
                     created_by: g.created_by.as_ref().map(Frame::describe),
                     waits_on: Vec::new(),
+                    labels: g.labels.clone(),
                 },
                 HashMap::new(),
             )
@@ -262,6 +276,7 @@ fn group_asyncio(tasks: &[Coroutine]) -> Vec<Group> {
                     max_ns: None,
                     created_by: None,
                     waits_on: Vec::new(),
+                    labels: Default::default(),
                 },
                 HashMap::new(),
             )

@@ -305,7 +305,7 @@ fn came_and_went(e: &Error) -> Option<Seen> {
 fn resolve_all(pid: u32, patterns: &[String]) -> Result<Vec<ProbeSite>> {
     let mut sites: Vec<ProbeSite> = Vec::new();
     for p in patterns {
-        for s in uprobe::resolve(pid, p)? {
+        for s in uprobe::resolve_with(pid, p, Some(&crate::symbolize::go_table::go_functions))? {
             if !sites
                 .iter()
                 .any(|o| o.mapped == s.mapped && o.file_offset == s.file_offset)
@@ -314,6 +314,7 @@ fn resolve_all(pid: u32, patterns: &[String]) -> Result<Vec<ProbeSite>> {
             }
         }
     }
+    refuse_go_functions(&sites)?;
     if sites.len() > MAX_FUNCTIONS as usize {
         let some: Vec<String> = sites
             .iter()
@@ -329,6 +330,36 @@ fn resolve_all(pid: u32, patterns: &[String]) -> Result<Vec<ProbeSite>> {
         )));
     }
     Ok(sites)
+}
+
+/// Refuses Go functions: a call is timed with a return probe, which
+/// replaces the return address on the stack, and Go's runtime walks its
+/// stacks (to grow one, to collect garbage) and ends the program at a
+/// return address that is in no function ("unexpected return pc").
+/// Entry probes are safe: `--pid --uprobe` shows them.
+fn refuse_go_functions(sites: &[ProbeSite]) -> Result<()> {
+    let mut binaries: Vec<&std::path::Path> = sites.iter().map(|s| s.binary.as_path()).collect();
+    binaries.sort();
+    binaries.dedup();
+    for b in binaries {
+        let go: std::collections::HashSet<u64> = crate::symbolize::go_table::go_functions(b)
+            .into_iter()
+            .map(|(_, off)| off)
+            .collect();
+        if let Some(s) = sites
+            .iter()
+            .find(|s| s.binary == b && go.contains(&s.file_offset))
+        {
+            return Err(Error::Usage(format!(
+                "--uprobe {}: a Go function; calls times a call with a return probe, \
+                 which makes Go's runtime end the program when it walks that stack: \
+                 use rip-probe --pid PID --uprobe PATTERN to see the Go functions \
+                 threads enter",
+                display_name(&s.name)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A function's name as shown: demangled, without a Rust hash suffix.

@@ -151,10 +151,19 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
         report.warnings.splice(0..0, note);
         if let Some(file) = &pprof {
             let view = report.process.alive.then(|| session.target().view_pid());
+            // The goroutines' stacks are samples too (shared stacks once).
+            let mut seen = std::collections::HashSet::new();
+            let goroutine_frames = report
+                .tasks
+                .iter()
+                .filter_map(|t| t.go.as_ref())
+                .filter(|g| seen.insert(g.stack.as_ptr()))
+                .flat_map(|g| g.stack.iter());
             let frames = report
                 .threads
                 .iter()
-                .flat_map(|t| t.frames.iter().chain(t.location.as_ref().map(|l| &l.frame)));
+                .flat_map(|t| t.frames.iter().chain(t.location.as_ref().map(|l| &l.frame)))
+                .chain(goroutine_frames);
             super::write_pprof(
                 file,
                 view,

@@ -190,6 +190,7 @@ mod tests {
             max_ns: None,
             created_by: None,
             waits_on: Vec::new(),
+            labels: Vec::new().into(),
         };
         let r = report(
             vec![

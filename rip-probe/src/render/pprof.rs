@@ -344,13 +344,27 @@ pub fn offcpu_profile(r: &OffCpuReport, build_ids: &BuildIds) -> Profile {
 /// the report says so, label `blocked=at least`); labels `state`,
 /// `syscall`, `comm` and `tid`. Its stack is the kernel's (when taken),
 /// then the user stack, else its last location.
+///
+/// A Go program's goroutines are samples beside the threads, one per
+/// goroutine (`goroutines/count`, with how long it has waited at least,
+/// `waiting/nanoseconds`; both 0 in the threads' samples, and the
+/// threads' 0 in theirs): its stack (a goroutine on a thread has none of
+/// its own: its location, else `[no user stack]`), labels `goroutine`
+/// (its id), `state` (`running`, `runnable`, `waiting`, `syscall`),
+/// `wait_reason` in the runtime's words, `tid` on a thread, and its
+/// pprof labels as the program set them.
 pub fn threads_profile(r: &Report, build_ids: &BuildIds) -> Profile {
-    let mut b = Builder::new(
-        &r.process,
-        &[("threads", "count"), ("blocked", "nanoseconds")],
-        "threads",
-        build_ids,
-    );
+    let goroutines: Vec<_> = r
+        .tasks
+        .iter()
+        .filter_map(|t| t.go.as_ref().map(|g| (t, g)))
+        .collect();
+    let mut types = vec![("threads", "count"), ("blocked", "nanoseconds")];
+    if !goroutines.is_empty() {
+        types.extend([("goroutines", "count"), ("waiting", "nanoseconds")]);
+    }
+    let zeros = types.len() - 2;
+    let mut b = Builder::new(&r.process, &types, "threads", build_ids);
     for t in &r.threads {
         let user: Vec<Frame> = match (&t.location, t.frames.is_empty()) {
             (Some(l), true) => vec![l.frame.clone()],
@@ -369,7 +383,36 @@ pub fn threads_profile(r: &Report, build_ids: &BuildIds) -> Profile {
             labels.push(b.label_str("blocked", if bl.exact { "exact" } else { "at least" }));
         }
         let blocked = t.blocked.as_ref().map_or(0, |bl| clamp(bl.ns));
-        b.sample(locs, vec![1, blocked], labels);
+        let mut values = vec![1, blocked];
+        values.resize(2 + zeros, 0);
+        b.sample(locs, values, labels);
+    }
+    // Goroutines share stacks by the thousand: each made locations once.
+    let mut stacks: HashMap<usize, Vec<u64>> = HashMap::new();
+    for (t, g) in goroutines {
+        let locs = match (g.stack.is_empty(), &t.location) {
+            (true, Some(l)) => b.stack(&[], std::slice::from_ref(&l.frame)),
+            (true, None) => b.stack(&[], &[]),
+            (false, _) => stacks
+                .entry(g.stack.as_ptr() as usize)
+                .or_insert_with(|| b.stack(&[], &g.stack))
+                .clone(),
+        };
+        let mut labels = vec![
+            b.label_num("goroutine", clamp(t.id)),
+            b.label_str("state", g.status.as_str()),
+        ];
+        if let Some(w) = &g.wait_reason {
+            labels.push(b.label_str("wait_reason", w));
+        }
+        if let Some(tid) = t.polling_tid {
+            labels.push(b.label_num("tid", i64::from(tid)));
+        }
+        for l in g.labels.iter() {
+            labels.push(b.label_str(&l.key, &l.value));
+        }
+        let waited = t.idle_ns.or(t.polling_ns).map_or(0, clamp);
+        b.sample(locs, vec![0, 0, 1, waited], labels);
     }
     b.finish(r.window_ns, &r.warnings)
 }

@@ -53,6 +53,7 @@ fn as_group(g: &ServiceGroup) -> Group {
         max_ns: None,
         created_by: None,
         waits_on: Vec::new(),
+        labels: Default::default(),
     }
 }
 

@@ -9,8 +9,8 @@ use std::io::{self, Write};
 use super::words::{ids, location_text, plural, source_word, truncate};
 use crate::{
     model::{
-        Coroutine, CoroutineState, Frame, GoWaitKind, Group, GroupState, Origin, Report, Thread,
-        WaitedOn,
+        Coroutine, CoroutineState, Frame, GoLabel, GoWaitKind, Group, GroupState, Origin, Report,
+        Thread, WaitedOn,
     },
     util::timefmt::{duration, utc},
 };
@@ -113,6 +113,21 @@ fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
             )?;
         }
         writeln!(w, "      goroutines: {}", ids(&g.ids))?;
+        if !g.labels.is_empty() {
+            writeln!(w, "      labels: {}", labels_words(&g.labels))?;
+        }
+        let unread: Vec<&str> = g
+            .ids
+            .iter()
+            .filter_map(|id| by_id.get(id)?.go.as_ref()?.labels_note.as_deref())
+            .collect();
+        if let Some(why) = unread.first() {
+            writeln!(
+                w,
+                "      (labels of {} not read: {why})",
+                plural(unread.len(), "goroutine", "goroutines")
+            )?;
+        }
         for id in g.ids.iter().take(MAX_ON_THREAD) {
             if let Some(t) = by_id.get(id).filter(|t| t.polling_tid.is_some()) {
                 writeln!(w, "      goroutine {id} {}", on_thread(t, &r.threads))?;
@@ -130,6 +145,15 @@ fn goroutines(r: &Report, w: &mut impl Write) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A goroutine's pprof labels, by key: `job=resize, worker=7`.
+pub(crate) fn labels_words(labels: &[GoLabel]) -> String {
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|l| format!("{}={}", l.key, l.value))
+        .collect();
+    pairs.join(", ")
 }
 
 /// The ASYNCIO TASKS section: CPython's asyncio tasks grouped by state

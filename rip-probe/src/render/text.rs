@@ -13,8 +13,8 @@ use super::{
 };
 use crate::{
     model::{
-        Frame, Group, GroupState, Location, LockChange, LockKind, Mode, Owner, Report, RuntimeWait,
-        Thread, ThreadState, WaitsFor, rewrite_shared,
+        Frame, GoLabel, Group, GroupState, Location, LockChange, LockKind, Mode, Owner, Report,
+        RuntimeWait, Thread, ThreadState, WaitsFor, rewrite_shared,
     },
     util::timefmt::duration,
 };
@@ -74,6 +74,16 @@ fn escape_locations(last: &mut Option<Location>, hist: &mut [Location]) {
 fn escape_group(g: &mut Group) {
     for s in [&mut g.wait, &mut g.created_by].into_iter().flatten() {
         escape_in_place(s);
+    }
+    if !g.labels.is_empty() {
+        g.labels = g
+            .labels
+            .iter()
+            .map(|l| GoLabel {
+                key: escape(&l.key),
+                value: escape(&l.value),
+            })
+            .collect();
     }
     if let Some(f) = &mut g.location {
         escape_frame(f);

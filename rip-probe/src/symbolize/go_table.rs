@@ -2,6 +2,8 @@
 //! in collect needs (a stripped binary's roots, frame sizes to unwind
 //! goroutines): collect names the seam, symbolize provides it.
 
+use std::path::Path;
+
 use crate::{collect::runtime::go::FuncTable, symbolize::gopclntab::GoBinary};
 
 impl FuncTable for GoBinary {
@@ -12,6 +14,22 @@ impl FuncTable for GoBinary {
     fn sp_delta(&self, pc: u64) -> Option<i32> {
         GoBinary::sp_delta(self, pc)
     }
+}
+
+/// Every function of the Go binary at `path` by the name its `.gopclntab`
+/// gives it, with the file offset of its entry: what a uprobe on a
+/// stripped Go binary (no symbol table) is attached by. Empty for a binary
+/// that is not Go.
+pub(crate) fn go_functions(path: &Path) -> Vec<(String, u64)> {
+    let Ok(Some(bin)) = GoBinary::open(path) else {
+        return Vec::new();
+    };
+    bin.funcs()
+        .filter_map(|f| {
+            let off = bin.offset_of_vaddr(f.entry)?;
+            Some((f.name, off))
+        })
+        .collect()
 }
 
 /// The Go runtime's layouts and roots, checked against the binaries each

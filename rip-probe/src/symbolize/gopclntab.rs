@@ -403,6 +403,15 @@ impl GoBinary {
             .and_then(|&(o, _, v)| v.checked_add(off - o))
     }
 
+    /// The file offset of virtual address `vaddr`, through the loadable
+    /// segments (where a uprobe on the code there is attached).
+    pub fn offset_of_vaddr(&self, vaddr: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|&&(_, n, v)| vaddr >= v && vaddr - v < n)
+            .and_then(|&(o, _, v)| o.checked_add(vaddr - v))
+    }
+
     /// The function holding `pc`.
     pub fn func_at(&self, pc: u64) -> Option<Func> {
         let r = self.tab.find(pc)?;

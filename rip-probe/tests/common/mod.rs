@@ -64,6 +64,7 @@ pub fn full_report() -> Report {
         max_ns: None,
         created_by: None,
         waits_on: Vec::new(),
+        labels: Default::default(),
     };
     let waits_on = GoWaitsOn {
         kind: GoWaitKind::Semaphore,
@@ -178,6 +179,12 @@ pub fn full_report() -> Report {
                     stack_note: Some("a frame pointer left the goroutine's stack".into()),
                     created_by: Some(frame()),
                     waits_on: Some(waits_on.clone()),
+                    labels: vec![GoLabel {
+                        key: "job".into(),
+                        value: "resize".into(),
+                    }]
+                    .into(),
+                    labels_note: None,
                     torn: false,
                 }),
                 python: None,
@@ -216,6 +223,11 @@ pub fn full_report() -> Report {
                         }),
                     },
                 ],
+                labels: vec![GoLabel {
+                    key: "job".into(),
+                    value: "resize".into(),
+                }]
+                .into(),
                 ..group
             },
         ],

@@ -197,8 +197,26 @@ fn target_binary(pid: u32, spec: &str) -> Result<(PathBuf, PathBuf, String)> {
     }
 }
 
+/// The functions a binary lists outside its ELF symbol tables, each name
+/// with its file offset: a stripped Go binary keeps every function's name
+/// in its `.gopclntab`. The symbolize stage reads them (collect does not
+/// read symbol tables of that kind).
+pub type MoreFunctions<'a> = &'a dyn Fn(&Path) -> Vec<(String, u64)>;
+
 /// The functions of the target matching `spec`.
 pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
+    resolve_with(pid, spec, None)
+}
+
+/// As [`resolve`], and where the ELF symbol tables have no function that
+/// matches, the functions `more` lists of the binary (a stripped Go
+/// binary's, by the names Go gives them: `main.handle`,
+/// `net/http.(*conn).serve`).
+pub fn resolve_with(
+    pid: u32,
+    spec: &str,
+    more: Option<MoreFunctions<'_>>,
+) -> Result<Vec<ProbeSite>> {
     let (binary, shown, pattern) = target_binary(pid, spec)?;
     let (spec, pattern_shown) = (cut(spec), cut(&pattern));
     let glob = glob::Pattern::new(&pattern).map_err(|source| Error::BadPattern {
@@ -239,6 +257,21 @@ pub fn resolve(pid: u32, spec: &str) -> Result<Vec<ProbeSite>> {
             binary: shown.clone(),
             why: symbols_error(&binary, &e.to_string()),
         })?;
+    if sites.is_empty()
+        && let Some(more) = more
+    {
+        for (name, off) in more(&binary) {
+            if glob.matches(&name) {
+                sites.push(ProbeSite {
+                    binary: binary.clone(),
+                    mapped: shown.clone(),
+                    name: name.clone(),
+                    file_offset: off,
+                });
+            }
+            all.push(name);
+        }
+    }
     sites.sort_by_key(|s| s.file_offset);
     sites.dedup_by_key(|s| s.file_offset);
     if sites.is_empty() {

@@ -38,6 +38,9 @@ pub(crate) struct Layout {
     pub(crate) startpc: u64,
     /// `g.waiting`: its sudogs while it waits on a channel or semaphore.
     pub(crate) waiting: u64,
+    /// `g.labels`: its pprof labels (a pointer to `runtime/pprof`'s
+    /// `labelMap`, see [`labels_format`]), nil when none were set.
+    pub(crate) labels: u64,
     /// `m.procid`: the M's thread id.
     pub(crate) m_procid: u64,
     /// `sudog.elem`: the semaphore address (semacquire) or the element
@@ -72,6 +75,7 @@ const G_FIELDS: &[&str] = &[
     "gopc",
     "startpc",
     "waiting",
+    "labels",
 ];
 
 /// Member offsets of the runtime's structures, as a binary's DWARF says:
@@ -136,6 +140,7 @@ pub(crate) fn from_dwarf(m: &Members) -> Result<Layout, String> {
         gopc: at("runtime.g", "gopc")?,
         startpc: at("runtime.g", "startpc")?,
         waiting: at("runtime.g", "waiting")?,
+        labels: at("runtime.g", "labels")?,
         m_procid: at("runtime.m", "procid")?,
         sudog_elem: ptr("runtime.sudog", "elem")?,
         sudog_c: ptr("runtime.sudog", "c")?,
@@ -163,6 +168,7 @@ fn g_read(l: &Layout) -> u64 {
         l.gopc,
         l.startpc,
         l.waiting,
+        l.labels,
     ]
     .into_iter()
     .max()
@@ -200,12 +206,13 @@ const GO_1_19: Layout = Layout {
     gopc: 296,
     startpc: 312,
     waiting: 328,
+    labels: 360,
     m_procid: 72,
     sudog_elem: 24,
     sudog_c: 80,
     sudog_is_select: 52,
     sudog_waitlink: 64,
-    g_read: 336,
+    g_read: 368,
 };
 
 /// Go 1.21 and 1.22 on amd64 (`g.gopc` 16 bytes earlier than 1.19's),
@@ -226,12 +233,13 @@ const GO_1_21: Layout = Layout {
     gopc: 280,
     startpc: 296,
     waiting: 312,
+    labels: 344,
     m_procid: 72,
     sudog_elem: 24,
     sudog_c: 80,
     sudog_is_select: 52,
     sudog_waitlink: 64,
-    g_read: 320,
+    g_read: 352,
 };
 
 /// Go 1.23 and 1.24 on amd64 (`g.syscallbp` before the status), checked
@@ -252,12 +260,13 @@ const GO_1_23: Layout = Layout {
     gopc: 288,
     startpc: 304,
     waiting: 320,
+    labels: 352,
     m_procid: 72,
     sudog_elem: 24,
     sudog_c: 80,
     sudog_is_select: 52,
     sudog_waitlink: 64,
-    g_read: 328,
+    g_read: 360,
 };
 
 /// Go 1.25 on amd64 (`gobuf` without `ret`), checked against the DWARF of
@@ -278,12 +287,13 @@ const GO_1_25: Layout = Layout {
     gopc: 280,
     startpc: 296,
     waiting: 312,
+    labels: 344,
     m_procid: 64,
     sudog_elem: 24,
     sudog_c: 80,
     sudog_is_select: 52,
     sudog_waitlink: 64,
-    g_read: 320,
+    g_read: 352,
 };
 
 /// Go 1.26 and 1.27 on amd64 (the sudog's pointers hidden from the GC),
@@ -304,12 +314,13 @@ const GO_1_27: Layout = Layout {
     gopc: 288,
     startpc: 304,
     waiting: 320,
+    labels: 352,
     m_procid: 64,
     sudog_elem: 32,
     sudog_c: 96,
     sudog_is_select: 60,
     sudog_waitlink: 72,
-    g_read: 328,
+    g_read: 360,
 };
 
 /// The layout of Go `version` (`go1.19.8`), for binaries without DWARF:
@@ -340,6 +351,26 @@ pub(crate) fn minor(version: &str) -> Option<u32> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(rest.len());
     rest[..end].parse().ok()
+}
+
+/// How `runtime/pprof` keeps a goroutine's labels, where `g.labels`
+/// points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LabelsFormat {
+    /// Up to Go 1.23: a `labelMap` is a `map[string]string`: `g.labels`
+    /// points to the map's header pointer.
+    Map,
+    /// From Go 1.24: a `labelMap` is a struct holding a slice of
+    /// `{key, value string}`, sorted by key: `g.labels` points to it.
+    Slice,
+}
+
+/// How Go `version` keeps pprof labels (runtime/pprof's label.go).
+pub(crate) fn labels_format(version: &str) -> Option<LabelsFormat> {
+    match minor(version)? {
+        9..=23 => Some(LabelsFormat::Map),
+        _ => Some(LabelsFormat::Slice),
+    }
 }
 
 /// Go 1.17 to 1.19's wait reasons (runtime2.go's `waitReasonStrings`).

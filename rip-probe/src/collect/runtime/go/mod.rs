@@ -10,6 +10,7 @@
 
 pub(crate) mod binary;
 pub(crate) mod code;
+pub(crate) mod labels;
 pub(crate) mod layout;
 pub(crate) mod read;
 
@@ -26,8 +27,8 @@ use super::{Clock, Process, Runtime};
 use crate::{
     collect::memory::{Memory, ProcessMemory},
     model::{
-        Coroutine, CoroutineState, Frame, GoStatus, GoWaitKind, GoWaitsOn, Goroutine, Location,
-        LocationSource, Origin,
+        Coroutine, CoroutineState, Frame, GoLabel, GoStatus, GoWaitKind, GoWaitsOn, Goroutine,
+        Location, LocationSource, Origin,
     },
 };
 
@@ -53,6 +54,9 @@ pub(crate) struct GoSnapshot {
     pub(crate) reasons: Vec<String>,
     /// `g`s that could not be read (freed while read).
     pub(crate) unreadable: usize,
+    /// The pprof labels sets by where `g.labels` points (goroutines share
+    /// their creator's), or why one could not be read.
+    pub(crate) labels: HashMap<u64, Result<Arc<[GoLabel]>, &'static str>>,
 }
 
 /// What reading a Go process gave: its goroutines, or why they could not
@@ -114,12 +118,40 @@ fn read_process(
             layout::reasons(&bin.version).map(|r| r.iter().map(|s| s.to_string()).collect())
         })
         .unwrap_or_default();
+    let labels = read_labels(&mem, &bin.version, &read.goroutines);
     Ok(GoSnapshot {
         version: bin.version.clone(),
         goroutines: read.goroutines,
         reasons,
         unreadable: read.unreadable,
+        labels,
     })
+}
+
+/// Each distinct labels set the goroutines point to, read once (a
+/// goroutine's children share its set until they set their own).
+fn read_labels(
+    mem: &dyn Memory,
+    version: &str,
+    gs: &[RawG],
+) -> HashMap<u64, Result<Arc<[GoLabel]>, &'static str>> {
+    let mut out = HashMap::new();
+    let Some(format) = layout::labels_format(version) else {
+        return out;
+    };
+    for g in gs.iter().filter(|g| g.labels != 0) {
+        out.entry(g.labels).or_insert_with(|| {
+            labels::read(mem, format, g.labels).map(|v| {
+                v.iter()
+                    .map(|(key, value)| GoLabel {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect()
+            })
+        });
+    }
+    out
 }
 
 /// The executable's load bias: where its executable segment is mapped,
@@ -191,7 +223,7 @@ impl<'a> Runtime<'a> for Go<'a> {
                     .entry(&g.pcs)
                     .or_insert_with(|| g.pcs.iter().map(|&pc| at_call(pc)).collect())
                     .clone();
-                coroutine(g, stack, &self.snap.reasons, now)
+                coroutine(g, stack, self.snap, now)
             })
             .collect();
         v.sort_by_key(|c| c.id);
@@ -252,9 +284,10 @@ impl Go<'_> {
 fn coroutine(
     g: &RawG,
     stack: Arc<[Frame]>,
-    reasons: &[String],
+    snap: &GoSnapshot,
     now: Option<u64>,
 ) -> Option<Coroutine> {
+    let reasons = &snap.reasons;
     let status = match g.status {
         Status::Running => GoStatus::Running,
         Status::Runnable => GoStatus::Runnable,
@@ -328,6 +361,15 @@ fn coroutine(
             // creator for it either).
             created_by: (g.gopc != 0 && g.goid != 1).then(|| at_call(g.gopc)),
             waits_on,
+            labels: match snap.labels.get(&g.labels) {
+                Some(Ok(l)) => l.clone(),
+                _ => Arc::from([]),
+            },
+            labels_note: match snap.labels.get(&g.labels) {
+                Some(Err(why)) => Some(why.to_string()),
+                None if g.labels != 0 => Some("labels not read for this Go version".into()),
+                _ => None,
+            },
             torn: g.torn,
         }),
         python: None,

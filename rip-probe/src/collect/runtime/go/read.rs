@@ -52,6 +52,8 @@ pub(crate) struct RawG {
     /// Where the stack walk ended early (`None`: it reached the end).
     pub(crate) stack_note: Option<&'static str>,
     pub(crate) waits_on: Option<WaitsOn>,
+    /// `g.labels`: where its pprof labels are (0: none set).
+    pub(crate) labels: u64,
     /// Changed while read, twice: only its id and status are kept.
     pub(crate) torn: bool,
 }
@@ -77,7 +79,7 @@ fn u32_at(b: &[u8], off: u64) -> u32 {
 }
 
 /// The fields of a `g` that say whether it moved.
-fn moved_key(b: &[u8], l: &Layout) -> (u32, u64, u64, u64, u64, u64) {
+fn moved_key(b: &[u8], l: &Layout) -> (u32, u64, u64, u64, u64, u64, u64) {
     (
         u32_at(b, l.status),
         u64_at(b, l.goid),
@@ -85,6 +87,7 @@ fn moved_key(b: &[u8], l: &Layout) -> (u32, u64, u64, u64, u64, u64) {
         u64_at(b, l.sched_pc),
         u64_at(b, l.syscall_sp),
         u64_at(b, l.waiting),
+        u64_at(b, l.labels),
     )
 }
 
@@ -272,6 +275,7 @@ fn read_batch(
                     g.torn = true;
                     g.pcs.clear();
                     g.waits_on = None;
+                    g.labels = 0;
                     g.stack_note = Some("changed while read");
                 }
                 g
@@ -421,6 +425,7 @@ fn one(
         pcs,
         stack_note,
         waits_on,
+        labels: u64_at(b, l.labels),
         torn: false,
     })
 }
