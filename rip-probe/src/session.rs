@@ -62,6 +62,14 @@ pub struct SessionOptions {
     /// for its report and freed with the session, instead of every
     /// target's held at once.
     pub warm_up: bool,
+    /// Record every context switch of the target between attach and
+    /// snapshot (sched_switch), which makes blocked times exact (on by
+    /// default). Off, with no uprobe and no events: the session loads only
+    /// the task iterator, so attaching and taking snapshots cost the
+    /// target nothing, and blocked times are lower bounds from each
+    /// thread's own clocks. A session that reports every interval takes
+    /// its [`Session::snapshot`]s this way, the iterator loaded once.
+    pub switches: bool,
 }
 
 impl SessionOptions {
@@ -75,6 +83,7 @@ impl SessionOptions {
             events: false,
             stacks: true,
             warm_up: true,
+            switches: true,
         }
     }
 }
@@ -154,7 +163,11 @@ impl Session {
             None => Vec::new(),
         };
         let mut probe = timing::phase("load and attach", || {
-            KernelProbe::attach(opts.pid, opts.events)
+            if opts.switches || opts.events || !sites.is_empty() {
+                KernelProbe::attach(opts.pid, opts.events)
+            } else {
+                KernelProbe::snapshots_only(opts.pid)
+            }
         })?;
         if !sites.is_empty() {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
@@ -482,6 +495,7 @@ impl Session {
                 clock: Clock {
                     attached_ns: self.attached_ns,
                     now_ns,
+                    switches: self.probe.watches_switches(),
                 },
                 ring: ring.as_ref(),
                 go: go.as_ref().and_then(|g| g.as_ref().ok()),

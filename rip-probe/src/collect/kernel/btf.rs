@@ -13,24 +13,41 @@ use crate::collect::Result;
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
-/// The running kernel's BTF as aya reads it (to resolve the task
-/// iterator's attach point), parsed once per run and shared like
-/// [`KernelBtf::shared`]. A failed parse is tried again by the next
-/// caller.
-pub fn aya_shared() -> std::result::Result<&'static aya::Btf, aya::BtfError> {
-    if let Some(btf) = AYA_PARSED.get() {
+/// What aya asks of the kernel's BTF to load a task iterator: the id of
+/// its attach point, the function `bpf_iter_task`. aya would parse the
+/// whole of it for that one lookup (a quarter of a second and tens of
+/// megabytes); this is a stand-in that holds the function at its id in
+/// the kernel's BTF (from the kernel's layout, cached between runs)
+/// behind empty types. Built once per run, in milliseconds. A wrong id
+/// could not go unnoticed: the kernel checks the attach point's name and
+/// type.
+pub fn aya_shared() -> Result<&'static aya::Btf> {
+    static BUILT: OnceLock<aya::Btf> = OnceLock::new();
+    if let Some(btf) = BUILT.get() {
         return Ok(btf);
     }
-    let btf = aya::Btf::from_sys_fs()?;
-    Ok(AYA_PARSED.get_or_init(|| btf))
+    let id = super::layout::KernelLayout::shared()?.iter_task_id;
+    if id == 0 {
+        return Err(err(format!("no function {ITER_TASK}")));
+    }
+    Ok(BUILT.get_or_init(|| attach_point_btf(ITER_TASK, id)))
 }
 
-/// [`aya_shared`] if it was parsed already, without waiting.
-pub(crate) fn aya_shared_if_parsed() -> Option<&'static aya::Btf> {
-    AYA_PARSED.get()
-}
+/// The task iterator's attach point in the kernel.
+const ITER_TASK: &str = "bpf_iter_task";
 
-static AYA_PARSED: OnceLock<aya::Btf> = OnceLock::new();
+/// A BTF whose type `id` is function `name`, every type before it an
+/// anonymous pointer (see [`aya_shared`]).
+fn attach_point_btf(name: &str, id: u32) -> aya::Btf {
+    use aya_obj::btf::{BtfType, Func, FuncLinkage, Ptr};
+    let mut btf = aya::Btf::new();
+    for _ in 1..id {
+        btf.add_type(BtfType::Ptr(Ptr::new(0, 0)));
+    }
+    let name = btf.add_string(name);
+    btf.add_type(BtfType::Func(Func::new(name, 0, FuncLinkage::Static)));
+    btf
+}
 
 /// The kernel's BTF, parsed once.
 pub struct KernelBtf {
@@ -98,6 +115,17 @@ impl KernelBtf {
                 .any(|m| self.btf.resolve_name(m).is_ok_and(|n| n == value)),
             _ => false,
         })
+    }
+
+    /// The BTF id of function `name`.
+    pub fn func_id(&self, name: &str) -> Result<u32> {
+        let ids = self
+            .btf
+            .resolve_ids_by_name(name)
+            .map_err(|e| err(format!("function {name}: {e}")))?;
+        ids.into_iter()
+            .find(|&id| matches!(self.btf.resolve_type_by_id(id), Ok(Type::Func(_))))
+            .ok_or_else(|| err(format!("no function {name}")))
     }
 
     /// `sizeof(struct name)`.

@@ -165,12 +165,6 @@ pub enum Error {
     /// The events ring buffer could not be polled.
     #[error("EVENTS ring buffer")]
     PollEvents(#[source] std::io::Error),
-    /// The kernel's BTF could not be parsed (the task iterator needs it).
-    #[error("BPF: reading kernel BTF")]
-    KernelBtf(#[source] aya::BtfError),
-    /// The kernel's BTF parse is gone: it failed or panicked before.
-    #[error("BPF: the kernel BTF parse did not finish ({0})")]
-    KernelBtfLost(&'static str),
     /// The embedded object lacks a program or map rip-probe looks for (a
     /// build mismatch).
     #[error("BPF: {0} is missing from the embedded BPF object")]
