@@ -51,6 +51,10 @@ pub struct Config {
     /// What the task iterator does about pid namespaces: one of
     /// [`pid_ns`]'s constants.
     pub pid_ns: u32,
+    /// 1: the kernel's sched_switch tracepoint passes `prev_state` as its
+    /// fourth argument (5.18 on), which says how `prev` left the CPU
+    /// where its own state may already be a waker's; 0: read `prev`'s.
+    pub switch_state_arg: u32,
 }
 
 /// [`Config::pid_ns`]: the ids rip-probe sees when it runs in a pid

@@ -105,9 +105,7 @@ fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     // The current task is `prev`: its registers and stack are readable.
     let id = bpf_get_current_pid_tgid();
     if (id >> 32) as u32 == cfg.target_tgid {
-        let preempt: u64 = ctx.arg(0);
-        let prev: *const u8 = ctx.arg(1);
-        let state = crate::programs::switch_state(&cfg, prev, preempt != 0);
+        let state = crate::programs::switch_state(&cfg, &ctx);
         switch_off::<HELPER>(&ctx, &cfg, &opts, id as u32, state, now);
     }
     // Another process's thread gets the CPU: no lookup.

@@ -18,7 +18,7 @@
 //! only that one.
 
 use aya_ebpf::{
-    Global,
+    EbpfContext, Global,
     bindings::{seq_file, task_struct},
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns,
@@ -81,6 +81,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     },
     emit_events: 0,
     pid_ns: 0,
+    switch_state_arg: 0,
 });
 
 /// Per-thread state: a thread of the target enters at its first switch
@@ -102,7 +103,8 @@ static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, PREALLO
 
 /// sched_switch, as a raw tracepoint: `TP_PROTO(bool preempt, struct
 /// task_struct *prev, struct task_struct *next, ...)` (a fourth argument,
-/// `prev_state`, exists from 5.18 only, so the state is read from `prev`).
+/// `prev_state`, exists from 5.18 only: before, the state is read from
+/// `prev`, as the classic tracepoint did then).
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     on_switch::<true>(ctx)
@@ -125,9 +127,7 @@ fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     // `prev` is the current task while the tracepoint runs.
     let id = bpf_get_current_pid_tgid();
     if (id >> 32) as u32 == cfg.target_tgid {
-        let preempt: u64 = ctx.arg(0);
-        let prev: *const u8 = ctx.arg(1);
-        let state = switch_state(&cfg, prev, preempt != 0);
+        let state = switch_state(&cfg, &ctx);
         switch_off::<HELPER>(&ctx, &cfg, id as u32, state, now);
     }
     if let Some(tid) = target_thread(&cfg, ctx.arg(2)) {
@@ -151,14 +151,32 @@ pub(crate) fn target_thread(cfg: &Config, task: *const u8) -> Option<u32> {
 
 /// `prev`'s state as it leaves the CPU, as the classic tracepoint's
 /// `prev_state` reports it (see [`reported_state`]).
+///
+/// From 5.18 the tracepoint is given the state `__schedule` read before
+/// it dequeued `prev`: `prev->__state` itself may by then be a waker's
+/// `TASK_WAKING` (a thread that blocked would look runnable). Before, it
+/// has only `prev`'s, which the classic tracepoint read too.
 #[inline(always)]
-pub(crate) fn switch_state(cfg: &Config, prev: *const u8, preempt: bool) -> u64 {
-    // SAFETY: probe reads tolerate any address; the offset comes from BTF
-    // (`state` was a long before 5.14: its value is in its low half on
-    // this little-endian target).
-    let raw = unsafe { bpf_probe_read_kernel(prev.add(cfg.task.state as usize) as *const u32) }
-        .unwrap_or(0);
-    reported_state(raw, preempt)
+pub(crate) fn switch_state(cfg: &Config, ctx: &RawTracePointContext) -> u64 {
+    let preempt: u64 = ctx.arg(0);
+    let raw = if cfg.switch_state_arg != 0 {
+        // Read through a probe, never a context access: a raw
+        // tracepoint's program may not reach past the arguments of the
+        // oldest kernel it loads on (the attach checks the furthest one
+        // the verifier saw, dead branch or not).
+        let args = ctx.as_ptr() as *const u64;
+        // SAFETY: probe reads tolerate any address; this kernel's
+        // tracepoint has a fourth argument (BTF says so).
+        unsafe { bpf_probe_read_kernel(args.wrapping_add(3)) }.unwrap_or(0) as u32
+    } else {
+        let prev: *const u8 = ctx.arg(1);
+        // SAFETY: probe reads tolerate any address; the offset comes from
+        // BTF (`state` was a long before 5.14: its value is in its low
+        // half on this little-endian target).
+        unsafe { bpf_probe_read_kernel(prev.add(cfg.task.state as usize) as *const u32) }
+            .unwrap_or(0)
+    };
+    reported_state(raw, preempt != 0)
 }
 
 /// The bits of a task's state that the sched_switch tracepoint reports

@@ -13,42 +13,6 @@ use crate::collect::Result;
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
-/// What aya asks of the kernel's BTF to load a task iterator: the id of
-/// its attach point, the function `bpf_iter_task`. aya would parse the
-/// whole of it for that one lookup (a quarter of a second and tens of
-/// megabytes); this is a stand-in that holds the function at its id in
-/// the kernel's BTF (from the kernel's layout, cached between runs)
-/// behind empty types. Built once per run, in milliseconds. A wrong id
-/// could not go unnoticed: the kernel checks the attach point's name and
-/// type.
-pub fn aya_shared() -> Result<&'static aya::Btf> {
-    static BUILT: OnceLock<aya::Btf> = OnceLock::new();
-    if let Some(btf) = BUILT.get() {
-        return Ok(btf);
-    }
-    let id = super::layout::KernelLayout::shared()?.iter_task_id;
-    if id == 0 {
-        return Err(err(format!("no function {ITER_TASK}")));
-    }
-    Ok(BUILT.get_or_init(|| attach_point_btf(ITER_TASK, id)))
-}
-
-/// The task iterator's attach point in the kernel.
-const ITER_TASK: &str = "bpf_iter_task";
-
-/// A BTF whose type `id` is function `name`, every type before it an
-/// anonymous pointer (see [`aya_shared`]).
-fn attach_point_btf(name: &str, id: u32) -> aya::Btf {
-    use aya_obj::btf::{BtfType, Func, FuncLinkage, Ptr};
-    let mut btf = aya::Btf::new();
-    for _ in 1..id {
-        btf.add_type(BtfType::Ptr(Ptr::new(0, 0)));
-    }
-    let name = btf.add_string(name);
-    btf.add_type(BtfType::Func(Func::new(name, 0, FuncLinkage::Static)));
-    btf
-}
-
 /// The kernel's BTF, parsed once.
 pub struct KernelBtf {
     btf: Btf,
@@ -251,6 +215,26 @@ impl KernelBtf {
         })
     }
 
+    /// Whether the sched_switch tracepoint passes `prev_state` (a fourth
+    /// argument, 5.18 on): its raw tracepoint's type, the function
+    /// pointer `btf_trace_sched_switch`, then takes five parameters (the
+    /// context first). Without that type, as without the argument.
+    pub fn switch_has_prev_state(&self) -> bool {
+        let Ok(types) = self.btf.resolve_types_by_name("btf_trace_sched_switch") else {
+            return false;
+        };
+        types.into_iter().any(|t| {
+            let Type::Typedef(td) = t else { return false };
+            let Ok(Type::Ptr(ptr)) = self.btf.resolve_chained_type(&td) else {
+                return false;
+            };
+            matches!(
+                self.btf.resolve_chained_type(&ptr),
+                Ok(Type::FuncProto(f)) if f.parameters.len() >= 5
+            )
+        })
+    }
+
     /// Offsets of the `task_struct` members the task iterator reads.
     pub fn task_struct(&self) -> Result<TaskOffsets> {
         let o = |m| self.offset_of("task_struct", m);
@@ -421,5 +405,16 @@ mod tests {
         assert_eq!((t.upid_size, t.upid_nr, t.upid_ns), (16, 0, 8));
         assert_eq!(t.pid_level, 4);
         assert!(t.pid_numbers > t.pid_level && t.thread_pid > 0 && t.group_leader > 0);
+        // sched_switch's fourth argument, prev_state, came with 5.18.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap());
+        let version = (v.next().unwrap(), v.next().unwrap());
+        assert_eq!(
+            btf.switch_has_prev_state(),
+            version >= (5, 18),
+            "kernel {release}"
+        );
     }
 }

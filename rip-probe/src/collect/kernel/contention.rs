@@ -15,7 +15,7 @@ use rip_ebpf::{
     contention::{LockConfig, LockStat, WaiterKey, WaiterStat, WakerKey, WakerStat, names},
 };
 
-use super::{EBPF_OBJECT, btf, features, pidns, privileges, program, tracefs};
+use super::{EBPF_OBJECT, features, layout, pidns, privileges, program, tracefs};
 use super::{Error, MapOp, ProgramOp};
 use crate::collect::Result;
 
@@ -102,7 +102,7 @@ impl LockProbe {
         // The programs filter on the kernel's global pid.
         let ids = match pidns::ours() {
             Some(ns) => {
-                let btf = btf::aya_shared()?;
+                let btf = layout::aya_shared()?;
                 let (_, iter) = features.regs_source().programs();
                 Some(pidns::NsIds::find(ns, tgid, &config, btf, iter)?)
             }

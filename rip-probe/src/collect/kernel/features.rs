@@ -102,12 +102,7 @@ impl RegsSource {
     }
 }
 
-/// The running kernel's release, as `uname -r` prints it.
-pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
+pub use super::layout::kernel_release;
 
 #[cfg(test)]
 mod tests {

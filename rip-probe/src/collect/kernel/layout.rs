@@ -32,6 +32,9 @@ pub(crate) struct KernelLayout {
     pub(crate) regs: PtRegsOffsets,
     /// Offsets in `struct task_struct` and around it.
     pub(crate) task: TaskOffsets,
+    /// sched_switch passes `prev_state` (see
+    /// [`rip_ebpf::Config::switch_state_arg`]).
+    pub(crate) switch_state_arg: bool,
     /// The kernel has the BPF task iterator (`struct bpf_iter__task`).
     pub(crate) task_iter: bool,
     /// The BTF id of `bpf_iter_task`, the iterator's attach point (0:
@@ -74,6 +77,7 @@ impl KernelLayout {
         Ok(KernelLayout {
             regs: btf.pt_regs()?,
             task: btf.task_struct()?,
+            switch_state_arg: btf.switch_has_prev_state(),
             task_iter,
             iter_task_id: if task_iter {
                 btf.func_id("bpf_iter_task")?
@@ -91,6 +95,7 @@ impl KernelLayout {
         out.extend_from_slice(key.as_bytes());
         out.extend_from_slice(self.regs.as_bytes());
         out.extend_from_slice(self.task.as_bytes());
+        out.extend_from_slice(&u32::from(self.switch_state_arg).to_le_bytes());
         out.extend_from_slice(&u32::from(self.task_iter).to_le_bytes());
         out.extend_from_slice(&self.iter_task_id.to_le_bytes());
         out
@@ -107,13 +112,16 @@ impl KernelLayout {
         let rest = &rest[len..];
         let (regs, rest) = PtRegsOffsets::read_from_prefix(rest).ok()?;
         let (task, rest) = TaskOffsets::read_from_prefix(rest).ok()?;
+        let (state_arg, rest) = rest.split_first_chunk::<4>()?;
         let (iter, rest) = rest.split_first_chunk::<4>()?;
         let (id, rest) = rest.split_first_chunk::<4>()?;
-        let task_iter = match u32::from_le_bytes(*iter) {
-            0 => false,
-            1 => true,
-            _ => return None,
+        let flag = |b: &[u8; 4]| match u32::from_le_bytes(*b) {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
         };
+        let switch_state_arg = flag(state_arg)?;
+        let task_iter = flag(iter)?;
         let iter_task_id = u32::from_le_bytes(*id);
         // Whole, and as derived: valid offsets, an attach point when there
         // is an iterator.
@@ -127,16 +135,64 @@ impl KernelLayout {
         Some(KernelLayout {
             regs,
             task,
+            switch_state_arg,
             task_iter,
             iter_task_id,
         })
     }
 }
 
+/// What aya asks of the kernel's BTF to load a task iterator: the id of
+/// its attach point, the function `bpf_iter_task`. aya would parse the
+/// whole of it for that one lookup (a quarter of a second and tens of
+/// megabytes); this is a stand-in that holds the function at its id in
+/// the kernel's BTF (from the kernel's layout, cached between runs)
+/// behind empty types. Built once per run, in milliseconds. A wrong id
+/// could not go unnoticed: the kernel checks the attach point's name and
+/// type.
+pub(crate) fn aya_shared() -> Result<&'static aya::Btf> {
+    static BUILT: OnceLock<aya::Btf> = OnceLock::new();
+    if let Some(btf) = BUILT.get() {
+        return Ok(btf);
+    }
+    let id = KernelLayout::shared()?.iter_task_id;
+    if id == 0 {
+        return Err(super::Error::Unexpected {
+            path: super::btf::VMLINUX.into(),
+            what: format!("no function {ITER_TASK}"),
+        }
+        .into());
+    }
+    Ok(BUILT.get_or_init(|| attach_point_btf(ITER_TASK, id)))
+}
+
+/// The task iterator's attach point in the kernel.
+const ITER_TASK: &str = "bpf_iter_task";
+
+/// A BTF whose type `id` is function `name`, every type before it an
+/// anonymous pointer (see [`aya_shared`]).
+fn attach_point_btf(name: &str, id: u32) -> aya::Btf {
+    use aya_obj::btf::{BtfType, Func, FuncLinkage, Ptr};
+    let mut btf = aya::Btf::new();
+    for _ in 1..id {
+        btf.add_type(BtfType::Ptr(Ptr::new(0, 0)));
+    }
+    let name = btf.add_string(name);
+    btf.add_type(BtfType::Func(Func::new(name, 0, FuncLinkage::Static)));
+    btf
+}
+
 /// The cache record's first bytes (and format version).
-const MAGIC: &[u8; 8] = b"RIPLAY01";
+const MAGIC: &[u8; 8] = b"RIPLAY02";
 /// No record is larger (the key is a release, a build id and a size).
 const RECORD_MAX: usize = 1024;
+
+/// The running kernel's release, as `uname -r` prints it.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
 
 /// What identifies the running kernel's BTF: its release, build id and
 /// BTF size. `None` when the build id cannot be read (no cache then).
@@ -144,7 +200,7 @@ fn kernel_key() -> Option<String> {
     let notes = std::fs::read("/sys/kernel/notes").ok()?;
     let id = gnu_build_id(&notes)?;
     let size = std::fs::metadata(super::btf::VMLINUX).ok()?.len();
-    let release = super::features::kernel_release();
+    let release = kernel_release();
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     Some(format!("{release} {hex} {size}"))
 }
@@ -260,6 +316,7 @@ mod tests {
                 valid: 1,
                 ..TaskOffsets::default()
             },
+            switch_state_arg: true,
             task_iter: true,
             iter_task_id: 64247,
         }
@@ -289,7 +346,8 @@ mod tests {
         longer.push(0);
         assert_eq!(KernelLayout::decode(&longer, KEY), None);
         let header = MAGIC.len() + 4 + KEY.len();
-        for i in (0..header).chain(rec.len() - 8..rec.len() - 4) {
+        // The flags: sched_switch's state argument, the task iterator.
+        for i in (0..header).chain(rec.len() - 12..rec.len() - 4) {
             let mut bad = rec.clone();
             bad[i] ^= 0x5a;
             assert_eq!(KernelLayout::decode(&bad, KEY), None, "byte {i} changed");

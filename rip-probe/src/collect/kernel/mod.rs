@@ -50,7 +50,6 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 pub struct KernelProbe {
     ebpf: Ebpf,
     tgid: u32,
-    tracefs: PathBuf,
     config: Config,
     iter_loaded: bool,
     /// sched_switch records the target's switches (see
@@ -102,13 +101,11 @@ pub(crate) struct SwitchSetup {
     pub(crate) config: Config,
     /// What the kernel offers.
     pub(crate) features: features::KernelFeatures,
-    /// Where tracefs is mounted.
-    pub(crate) tracefs: PathBuf,
 }
 
 impl SwitchSetup {
-    /// Checks that `tgid` exists and that rip-probe may trace it, mounts
-    /// tracefs if needed, and reads the layouts. `regs` forces a build of
+    /// Checks that `tgid` exists and that rip-probe may trace it, and
+    /// reads the layouts (sched_switch is a raw tracepoint: no tracefs). `regs` forces a build of
     /// the register-reading programs (see [`KernelProbe::attach_with`]).
     pub(crate) fn new(
         tgid: u32,
@@ -120,7 +117,6 @@ impl SwitchSetup {
             return Err(crate::discover::Error::NoSuchProcess(tgid).into());
         }
         privileges::check()?;
-        let tracefs = tracefs::ensure_mounted()?;
         let layout = layout::KernelLayout::shared()?;
         let mut features = features::KernelFeatures::probe(layout)?;
         if let Some(regs) = regs {
@@ -132,13 +128,10 @@ impl SwitchSetup {
             task: layout.task,
             emit_events: u32::from(events),
             pid_ns: rip_ebpf::pid_ns::HOST,
+            switch_state_arg: u32::from(layout.switch_state_arg),
         };
 
-        Ok(SwitchSetup {
-            config,
-            features,
-            tracefs,
-        })
+        Ok(SwitchSetup { config, features })
     }
 }
 
@@ -196,7 +189,6 @@ impl KernelProbe {
         let SwitchSetup {
             mut config,
             features,
-            tracefs,
         } = SwitchSetup::new(tgid, events, regs)?;
         let (switch_prog, iter_prog) = features.regs_source().programs();
 
@@ -205,7 +197,7 @@ impl KernelProbe {
         // a first pass of the iterator finds the target's global ids.
         let (ids, tids) = match pidns::ours() {
             Some(ns) => {
-                let btf = btf::aya_shared()?;
+                let btf = layout::aya_shared()?;
                 let ids = pidns::NsIds::find(ns, tgid, &config, btf, iter_prog)?;
                 config.target_tgid = ids.table.global_tgid();
                 config.pid_ns = rip_ebpf::pid_ns::RECORD;
@@ -254,7 +246,6 @@ impl KernelProbe {
         Ok(KernelProbe {
             ebpf,
             tgid,
-            tracefs,
             config,
             iter_loaded: false,
             switches,
@@ -268,11 +259,6 @@ impl KernelProbe {
     /// The observed process.
     pub fn tgid(&self) -> u32 {
         self.tgid
-    }
-
-    /// Where tracefs is mounted.
-    pub fn tracefs(&self) -> &std::path::Path {
-        &self.tracefs
     }
 
     /// The configuration handed to the programs (tracepoint and register
@@ -398,7 +384,7 @@ impl KernelProbe {
         if self.iter_loaded {
             return Ok(());
         }
-        let btf = btf::aya_shared()?;
+        let btf = layout::aya_shared()?;
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", btf)

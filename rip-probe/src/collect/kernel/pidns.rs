@@ -188,7 +188,7 @@ impl NsIds {
             task: layout.task,
             ..Config::default()
         };
-        let btf = super::btf::aya_shared()?;
+        let btf = super::layout::aya_shared()?;
         let (_, iter) = features.regs_source().programs();
         Self::find(ns, ns_tgid, &base, btf, iter).map(Some)
     }
@@ -200,7 +200,7 @@ impl NsIds {
         let Some(ns) = ours() else {
             return Ok(None);
         };
-        let btf = super::btf::aya_shared()?;
+        let btf = super::layout::aya_shared()?;
         let (_, iter) = setup.features.regs_source().programs();
         Self::find(ns, ns_tgid, &setup.config, btf, iter).map(Some)
     }
