@@ -86,6 +86,14 @@ impl SessionOptions {
             switches: true,
         }
     }
+
+    /// Whether a session with these options attaches nothing that runs
+    /// while the target does (no sched_switch, no uprobe, no events): it
+    /// loads the task iterator alone, and its reports are snapshots with
+    /// no window.
+    pub(crate) fn snapshots_only(&self) -> bool {
+        !self.switches && !self.events && self.uprobe.is_none()
+    }
 }
 
 /// Receives what a session sees while it observes.
@@ -163,10 +171,10 @@ impl Session {
             None => Vec::new(),
         };
         let mut probe = timing::phase("load and attach", || {
-            if opts.switches || opts.events || !sites.is_empty() {
-                KernelProbe::attach(opts.pid, opts.events)
-            } else {
+            if opts.snapshots_only() {
                 KernelProbe::snapshots_only(opts.pid)
+            } else {
+                KernelProbe::attach(opts.pid, opts.events)
             }
         })?;
         if !sites.is_empty() {
@@ -546,12 +554,21 @@ impl Session {
     }
 }
 
-/// One snapshot of process `opts.pid` now, without a window: attach,
-/// read every thread's state, detach (when the returned report is made,
-/// nothing of it is left in the kernel). What `rip-probe serve` takes of
-/// each target every interval; `--duration 0` takes the same.
+/// One snapshot of process `opts.pid` now, without a window: load the
+/// task iterator, read every thread's state, unload (when the returned
+/// report is made, nothing of it is left in the kernel). Unless `opts`
+/// asks for uprobes or events, nothing is attached that runs while the
+/// target does, whatever `opts.switches` says (a switch recorded between
+/// attach and snapshot would tell nothing a snapshot needs): taking it
+/// costs the target nothing. What
+/// `rip-probe serve` takes of each target every interval; `--duration 0`
+/// takes the same.
 pub fn snapshot_now(opts: &SessionOptions) -> Result<Report> {
-    let mut s = Session::attach(opts)?;
+    let opts = SessionOptions {
+        switches: false,
+        ..opts.clone()
+    };
+    let mut s = Session::attach(&opts)?;
     s.observe(Duration::ZERO, &mut ())?;
     s.stop_observing()?;
     s.snapshot()

@@ -273,7 +273,13 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         mode: Mode::Pid,
         process: inp.process.clone(),
         rings: inp.ring.map(ring_info).into_iter().collect(),
-        window_ns: inp.clock.now_ns.saturating_sub(inp.clock.attached_ns),
+        // A snapshot with nothing recorded before it observed no window:
+        // the time since its session began is no span anything was seen in.
+        window_ns: if inp.clock.switches {
+            inp.clock.now_ns.saturating_sub(inp.clock.attached_ns)
+        } else {
+            0
+        },
         threads,
         tasks,
         groups: Vec::new(),
