@@ -28,24 +28,18 @@ pub fn log2(mut v: u64) -> u64 {
     k
 }
 
-/// Tracepoint field offsets and target selection, written into the program's
+/// Kernel type offsets and target selection, written into the program's
 /// `CONFIG` global by the loader before the program is loaded.
 ///
-/// Offsets are read at run time from
-/// `/sys/kernel/tracing/events/sched/sched_switch/format` and from the
-/// kernel's BTF (`struct pt_regs`): Rust eBPF has no CO-RE relocations, so
-/// nothing about kernel layouts is compiled in.
+/// Offsets are read at run time from the kernel's BTF (`struct pt_regs`,
+/// `struct task_struct`): Rust eBPF has no CO-RE relocations, so nothing
+/// about kernel layouts is compiled in. (sched_switch is a raw tracepoint:
+/// its arguments are the tasks themselves, with no record layout.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     /// Thread group id (process id) whose threads are observed.
     pub target_tgid: u32,
-    /// Offset of `prev_pid` (pid_t) in the sched_switch record.
-    pub prev_pid_off: u32,
-    /// Offset of `prev_state` (long) in the sched_switch record.
-    pub prev_state_off: u32,
-    /// Offset of `next_pid` (pid_t) in the sched_switch record.
-    pub next_pid_off: u32,
     /// Offsets of the saved user registers in `struct pt_regs`.
     pub regs: PtRegsOffsets,
     /// Offsets of the `task_struct` members the task iterator reads.
@@ -57,6 +51,10 @@ pub struct Config {
     /// What the task iterator does about pid namespaces: one of
     /// [`pid_ns`]'s constants.
     pub pid_ns: u32,
+    /// 1: the kernel's sched_switch tracepoint passes `prev_state` as its
+    /// fourth argument (5.18 on), which says how `prev` left the CPU
+    /// where its own state may already be a waker's; 0: read `prev`'s.
+    pub switch_state_arg: u32,
 }
 
 /// [`Config::pid_ns`]: the ids rip-probe sees when it runs in a pid
@@ -78,6 +76,10 @@ pub mod pid_ns {
 /// Byte offsets of `task_struct` members, from BTF.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::Immutable)
+)]
 pub struct TaskOffsets {
     /// `pid` (the thread id).
     pub pid: u32,
@@ -205,6 +207,10 @@ pub struct TaskRecord {
 /// instruction pointer and the user stack pointer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "user",
+    derive(zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::Immutable)
+)]
 pub struct PtRegsOffsets {
     /// `orig_ax`: the syscall number, or -1 outside a syscall.
     pub orig_ax: u32,

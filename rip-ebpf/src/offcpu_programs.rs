@@ -19,9 +19,9 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::bpf_probe_read_user as probe_read_user_raw,
     },
-    macros::{map, tracepoint},
+    macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, StackTrace},
-    programs::{TracePointContext, tracing::StackIdContext},
+    programs::{RawTracePointContext, tracing::StackIdContext},
 };
 use rip_ebpf::{
     Config,
@@ -83,32 +83,34 @@ static OFF_STATS: PerCpuArray<OffStats> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static OFF_SCRATCH: PerCpuArray<PendingStack> = PerCpuArray::with_max_entries(1, 0);
 
-/// sched:sched_switch, user registers from `bpf_task_pt_regs`.
-#[tracepoint(category = "sched", name = "sched_switch")]
-pub fn offcpu_switch(ctx: TracePointContext) -> u32 {
+/// sched_switch as a raw tracepoint (see the programs module), user
+/// registers from `bpf_task_pt_regs`.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn offcpu_switch(ctx: RawTracePointContext) -> i32 {
     on_switch::<true>(ctx)
 }
 
-/// sched:sched_switch for kernels before 5.15.
-#[tracepoint(category = "sched", name = "sched_switch")]
-pub fn offcpu_kstack(ctx: TracePointContext) -> u32 {
+/// sched_switch for kernels before 5.15.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn offcpu_kstack(ctx: RawTracePointContext) -> i32 {
     on_switch::<false>(ctx)
 }
 
 #[inline(always)]
-fn on_switch<const HELPER: bool>(ctx: TracePointContext) -> u32 {
+fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let cfg = CONFIG.load();
     let opts = OFFCPU.load();
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     // The current task is `prev`: its registers and stack are readable.
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if tgid == cfg.target_tgid {
-        switch_off::<HELPER>(&ctx, &cfg, &opts, now);
+    let id = bpf_get_current_pid_tgid();
+    if (id >> 32) as u32 == cfg.target_tgid {
+        let state = crate::programs::switch_state(&cfg, &ctx);
+        switch_off::<HELPER>(&ctx, &cfg, &opts, id as u32, state, now);
     }
-    // SAFETY: the offset comes from the tracepoint's format file.
-    if let Ok(next) = unsafe { ctx.read_at::<i32>(cfg.next_pid_off as usize) } {
-        switch_on(&opts, next as u32, now);
+    // Another process's thread gets the CPU: no lookup.
+    if let Some(next) = crate::programs::target_thread(&cfg, ctx.arg(2)) {
+        switch_on(&opts, next, now);
     }
     0
 }
@@ -120,18 +122,13 @@ fn stats() -> Option<*mut OffStats> {
 
 #[inline(always)]
 fn switch_off<const HELPER: bool>(
-    ctx: &TracePointContext,
+    ctx: &RawTracePointContext,
     cfg: &Config,
     opts: &OffCpuConfig,
+    tid: u32,
+    state: u64,
     now: u64,
 ) {
-    // SAFETY: offsets come from the tracepoint's format file.
-    let Ok(tid) = (unsafe { ctx.read_at::<i32>(cfg.prev_pid_off as usize) }) else {
-        return;
-    };
-    let tid = tid as u32;
-    // SAFETY: as above.
-    let state = unsafe { ctx.read_at::<i64>(cfg.prev_state_off as usize) }.unwrap_or(0) as u64;
     let st = stats();
     if let Some(st) = st {
         // SAFETY: this CPU's value, valid for the program's run.

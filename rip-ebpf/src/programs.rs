@@ -1,10 +1,14 @@
-//! The programs: a sched_switch tracepoint that keeps, per thread of the
-//! target process, when and how it left the CPU; and a uprobe that keeps the
-//! last function each thread entered.
+//! The programs: a sched_switch raw tracepoint that keeps, per thread of
+//! the target process, when and how it left the CPU; and a uprobe that
+//! keeps the last function each thread entered.
 //!
 //! Cost matters more than completeness here: sched_switch fires for every
-//! context switch on the machine, so threads of other processes leave after
-//! one helper call and one map lookup.
+//! context switch on the machine. A raw tracepoint runs on the
+//! tracepoint's own arguments (the two tasks), where a classic one first
+//! has the kernel build and copy a record of the switch; and switches of
+//! other processes leave after one helper call and one read of the next
+//! task's process id, without a map lookup. The program learns the
+//! target's threads from the tasks themselves: no list is seeded.
 //!
 //! The programs that read saved user registers come in two builds of the
 //! same code: one calls `bpf_task_pt_regs` (5.15 on), the other finds the
@@ -14,20 +18,20 @@
 //! only that one.
 
 use aya_ebpf::{
-    Global,
+    EbpfContext, Global,
     bindings::{seq_file, task_struct},
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
         generated::{bpf_get_current_task, bpf_get_task_stack, bpf_seq_write, bpf_task_pt_regs},
     },
-    macros::{map, tracepoint, uprobe},
+    macros::{map, raw_tracepoint, uprobe},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
-    programs::{ProbeContext, TracePointContext, tracing::StackIdContext},
+    programs::{ProbeContext, RawTracePointContext, tracing::StackIdContext},
 };
 use rip_ebpf::{
     Config, FnHit, KERNEL_STACK_SIZES, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH,
-    TaskRecord, ThreadRecord, UserRegs, pid_ns,
+    TaskRecord, ThreadRecord, UserRegs, pid_ns, task_state,
 };
 
 /// Hash maps used from tracing programs are preallocated (flags 0): a
@@ -41,9 +45,6 @@ const PREALLOC: u32 = 0;
 #[unsafe(no_mangle)]
 pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     target_tgid: 0,
-    prev_pid_off: 0,
-    prev_state_off: 0,
-    next_pid_off: 0,
     regs: rip_ebpf::PtRegsOffsets {
         orig_ax: 0,
         args: [0; 6],
@@ -80,10 +81,11 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     },
     emit_events: 0,
     pid_ns: 0,
+    switch_state_arg: 0,
 });
 
-/// Per-thread state. The loader seeds it with the target's threads so that
-/// their switches onto a CPU are recognised before they first switch off.
+/// Per-thread state: a thread of the target enters at its first switch
+/// seen (off or onto a CPU).
 #[map]
 static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, PREALLOC);
 
@@ -99,47 +101,133 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static LAST_FN: HashMap<u32, FnHit> = HashMap::with_max_entries(1 << 17, PREALLOC);
 
-/// sched:sched_switch. `prev` is the current task; `next` is identified by
-/// its thread id in `THREADS`.
-#[tracepoint(category = "sched", name = "sched_switch")]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
+/// sched_switch, as a raw tracepoint: `TP_PROTO(bool preempt, struct
+/// task_struct *prev, struct task_struct *next, ...)` (a fourth argument,
+/// `prev_state`, exists from 5.18 only: before, the state is read from
+/// `prev`, as the classic tracepoint did then).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch(ctx: RawTracePointContext) -> i32 {
     on_switch::<true>(ctx)
 }
 
-/// sched:sched_switch for kernels without `bpf_task_pt_regs` (see the
+/// sched_switch for kernels without `bpf_task_pt_regs` (see the
 /// module's documentation).
-#[tracepoint(category = "sched", name = "sched_switch")]
-pub fn switch_kstack(ctx: TracePointContext) -> u32 {
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn switch_kstack(ctx: RawTracePointContext) -> i32 {
     on_switch::<false>(ctx)
 }
 
 /// Both builds of sched_switch. `HELPER`: read user registers with
 /// `bpf_task_pt_regs` rather than from the top of the kernel stack.
 #[inline(always)]
-fn on_switch<const HELPER: bool>(ctx: TracePointContext) -> u32 {
+fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let cfg = CONFIG.load();
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if tgid == cfg.target_tgid {
-        switch_off::<HELPER>(&ctx, &cfg, now);
+    // `prev` is the current task while the tracepoint runs.
+    let id = bpf_get_current_pid_tgid();
+    if (id >> 32) as u32 == cfg.target_tgid {
+        let state = switch_state(&cfg, &ctx);
+        switch_off::<HELPER>(&ctx, &cfg, id as u32, state, now);
     }
-    // SAFETY: the offset comes from the tracepoint's format file.
-    if let Ok(next) = unsafe { ctx.read_at::<i32>(cfg.next_pid_off as usize) } {
-        switch_on(&cfg, next as u32, now);
+    if let Some(tid) = target_thread(&cfg, ctx.arg(2)) {
+        switch_on(&cfg, tid, now);
     }
     0
 }
 
+/// The thread id of `task` when it is a thread of the target: one read of
+/// its process id decides, so other processes' switches cost no lookup.
 #[inline(always)]
-fn switch_off<const HELPER: bool>(ctx: &TracePointContext, cfg: &Config, now: u64) {
-    // SAFETY: offsets come from the tracepoint's format file.
-    let Ok(tid) = (unsafe { ctx.read_at::<i32>(cfg.prev_pid_off as usize) }) else {
-        return;
-    };
-    let tid = tid as u32;
+pub(crate) fn target_thread(cfg: &Config, task: *const u8) -> Option<u32> {
+    // SAFETY: probe reads tolerate any address; offsets come from BTF.
+    let tgid = unsafe { bpf_probe_read_kernel(task.add(cfg.task.tgid as usize) as *const u32) };
+    if tgid != Ok(cfg.target_tgid) {
+        return None;
+    }
     // SAFETY: as above.
-    let state = unsafe { ctx.read_at::<i64>(cfg.prev_state_off as usize) }.unwrap_or(0) as u64;
+    unsafe { bpf_probe_read_kernel(task.add(cfg.task.pid as usize) as *const u32) }.ok()
+}
+
+/// `prev`'s state as it leaves the CPU, as the classic tracepoint's
+/// `prev_state` reports it (see [`reported_state`]).
+///
+/// From 5.18 the tracepoint is given the state `__schedule` read before
+/// it dequeued `prev`: `prev->__state` itself may by then be a waker's
+/// `TASK_WAKING` (a thread that blocked would look runnable). Before, it
+/// has only `prev`'s, which the classic tracepoint read too.
+#[inline(always)]
+pub(crate) fn switch_state(cfg: &Config, ctx: &RawTracePointContext) -> u64 {
+    let preempt: u64 = ctx.arg(0);
+    let raw = if cfg.switch_state_arg != 0 {
+        // Read through a probe, never a context access: a raw
+        // tracepoint's program may not reach past the arguments of the
+        // oldest kernel it loads on (the attach checks the furthest one
+        // the verifier saw, dead branch or not).
+        let args = ctx.as_ptr() as *const u64;
+        // SAFETY: probe reads tolerate any address; this kernel's
+        // tracepoint has a fourth argument (BTF says so).
+        unsafe { bpf_probe_read_kernel(args.wrapping_add(3)) }.unwrap_or(0) as u32
+    } else {
+        let prev: *const u8 = ctx.arg(1);
+        // SAFETY: probe reads tolerate any address; the offset comes from
+        // BTF (`state` was a long before 5.14: its value is in its low
+        // half on this little-endian target).
+        unsafe { bpf_probe_read_kernel(prev.add(cfg.task.state as usize) as *const u32) }
+            .unwrap_or(0)
+    };
+    reported_state(raw, preempt != 0)
+}
+
+/// The bits of a task's state that the sched_switch tracepoint reports
+/// (`TASK_REPORT`), and the flag a dying task has set (`TASK_DEAD`).
+const TASK_REPORT: u32 = 0x7f;
+const TASK_DEAD: u32 = 0x80;
+/// `TASK_IDLE` (`TASK_UNINTERRUPTIBLE | TASK_NOLOAD`).
+const TASK_IDLE: u32 = 0x402;
+
+/// A task's state as the classic tracepoint's `prev_state` reports it (see
+/// [`task_state`]): the highest reported bit of its state, `I` for an idle
+/// wait, `X` for a dying task, `R+` when preempted.
+#[inline(always)]
+fn reported_state(raw: u32, preempt: bool) -> u64 {
+    if preempt {
+        return task_state::PREEMPTED;
+    }
+    if raw == TASK_IDLE {
+        return task_state::IDLE;
+    }
+    if raw & TASK_DEAD != 0 {
+        return task_state::DEAD;
+    }
+    let bits = raw & TASK_REPORT;
+    // Written out: a loop could reach the verifier unrolled or not.
+    let top = if bits & 0x40 != 0 {
+        0x40
+    } else if bits & 0x20 != 0 {
+        0x20
+    } else if bits & 0x10 != 0 {
+        0x10
+    } else if bits & 0x8 != 0 {
+        0x8
+    } else if bits & 0x4 != 0 {
+        0x4
+    } else if bits & 0x2 != 0 {
+        0x2
+    } else {
+        bits & 0x1
+    };
+    u64::from(top)
+}
+
+#[inline(always)]
+fn switch_off<const HELPER: bool>(
+    ctx: &RawTracePointContext,
+    cfg: &Config,
+    tid: u32,
+    state: u64,
+    now: u64,
+) {
     // This runs at every switch of a traced thread. A kernel stack walk
     // costs microseconds; reports take stacks from the task iterator
     // instead, so only observers of events pay for them.
@@ -160,15 +248,8 @@ fn switch_off<const HELPER: bool>(ctx: &TracePointContext, cfg: &Config, now: u6
         }
     };
 
-    let rec = match THREADS.get_ptr_mut(tid) {
-        Some(rec) => rec,
-        None => {
-            let _ = THREADS.insert(tid, ThreadRecord::default(), 0);
-            match THREADS.get_ptr_mut(tid) {
-                Some(rec) => rec,
-                None => return,
-            }
-        }
+    let Some(rec) = record(tid) else {
+        return;
     };
     // SAFETY: a map value pointer stays valid for the program's run.
     unsafe {
@@ -192,8 +273,19 @@ fn switch_off<const HELPER: bool>(ctx: &TracePointContext, cfg: &Config, now: u6
     );
 }
 
+/// Thread `tid`'s record, created at its first switch (none when the
+/// table is full).
+#[inline(always)]
+fn record(tid: u32) -> Option<*mut ThreadRecord> {
+    if let Some(rec) = THREADS.get_ptr_mut(tid) {
+        return Some(rec);
+    }
+    let _ = THREADS.insert(tid, ThreadRecord::default(), 0);
+    THREADS.get_ptr_mut(tid)
+}
+
 fn switch_on(cfg: &Config, tid: u32, now: u64) {
-    let Some(rec) = THREADS.get_ptr_mut(tid) else {
+    let Some(rec) = record(tid) else {
         return;
     };
     // SAFETY: a map value pointer stays valid for the program's run.

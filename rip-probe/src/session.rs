@@ -62,6 +62,14 @@ pub struct SessionOptions {
     /// for its report and freed with the session, instead of every
     /// target's held at once.
     pub warm_up: bool,
+    /// Record every context switch of the target between attach and
+    /// snapshot (sched_switch), which makes blocked times exact (on by
+    /// default). Off, with no uprobe and no events: the session loads only
+    /// the task iterator, so attaching and taking snapshots cost the
+    /// target nothing, and blocked times are lower bounds from each
+    /// thread's own clocks. A session that reports every interval takes
+    /// its [`Session::snapshot`]s this way, the iterator loaded once.
+    pub switches: bool,
 }
 
 impl SessionOptions {
@@ -75,7 +83,16 @@ impl SessionOptions {
             events: false,
             stacks: true,
             warm_up: true,
+            switches: true,
         }
+    }
+
+    /// Whether a session with these options attaches nothing that runs
+    /// while the target does (no sched_switch, no uprobe, no events): it
+    /// loads the task iterator alone, and its reports are snapshots with
+    /// no window.
+    pub(crate) fn snapshots_only(&self) -> bool {
+        !self.switches && !self.events && self.uprobe.is_none()
     }
 }
 
@@ -158,7 +175,11 @@ impl Session {
             None => Vec::new(),
         };
         let mut probe = timing::phase("load and attach", || {
-            KernelProbe::attach(opts.pid, opts.events)
+            if opts.snapshots_only() {
+                KernelProbe::snapshots_only(opts.pid)
+            } else {
+                KernelProbe::attach(opts.pid, opts.events)
+            }
         })?;
         if !sites.is_empty() {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
@@ -486,6 +507,7 @@ impl Session {
                 clock: Clock {
                     attached_ns: self.attached_ns,
                     now_ns,
+                    switches: self.probe.watches_switches(),
                 },
                 ring: ring.as_ref(),
                 go: go.as_ref().and_then(|g| g.as_ref().ok()),
@@ -536,12 +558,21 @@ impl Session {
     }
 }
 
-/// One snapshot of process `opts.pid` now, without a window: attach,
-/// read every thread's state, detach (when the returned report is made,
-/// nothing of it is left in the kernel). What `rip-probe serve` takes of
-/// each target every interval; `--duration 0` takes the same.
+/// One snapshot of process `opts.pid` now, without a window: load the
+/// task iterator, read every thread's state, unload (when the returned
+/// report is made, nothing of it is left in the kernel). Unless `opts`
+/// asks for uprobes or events, nothing is attached that runs while the
+/// target does, whatever `opts.switches` says (a switch recorded between
+/// attach and snapshot would tell nothing a snapshot needs): taking it
+/// costs the target nothing. What
+/// `rip-probe serve` takes of each target every interval; `--duration 0`
+/// takes the same.
 pub fn snapshot_now(opts: &SessionOptions) -> Result<Report> {
-    let mut s = Session::attach(opts)?;
+    let opts = SessionOptions {
+        switches: false,
+        ..opts.clone()
+    };
+    let mut s = Session::attach(&opts)?;
     s.observe(Duration::ZERO, &mut ())?;
     s.stop_observing()?;
     s.snapshot()

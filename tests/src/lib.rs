@@ -795,6 +795,27 @@ pub fn bpf_programs_held_by(pid: u32) -> Vec<u64> {
 
 /// Which of `progs` the kernel still has loaded (bpftool's list).
 pub fn bpf_programs_still_loaded(progs: &[u64]) -> Vec<u64> {
+    bpf_programs_described(progs)
+        .into_iter()
+        .map(|p| p.id)
+        .collect()
+}
+
+/// A loaded BPF program as bpftool describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BpfProgram {
+    /// Its id.
+    pub id: u64,
+    /// Its type (`tracing` for an iterator, `raw_tracepoint`,
+    /// `tracepoint`, `kprobe` for a uprobe, `perf_event`, ...).
+    pub kind: String,
+    /// Its name (at most 15 bytes of the function's).
+    pub name: String,
+}
+
+/// Those of `progs` the kernel still has loaded, each with its type and
+/// name (bpftool's list).
+pub fn bpf_programs_described(progs: &[u64]) -> Vec<BpfProgram> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "--json"])
         .output()
@@ -804,7 +825,13 @@ pub fn bpf_programs_still_loaded(progs: &[u64]) -> Vec<u64> {
     v.as_array()
         .expect("bpftool lists programs")
         .iter()
-        .filter_map(|p| p["id"].as_u64())
-        .filter(|id| progs.contains(id))
+        .filter_map(|p| {
+            let id = p["id"].as_u64()?;
+            progs.contains(&id).then(|| BpfProgram {
+                id,
+                kind: p["type"].as_str().unwrap_or("?").to_string(),
+                name: p["name"].as_str().unwrap_or("").to_string(),
+            })
+        })
         .collect()
 }

@@ -23,11 +23,12 @@ fn workload(args: &[&str]) -> Workload {
     Workload::start(cmd)
 }
 
-/// One snapshot of `pid` as JSON.
-fn snapshot(pid: u32) -> Value {
+/// One report of `pid` as JSON, after a window of `window` (`0`: a
+/// snapshot alone, with no switch recorded).
+fn snapshot(pid: u32, window: &str) -> Value {
     rip_probe_json(
         CLI,
-        &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+        &["--pid", &pid.to_string(), "--duration", window, "--json"],
     )
 }
 
@@ -49,7 +50,7 @@ fn blocked_ns(t: &Value) -> u64 {
 fn fresh_threads_bounded(age: Duration) {
     let w = workload(&["fresh", "4"]);
     std::thread::sleep(age);
-    let r = snapshot(w.pid());
+    let r = snapshot(w.pid(), "0");
     let after = monotonic_ns();
     let sleepers: Vec<(u32, u64)> = w
         .lines
@@ -84,9 +85,10 @@ fn counters(path: &std::path::Path) -> Vec<(u64, u64)> {
 }
 
 /// Four threads pass a mutex, each holding it across a 2 ms
-/// clock_nanosleep; `snapshots` reports each give every contender a
-/// blocked time no longer than its longest wait timed from the inside,
-/// read once the wait that was under way at the report has ended.
+/// clock_nanosleep; `snapshots` reports (each after a short window) give
+/// every contender a blocked time no longer than its longest wait timed
+/// from the inside, read once the wait that was under way at the report
+/// has ended.
 fn hot_mutex_bounded(snapshots: usize) {
     let dir = TempDir::new("/tmp", "blocked-bounds");
     let file = dir.join("counters");
@@ -102,7 +104,8 @@ fn hot_mutex_bounded(snapshots: usize) {
     assert_eq!(contenders.len(), 4, "{:?}", w.lines);
     let mut exact = 0;
     for _ in 0..snapshots {
-        let r = snapshot(w.pid());
+        // A short window: switches seen in it give exact times.
+        let r = snapshot(w.pid(), "100ms");
         // Every wait under way at the report ends: each thread's count
         // moves past where it is now.
         let at = counters(&file);

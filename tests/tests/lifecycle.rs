@@ -164,18 +164,27 @@ fn unmounted_tracefs_is_mounted_when_root() {
     let w = Workload::uninstrumented(1);
     let pid = w.pid().to_string();
     // In a private mount namespace, so the machine's tracefs stays mounted.
-    let o = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg("umount /sys/kernel/tracing && ! grep -q tracefs /proc/self/mounts && exec \"$0\" \"$@\"")
-        .arg(CLI)
-        .args(["--pid", &pid, "--duration", "200ms"])
-        .output()
-        .unwrap();
+    // `locks` needs it (the futex system calls' tracepoints are classic
+    // ones); `--pid` needs none (sched_switch is a raw tracepoint).
+    let run = |args: &[&str]| {
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg("umount /sys/kernel/tracing && ! grep -q tracefs /proc/self/mounts && exec \"$0\" \"$@\"")
+            .arg(CLI)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["locks", "--pid", &pid, "--duration", "200ms"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
         err.contains("mounted tracefs at /sys/kernel/tracing"),
         "{err}"
     );
+    let o = run(&["--pid", &pid, "--duration", "200ms"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("mounted tracefs"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("threads"));
 }

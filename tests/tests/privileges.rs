@@ -172,8 +172,8 @@ fn refused_as_nobody(caps: &str, args: &[&str], expect: &str) {
 
 /// Every command, run by nobody on nobody's own processes with exactly
 /// the capabilities the README's table gives it, works: `dump`, `list`
-/// with none; `--pid`, `--cgroup`, `offcpu`, `locks` with CAP_BPF,
-/// CAP_PERFMON and CAP_DAC_READ_SEARCH; `--uprobe` and `calls` with those
+/// with none; `--pid` and `offcpu` with CAP_BPF and CAP_PERFMON;
+/// `--cgroup`, `locks` with CAP_DAC_READ_SEARCH as well; `--uprobe` and `calls` with those
 /// where the kernel has uprobe_multi links, and CAP_SYS_ADMIN as well one
 /// uprobe at a time. One capability fewer gets the one-line error that
 /// names what to grant.
@@ -284,6 +284,17 @@ fn every_command_works_as_nobody_with_the_documented_capabilities() {
         &pid_args,
         "grant CAP_BPF, CAP_PERFMON and CAP_DAC_READ_SEARCH",
     );
+    // sched_switch is a raw tracepoint: `--pid` and `offcpu` read nothing
+    // of tracefs, and need no CAP_DAC_READ_SEARCH.
+    for args in [
+        &pid_args[..],
+        &["offcpu", "--pid", &pid, window[0], window[1]],
+    ] {
+        let mut args = args.to_vec();
+        args.push("--json");
+        let v = json_as_nobody("+bpf,+perfmon", &args);
+        assert_eq!(v["process"]["pid"].as_u64(), pid.parse().ok(), "{v}");
+    }
     // tracefs is root's on this machine (the kernel's default modes)
     // unless someone opened it up; then CAP_DAC_READ_SEARCH is not needed
     // and there is no refusal to check.
@@ -291,13 +302,11 @@ fn every_command_works_as_nobody_with_the_documented_capabilities() {
         .map(|m| m.permissions().mode())
         .unwrap_or(0o700);
     if tracefs_mode & 0o005 == 0 {
-        for args in [
-            &pid_args[..],
-            &["offcpu", "--pid", &pid, window[0], window[1]],
+        refused_as_nobody(
+            "+bpf,+perfmon",
             &["locks", "--pid", &pid, window[0], window[1]],
-        ] {
-            refused_as_nobody("+bpf,+perfmon", args, "grant CAP_DAC_READ_SEARCH");
-        }
+            "grant CAP_DAC_READ_SEARCH",
+        );
     } else {
         eprintln!("tracefs is open to others (mode {tracefs_mode:o}): its refusal is not checked");
     }

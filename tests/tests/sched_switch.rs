@@ -1,5 +1,7 @@
 //! The sched_switch program, loaded for real, sees a thread of this process
-//! block in read(2) on an empty pipe and come back when the pipe is written.
+//! block in read(2) on an empty pipe and come back when the pipe is written:
+//! the thread is learned from the switch itself (no list is seeded), its
+//! state is the tracepoint's `S`.
 
 use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -44,11 +46,11 @@ fn blocked_read_and_wakeup(regs: Option<RegsSource>) {
         KernelProbe::attach_with(pid, true, regs).unwrap_or_else(|e| panic!("cannot attach: {e}"));
     let mut events = probe.take_events().expect("event stream");
     eprintln!(
-        "loaded and attached {:?} to sched:sched_switch for pid {pid} (prev_pid@{} prev_state@{} next_pid@{})",
+        "loaded and attached {:?} to sched_switch (raw) for pid {pid} (task_struct pid@{} tgid@{} state@{})",
         probe.program_names(),
-        probe.config().prev_pid_off,
-        probe.config().prev_state_off,
-        probe.config().next_pid_off
+        probe.config().task.pid,
+        probe.config().task.tgid,
+        probe.config().task.state
     );
 
     let (rd, wr) = pipe();

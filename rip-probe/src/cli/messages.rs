@@ -171,8 +171,6 @@ fn kernel(e: &kernel::Error) -> String {
         | K::IteratorLink(_)
         | K::ReadIterator(_)
         | K::PollEvents(_)
-        | K::KernelBtf(_)
-        | K::KernelBtfLost(_)
         | K::MissingFromObject(_)
         | K::NotMappedExecutable { .. } => what,
     }

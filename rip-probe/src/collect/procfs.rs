@@ -132,6 +132,23 @@ pub(crate) fn tids(pid: u32) -> Result<Vec<u32>> {
     Ok(v)
 }
 
+/// How many threads process `pid` has (`Threads:` of its status file):
+/// one read, where [`tids`] lists a directory of them.
+pub(crate) fn thread_count(pid: u32) -> Result<usize> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+        _ => Error::ReadProc {
+            path: path.clone().into(),
+            source: e,
+        },
+    })?;
+    Ok(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
+        .unwrap_or(1))
+}
+
 /// Resolves fds and reads memory of one live process, with caches: ten
 /// thousand threads waiting on the same fd cost one readlink.
 pub(crate) struct ProcLookup {

@@ -42,20 +42,28 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
     }
     let mut reports: Vec<Report> = Vec::with_capacity(pids.len());
     let mut warnings = Vec::new();
-    let batches = pids.len().div_ceil(AT_ONCE);
-    if batches > 1 {
+    // Snapshots (no window) hold no program on a tracepoint: nothing
+    // limits how many are taken, and each process is read and let go in
+    // turn, so that one session at a time holds memory.
+    let at_once = if options(a, 0).snapshots_only() {
+        1
+    } else {
+        AT_ONCE
+    };
+    let batches = pids.len().div_ceil(at_once);
+    if batches > 1 && at_once == AT_ONCE {
         warnings.push(format!(
             "{} processes were observed in {batches} windows, one after another: at most \
              {AT_ONCE} are observed at once",
             pids.len()
         ));
     }
-    for (i, batch) in pids.chunks(AT_ONCE).enumerate() {
+    for (i, batch) in pids.chunks(at_once).enumerate() {
         let observed = observe(a, batch, &mut reports)?;
         let Some(ended) = observed else { continue };
         // A signal ended the window (and would end the next at once): the
         // processes not yet observed are left out, and the user told.
-        let left = pids.len().saturating_sub((i + 1) * AT_ONCE);
+        let left = pids.len().saturating_sub((i + 1) * at_once);
         if i + 1 < batches {
             warnings.push(format!(
                 "{ended}: {} of {} processes observed, {left} not",
@@ -98,12 +106,11 @@ pub(crate) fn service_report(
 /// How often the window looks at each process in turn.
 const STEP: Duration = Duration::from_millis(50);
 
-/// Processes observed at once: each holds its own programs on the
-/// scheduler's and the system calls' tracepoints, and the kernel runs at
-/// most 64 BPF programs on one tracepoint, for every tool of the machine
-/// (`E2BIG` past that), so two runs and other tools fit beside one. A
-/// larger cgroup is observed in groups of this many, one window each, one
-/// after another.
+/// Processes observed at once over a window: each holds its own program
+/// on sched_switch, which runs at every context switch of the machine,
+/// so each one more costs every switch more. A larger cgroup is observed
+/// in groups of this many, one window each, one after another.
+/// (Snapshots attach nothing there and have no such limit.)
 const AT_ONCE: usize = 16;
 
 /// Attaches to the processes `pids`, observes them over one window and

@@ -319,6 +319,9 @@ pub(super) fn options(a: &LiveArgs, pid: u32) -> SessionOptions {
     opts.ring = a.ring.clone();
     opts.no_ring = a.no_ring;
     opts.stacks = !a.no_stacks;
+    // One snapshot and no window: nothing to record between them, and
+    // the report costs the target nothing.
+    opts.switches = a.watch || a.duration.0 != Some(Duration::ZERO);
     opts
 }
 

@@ -74,6 +74,10 @@ pub(crate) struct Clock {
     pub(crate) attached_ns: u64,
     /// CLOCK_MONOTONIC ns when the task snapshot was taken.
     pub(crate) now_ns: u64,
+    /// sched_switch has recorded the target's switches since
+    /// `attached_ns`. Without (a snapshots-only session), no switch seen
+    /// says nothing about a thread, and the window is no bound.
+    pub(crate) switches: bool,
 }
 
 /// Everything collected about a live process.
@@ -146,7 +150,8 @@ pub(crate) fn blocked_for(task: &TaskRecord, clock: &Clock) -> Option<Blocked> {
     // in a full table).
     let seen = task.sw_off_ns != 0 || task.sw_on_ns != 0;
     let existed = task.start_ns != 0 && task.start_ns <= clock.attached_ns;
-    let window = (!seen && existed && clock.attached_ns <= now).then(|| now - clock.attached_ns);
+    let window = (clock.switches && !seen && existed && clock.attached_ns <= now)
+        .then(|| now - clock.attached_ns);
     // Its own CPU's clock, the one exec_start was stamped with when it
     // left: it stops while that CPU idles and leaves out interrupt time,
     // both of which only lower the bound.
@@ -268,7 +273,13 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
         mode: Mode::Pid,
         process: inp.process.clone(),
         rings: inp.ring.map(ring_info).into_iter().collect(),
-        window_ns: inp.clock.now_ns.saturating_sub(inp.clock.attached_ns),
+        // A snapshot with nothing recorded before it observed no window:
+        // the time since its session began is no span anything was seen in.
+        window_ns: if inp.clock.switches {
+            inp.clock.now_ns.saturating_sub(inp.clock.attached_ns)
+        } else {
+            0
+        },
         stacks: StackTable,
         threads,
         tasks,
@@ -611,6 +622,7 @@ mod tests {
         let clock = Clock {
             attached_ns: 100_000,
             now_ns: 110_000,
+            switches: true,
         };
         let get = |t: &TaskRecord| {
             let b = blocked_for(t, &clock).unwrap();
@@ -642,6 +654,32 @@ mod tests {
         assert!(blocked_for(&task(1, 0, 0, 0), &clock).is_none());
     }
 
+    /// Without sched_switch (snapshots only) a thread blocked since
+    /// before the snapshot's session began is bounded by its own CPU's
+    /// clock alone: the session's age says nothing of it.
+    #[test]
+    fn snapshots_only_bound_blocked_time_by_the_task_clock() {
+        use BlockedSource as S;
+        let clock = Clock {
+            attached_ns: 100_000,
+            now_ns: 110_000,
+            switches: false,
+        };
+        let get = |t: &TaskRecord| {
+            let b = blocked_for(t, &clock).unwrap();
+            (b.ns, b.exact, b.source)
+        };
+        let mut t = task(1, 1, 50_000, 0);
+        t.start_ns = 1;
+        t.rq_clock_task = 51_000;
+        assert_eq!(get(&t), (1_000, false, S::TaskClock));
+        t.rq_clock_task = 85_000;
+        assert_eq!(get(&t), (35_000, false, S::TaskClock));
+        // No clock: nothing is known.
+        t.rq_clock_task = 0;
+        assert_eq!(get(&t), (0, false, S::None));
+    }
+
     /// A hot mutex: sched_switch saw the thread go onto a CPU in the
     /// window and the iterator finds it asleep (it set its state and has
     /// not switched yet): not the whole window, nothing more than 0.
@@ -650,6 +688,7 @@ mod tests {
         let clock = Clock {
             attached_ns: 1_000,
             now_ns: 312_000_000,
+            switches: true,
         };
         let mut t = task(1, 1, 0, 0);
         t.sw_on_cpu = 1;
@@ -748,12 +787,18 @@ mod tests {
             tr.on_cpu = on_cpu;
             tr.now_ns = now;
             tr.start_ns = if rnd(4) == 0 { 0 } else { start };
+            // Or a snapshots-only session: nothing recorded.
+            let switches = rnd(2) == 0;
+            if !switches {
+                rec = ThreadRecord::default();
+            }
             tr.sw_off_ns = rec.off_cpu_ns;
             tr.sw_on_ns = rec.on_cpu_ns;
             tr.sw_on_cpu = rec.on_cpu;
             let clock = Clock {
                 attached_ns: attach,
                 now_ns: now,
+                switches,
             };
             let b = blocked_for(&tr, &clock).unwrap();
             let case = format!(

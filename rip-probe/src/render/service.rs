@@ -66,13 +66,17 @@ pub fn service(
     mut w: &mut dyn Write,
 ) -> io::Result<()> {
     let threads: usize = r.processes.iter().map(|p| p.threads.len()).sum();
+    // Snapshots have no window: nothing was recorded before them.
+    let window = match r.window_ns {
+        0 => "snapshots (no window)".to_string(),
+        ns => format!("observed {}", duration(ns)),
+    };
     writeln!(
         w,
-        "{} ({}): {}, observed {}",
+        "{} ({}): {}, {window}",
         plural(r.processes.len(), "process", "processes"),
         escape(&r.targets.join(" ")),
         plural(threads, "thread", "threads"),
-        duration(r.window_ns)
     )?;
     for p in &r.processes {
         let deadlocks = if p.deadlocks.is_empty() {

@@ -183,7 +183,10 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     if !r.tasks.is_empty() {
         line.push_str(&format!(", {}", plural(r.tasks.len(), "task", "tasks")));
     }
-    if r.mode == Mode::Pid {
+    if r.mode == Mode::Pid && r.window_ns == 0 {
+        // Nothing was recorded before the task iterator read the threads.
+        line.push_str(", snapshot (no window)");
+    } else if r.mode == Mode::Pid {
         line.push_str(&format!(", observed {}", duration(r.window_ns)));
     } else if !p.alive && p.lost.is_none() {
         line.push_str(", process not running");

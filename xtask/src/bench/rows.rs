@@ -27,6 +27,9 @@ pub enum Tracer {
     Bpftrace(&'static str),
     /// `rip-probe --pid`, plus `--uprobe` on this function when set.
     RipProbe(Option<&'static str>),
+    /// `rip-probe --pid --duration 0 --json` run again and again beside
+    /// the workload, on another CPU: snapshots alone, no program attached.
+    RipProbeSnapshots,
     /// `rip-probe locks --pid`: futex contention counted in BPF maps.
     RipProbeLocks,
     /// `rip-probe offcpu --pid`: off-CPU time summed by stack at each
@@ -161,6 +164,16 @@ impl Measured {
                     ))
                 ),
             ],
+            Tracer::RipProbeSnapshots => vec![
+                run,
+                format!(
+                    "while :; do taskset -c LAST_CPU {} >/dev/null; done",
+                    shell_words(&tracers::rip_probe_snapshot_args(
+                        &super::workloads::rel(&ctx.rip_probe),
+                        "PID",
+                    ))
+                ),
+            ],
             Tracer::RipProbeLocks => vec![
                 run,
                 format!(
@@ -251,6 +264,14 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u)?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
+        }
+        Tracer::RipProbeSnapshots => {
+            let snaps = tracers::RipProbeSnapshots::start(&ctx.rip_probe, w.pid())?;
+            let s = w.go(timeout)?;
+            match snaps.finish() {
+                Ok(n) => Ok((s, Some(n), None)),
+                Err(e) => Ok((s, None, Some(e))),
+            }
         }
         Tracer::RipProbeLocks => {
             let rp = RipProbe::attach_locks(&ctx.rip_probe, w.pid())?;

@@ -239,6 +239,15 @@ pub fn overhead(w: &Workloads, peers: &Peers) -> Vec<Row> {
             Some("pingpong"),
         ),
         row(
+            "pingpong-rip-probe-snapshots",
+            "`rip-probe --pid --duration 0` snapshots, one after the other (last CPU)",
+            "pingpong",
+            exe.clone(),
+            Tracer::RipProbeSnapshots,
+            switches,
+            Some("pingpong"),
+        ),
+        row(
             "pingpong-rip-probe-offcpu",
             "`rip-probe offcpu` summing off-CPU time by user stack",
             "pingpong",

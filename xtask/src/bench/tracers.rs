@@ -106,6 +106,85 @@ pub fn rip_probe_args(exe: &str, pid: &str, uprobe: Option<&str>) -> Vec<String>
     a
 }
 
+/// The `rip-probe` command line taking one snapshot of `pid`, with no
+/// window: nothing attached while the target runs.
+pub fn rip_probe_snapshot_args(exe: &str, pid: &str) -> Vec<String> {
+    [exe, "--pid", pid, "--duration", "0", "--json"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Snapshots of a process taken one after the other
+/// ([`rip_probe_snapshot_args`]) until stopped, on the machine's last CPU:
+/// the workloads that measure overhead run on the first, so what they
+/// lose is what looking at them costs, not a CPU shared with rip-probe.
+pub struct RipProbeSnapshots {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    taking: std::thread::JoinHandle<Result<u64, String>>,
+}
+
+impl RipProbeSnapshots {
+    /// Takes one snapshot of `pid` (so that a failure stops the row
+    /// before it is measured), then keeps taking them on another thread.
+    pub fn start(exe: &Path, pid: u32) -> Result<RipProbeSnapshots> {
+        let args = rip_probe_snapshot_args(&exe.to_string_lossy(), &pid.to_string());
+        let cpu = std::thread::available_parallelism().map_or(0, |n| n.get() - 1);
+        snapshot(&args, cpu).map_err(anyhow::Error::msg)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let taking = std::thread::spawn(move || {
+            let mut n = 1;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                snapshot(&args, cpu)?;
+                n += 1;
+            }
+            Ok(n)
+        });
+        Ok(RipProbeSnapshots { stop, taking })
+    }
+
+    /// Stops after the snapshot under way; returns how many were taken.
+    pub fn finish(self) -> Result<u64, String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.taking
+            .join()
+            .map_err(|_| "the snapshot loop panicked".to_string())?
+    }
+}
+
+/// Runs one snapshot command `args` on CPU `cpu`.
+fn snapshot(args: &[String], cpu: usize) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(&args[0]);
+    cmd.args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: sched_setaffinity is async-signal-safe, and the set is a
+    // plain value built before the fork.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            shell_words(args),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 /// The `rip-probe locks` command line counting `pid`'s futex contention
 /// for longer than any run.
 pub fn rip_probe_locks_args(exe: &str, pid: &str) -> Vec<String> {

@@ -67,28 +67,6 @@ pub(crate) fn lookup_all<V: Pod + Default>(map: &MapData) -> io::Result<Vec<(u32
     }
 }
 
-/// Inserts or replaces `keys[i] → value` in hash map `map`, for every key.
-pub(crate) fn update_all<V: Pod>(map: &MapData, keys: &[u32], value: V) -> io::Result<()> {
-    let values = vec![value; CHUNK.min(keys.len())];
-    for chunk in keys.chunks(CHUNK) {
-        let mut attr = zeroed_attr();
-        // SAFETY: `batch` is the member BPF_MAP_UPDATE_BATCH reads.
-        let batch = unsafe { &mut attr.batch };
-        batch.keys = chunk.as_ptr() as u64;
-        batch.values = values.as_ptr() as u64;
-        batch.count = chunk.len() as u32;
-        batch.map_fd = fd(map);
-        sys_bpf(bpf_cmd::BPF_MAP_UPDATE_BATCH, &mut attr)?;
-        // SAFETY: as above; the kernel wrote back how many it inserted.
-        if (unsafe { attr.batch.count } as usize) < chunk.len() {
-            return Err(io::Error::other(
-                "the kernel inserted fewer entries than given",
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn fd(map: &MapData) -> u32 {
     map.fd().as_fd().as_raw_fd() as u32
 }

@@ -13,25 +13,6 @@ use crate::collect::Result;
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
-/// The running kernel's BTF as aya reads it (to resolve the task
-/// iterator's attach point), parsed once per run and shared like
-/// [`KernelBtf::shared`]. A failed parse is tried again by the next
-/// caller.
-pub fn aya_shared() -> std::result::Result<&'static aya::Btf, aya::BtfError> {
-    if let Some(btf) = AYA_PARSED.get() {
-        return Ok(btf);
-    }
-    let btf = aya::Btf::from_sys_fs()?;
-    Ok(AYA_PARSED.get_or_init(|| btf))
-}
-
-/// [`aya_shared`] if it was parsed already, without waiting.
-pub(crate) fn aya_shared_if_parsed() -> Option<&'static aya::Btf> {
-    AYA_PARSED.get()
-}
-
-static AYA_PARSED: OnceLock<aya::Btf> = OnceLock::new();
-
 /// The kernel's BTF, parsed once.
 pub struct KernelBtf {
     btf: Btf,
@@ -98,6 +79,17 @@ impl KernelBtf {
                 .any(|m| self.btf.resolve_name(m).is_ok_and(|n| n == value)),
             _ => false,
         })
+    }
+
+    /// The BTF id of function `name`.
+    pub fn func_id(&self, name: &str) -> Result<u32> {
+        let ids = self
+            .btf
+            .resolve_ids_by_name(name)
+            .map_err(|e| err(format!("function {name}: {e}")))?;
+        ids.into_iter()
+            .find(|&id| matches!(self.btf.resolve_type_by_id(id), Ok(Type::Func(_))))
+            .ok_or_else(|| err(format!("no function {name}")))
     }
 
     /// `sizeof(struct name)`.
@@ -220,6 +212,26 @@ impl KernelBtf {
             size: self.size_of("pt_regs")?,
             valid: 1,
             _pad: 0,
+        })
+    }
+
+    /// Whether the sched_switch tracepoint passes `prev_state` (a fourth
+    /// argument, 5.18 on): its raw tracepoint's type, the function
+    /// pointer `btf_trace_sched_switch`, then takes five parameters (the
+    /// context first). Without that type, as without the argument.
+    pub fn switch_has_prev_state(&self) -> bool {
+        let Ok(types) = self.btf.resolve_types_by_name("btf_trace_sched_switch") else {
+            return false;
+        };
+        types.into_iter().any(|t| {
+            let Type::Typedef(td) = t else { return false };
+            let Ok(Type::Ptr(ptr)) = self.btf.resolve_chained_type(&td) else {
+                return false;
+            };
+            matches!(
+                self.btf.resolve_chained_type(&ptr),
+                Ok(Type::FuncProto(f)) if f.parameters.len() >= 5
+            )
         })
     }
 
@@ -393,5 +405,16 @@ mod tests {
         assert_eq!((t.upid_size, t.upid_nr, t.upid_ns), (16, 0, 8));
         assert_eq!(t.pid_level, 4);
         assert!(t.pid_numbers > t.pid_level && t.thread_pid > 0 && t.group_leader > 0);
+        // sched_switch's fourth argument, prev_state, came with 5.18.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap());
+        let version = (v.next().unwrap(), v.next().unwrap());
+        assert_eq!(
+            btf.switch_has_prev_state(),
+            version >= (5, 18),
+            "kernel {release}"
+        );
     }
 }

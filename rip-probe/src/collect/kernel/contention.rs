@@ -15,7 +15,7 @@ use rip_ebpf::{
     contention::{LockConfig, LockStat, WaiterKey, WaiterStat, WakerKey, WakerStat, names},
 };
 
-use super::{EBPF_OBJECT, btf, features, pidns, privileges, program, tracefs};
+use super::{EBPF_OBJECT, features, layout, pidns, privileges, program, tracefs};
 use super::{Error, MapOp, ProgramOp};
 use crate::collect::Result;
 
@@ -76,8 +76,8 @@ impl LockProbe {
         }
         privileges::check()?;
         let tracefs = tracefs::ensure_mounted()?;
-        let kbtf = btf::KernelBtf::shared()?;
-        let features = features::KernelFeatures::probe(kbtf)?;
+        let layout = super::layout::KernelLayout::shared()?;
+        let features = features::KernelFeatures::probe(layout)?;
         let field = |event: &str, name: &str, size: u32| -> Result<u32> {
             let fmt = tracefs::Format::read(&tracefs, "syscalls", event)?;
             fmt.field(name, size).map(|f| f.offset).map_err(|what| {
@@ -95,14 +95,14 @@ impl LockProbe {
         // sched_switch program reads registers: same offsets, same builds.
         let mut config = Config {
             target_tgid: tgid,
-            regs: kbtf.pt_regs()?,
-            task: kbtf.task_struct()?,
+            regs: layout.regs,
+            task: layout.task,
             ..Config::default()
         };
         // The programs filter on the kernel's global pid.
         let ids = match pidns::ours() {
             Some(ns) => {
-                let btf = btf::aya_shared().map_err(Error::KernelBtf)?;
+                let btf = layout::aya_shared()?;
                 let (_, iter) = features.regs_source().programs();
                 Some(pidns::NsIds::find(ns, tgid, &config, btf, iter)?)
             }

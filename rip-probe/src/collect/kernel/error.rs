@@ -38,8 +38,6 @@ impl std::fmt::Display for ProgramOp {
 pub enum MapOp {
     /// Opening it as the kind of map it should be.
     Open,
-    /// Seeding it before the programs run.
-    Seed,
     /// Filling it with entries.
     Fill,
     /// Setting one of its values.
@@ -52,7 +50,6 @@ impl std::fmt::Display for MapOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             MapOp::Open => "opening",
-            MapOp::Seed => "seeding",
             MapOp::Fill => "filling",
             MapOp::Set => "setting",
             MapOp::Read => "reading",
@@ -165,12 +162,6 @@ pub enum Error {
     /// The events ring buffer could not be polled.
     #[error("EVENTS ring buffer")]
     PollEvents(#[source] std::io::Error),
-    /// The kernel's BTF could not be parsed (the task iterator needs it).
-    #[error("BPF: reading kernel BTF")]
-    KernelBtf(#[source] aya::BtfError),
-    /// The kernel's BTF parse is gone: it failed or panicked before.
-    #[error("BPF: the kernel BTF parse did not finish ({0})")]
-    KernelBtfLost(&'static str),
     /// The embedded object lacks a program or map rip-probe looks for (a
     /// build mismatch).
     #[error("BPF: {0} is missing from the embedded BPF object")]
@@ -384,7 +375,7 @@ mod tests {
     #[test]
     fn eperm_anywhere_in_the_chain_is_a_missing_privilege() {
         let e = Error::map(
-            MapOp::Seed,
+            MapOp::Fill,
             "THREADS",
             aya::maps::MapError::SyscallError(aya::sys::SyscallError {
                 call: "bpf_map_update_elem",

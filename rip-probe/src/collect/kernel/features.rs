@@ -11,7 +11,7 @@ use aya::{
 };
 
 use super::Error;
-use super::btf::KernelBtf;
+use super::layout::KernelLayout;
 use crate::collect::Result;
 
 /// The oldest kernel whose BPF has everything the design needs (ring
@@ -42,7 +42,7 @@ pub enum RegsSource {
 impl KernelFeatures {
     /// Probes the running kernel. Fails with a one-line refusal when it
     /// lacks something rip cannot do without.
-    pub(crate) fn probe(btf: &KernelBtf) -> Result<Self> {
+    pub(crate) fn probe(layout: &KernelLayout) -> Result<Self> {
         let release = kernel_release();
         let too_old = |missing: &'static str| -> crate::collect::Error {
             Error::KernelTooOld {
@@ -61,10 +61,13 @@ impl KernelFeatures {
         if !prog(ProgramType::TracePoint) {
             return Err(too_old("BPF tracepoint programs"));
         }
+        if !prog(ProgramType::RawTracePoint) {
+            return Err(too_old("BPF raw tracepoint programs"));
+        }
         if !map(MapType::RingBuf) {
             return Err(too_old("BPF ring buffers (BPF_MAP_TYPE_RINGBUF)"));
         }
-        if !btf.has_struct("bpf_iter__task") {
+        if !layout.task_iter {
             return Err(too_old("the BPF task iterator (bpf_iter__task)"));
         }
         if !helper(BpfHelper::BPF_FUNC_get_task_stack) {
@@ -99,12 +102,7 @@ impl RegsSource {
     }
 }
 
-/// The running kernel's release, as `uname -r` prints it.
-pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
+pub use super::layout::kernel_release;
 
 #[cfg(test)]
 mod tests {
@@ -165,8 +163,9 @@ mod tests {
             eprintln!("SKIPPED probe_of_running_kernel: RIP_SKIP_BPF_TESTS=1 is set");
             return;
         }
-        let btf = KernelBtf::load().expect("kernel BTF");
-        let f = KernelFeatures::probe(&btf).expect("this kernel is supported");
+        let btf = super::super::btf::KernelBtf::load().expect("kernel BTF");
+        let layout = KernelLayout::derive(&btf).expect("layout");
+        let f = KernelFeatures::probe(&layout).expect("this kernel is supported");
         assert!(!f.release.is_empty());
         assert_eq!(
             f.task_pt_regs,

@@ -72,13 +72,14 @@ impl LeaksProbe {
         if let Some(ids) = super::pidns::NsIds::find_with(tgid, &setup)? {
             setup.config.target_tgid = ids.table.global_tgid();
         }
-        let enter = super::tracefs::Format::read(&setup.tracefs, "raw_syscalls", "sys_enter")?;
-        let exit = super::tracefs::Format::read(&setup.tracefs, "raw_syscalls", "sys_exit")?;
+        // The system calls' tracepoints are classic ones: their record
+        // layouts, and attaching them, need tracefs.
+        let tracefs = super::tracefs::ensure_mounted()?;
+        let enter = super::tracefs::Format::read(&tracefs, "raw_syscalls", "sys_enter")?;
+        let exit = super::tracefs::Format::read(&tracefs, "raw_syscalls", "sys_exit")?;
         let field = |f: &super::tracefs::Format, ev: &str, name: &str, size: u32| {
             f.field(name, size).map_err(|what| Error::Unexpected {
-                path: setup
-                    .tracefs
-                    .join(format!("events/raw_syscalls/{ev}/format")),
+                path: tracefs.join(format!("events/raw_syscalls/{ev}/format")),
                 what,
             })
         };

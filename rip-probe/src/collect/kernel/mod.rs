@@ -1,9 +1,9 @@
 //! The kernel side of collection: rip-ebpf's programs loaded with aya,
 //! attached to one target process, and read back.
 //!
-//! The sched_switch tracepoint is filtered in the kernel to the target's
-//! thread group; its record layout comes from tracefs and the offsets into
-//! `struct pt_regs` from BTF, both passed to the program as globals.
+//! The sched_switch raw tracepoint is filtered in the kernel to the
+//! target's thread group; the offsets into `struct pt_regs` and `struct
+//! task_struct` come from BTF, passed to the program as globals.
 
 pub(crate) mod batch;
 pub(crate) mod btf;
@@ -11,6 +11,7 @@ pub mod calls;
 pub mod contention;
 mod error;
 pub mod features;
+mod layout;
 pub mod leaks;
 mod near_names;
 pub mod offcpu;
@@ -27,7 +28,7 @@ use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf, StackTraceMap},
-    programs::{Iter, TracePoint},
+    programs::{Iter, RawTracePoint},
 };
 use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, ThreadRecord, names};
 use rustix::{
@@ -49,12 +50,12 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 pub struct KernelProbe {
     ebpf: Ebpf,
     tgid: u32,
-    tracefs: PathBuf,
     config: Config,
-    /// The kernel BTF for the task iterator.
-    btf: Option<KernelTypes>,
     iter_loaded: bool,
-    switch_link: Option<aya::programs::trace_point::TracePointLinkId>,
+    /// sched_switch records the target's switches (see
+    /// [`KernelProbe::snapshots_only`]).
+    switches: bool,
+    switch_link: Option<aya::programs::raw_trace_point::RawTracePointLinkId>,
     /// What the kernel offers, and so which build of the programs is loaded.
     features: features::KernelFeatures,
     /// When rip-probe runs in a pid namespace other than the host's: the
@@ -63,34 +64,6 @@ pub struct KernelProbe {
     /// `--uprobe`'s links, one per binary on a kernel with `uprobe_multi`
     /// (closing each detaches all its functions).
     uprobe_links: Vec<uprobe::Held>,
-}
-
-/// aya's parse of the kernel BTF, which loading the task iterator needs.
-enum KernelTypes {
-    /// Being parsed while the session observes.
-    Parsing(std::thread::JoinHandle<std::result::Result<&'static aya::Btf, aya::BtfError>>),
-    /// Parsed already (inside a pid namespace, the finding pass needed it,
-    /// or another target's session did).
-    Ready(&'static aya::Btf),
-}
-
-impl KernelTypes {
-    fn is_ready(&self) -> bool {
-        match self {
-            KernelTypes::Parsing(h) => h.is_finished(),
-            KernelTypes::Ready(_) => true,
-        }
-    }
-
-    fn get(self) -> Result<&'static aya::Btf> {
-        match self {
-            KernelTypes::Parsing(h) => h
-                .join()
-                .map_err(|_| Error::KernelBtfLost("its thread panicked"))?
-                .map_err(|e| Error::KernelBtf(e).into()),
-            KernelTypes::Ready(btf) => Ok(btf),
-        }
-    }
 }
 
 /// Entries of the per-thread maps: room for the target's threads now and
@@ -105,27 +78,34 @@ fn thread_entries(threads: usize) -> u32 {
         .min(MAX_THREAD_ENTRIES)
 }
 
+/// What a probe records while the target runs.
+#[derive(Clone, Copy)]
+enum Watch {
+    /// Context switches (sched_switch); each sent to user space too with
+    /// `events`.
+    Switches { events: bool },
+    /// Nothing: snapshots only.
+    Nothing,
+}
+
 /// The smallest per-thread map.
 const MIN_THREAD_ENTRIES: u32 = 1024;
 /// The largest (the programs' compiled-in size).
 const MAX_THREAD_ENTRIES: u32 = 1 << 17;
 
 /// What every sched_switch program of rip-ebpf needs for one target: the
-/// configuration global (the tracepoint's record layout from tracefs, the
-/// register and task offsets from BTF), and which build of the programs
-/// the kernel takes.
+/// configuration global (the register and task offsets from BTF), and
+/// which build of the programs the kernel takes.
 pub(crate) struct SwitchSetup {
     /// The `CONFIG` global.
     pub(crate) config: Config,
     /// What the kernel offers.
     pub(crate) features: features::KernelFeatures,
-    /// Where tracefs is mounted.
-    pub(crate) tracefs: PathBuf,
 }
 
 impl SwitchSetup {
-    /// Checks that `tgid` exists and that rip-probe may trace it, mounts
-    /// tracefs if needed, and reads the layouts. `regs` forces a build of
+    /// Checks that `tgid` exists and that rip-probe may trace it, and
+    /// reads the layouts (sched_switch is a raw tracepoint: no tracefs). `regs` forces a build of
     /// the register-reading programs (see [`KernelProbe::attach_with`]).
     pub(crate) fn new(
         tgid: u32,
@@ -137,35 +117,21 @@ impl SwitchSetup {
             return Err(crate::discover::Error::NoSuchProcess(tgid).into());
         }
         privileges::check()?;
-        let tracefs = tracefs::ensure_mounted()?;
-        let kbtf = btf::KernelBtf::shared()?;
-        let mut features = features::KernelFeatures::probe(kbtf)?;
+        let layout = layout::KernelLayout::shared()?;
+        let mut features = features::KernelFeatures::probe(layout)?;
         if let Some(regs) = regs {
             features.task_pt_regs = regs == features::RegsSource::Helper && features.task_pt_regs;
         }
-        let fmt = tracefs::Format::read(&tracefs, "sched", "sched_switch")?;
-        let field = |name, size| {
-            fmt.field(name, size).map_err(|what| Error::Unexpected {
-                path: tracefs.join("events/sched/sched_switch/format"),
-                what,
-            })
-        };
         let config = Config {
             target_tgid: tgid,
-            prev_pid_off: field("prev_pid", 4)?.offset,
-            prev_state_off: field("prev_state", 8)?.offset,
-            next_pid_off: field("next_pid", 4)?.offset,
-            regs: kbtf.pt_regs()?,
-            task: kbtf.task_struct()?,
+            regs: layout.regs,
+            task: layout.task,
             emit_events: u32::from(events),
             pid_ns: rip_ebpf::pid_ns::HOST,
+            switch_state_arg: u32::from(layout.switch_state_arg),
         };
 
-        Ok(SwitchSetup {
-            config,
-            features,
-            tracefs,
-        })
+        Ok(SwitchSetup { config, features })
     }
 }
 
@@ -191,42 +157,67 @@ impl KernelProbe {
         events: bool,
         regs: Option<features::RegsSource>,
     ) -> Result<Self> {
+        Self::load(tgid, Watch::Switches { events }, regs)
+    }
+
+    /// Loads only what a snapshot of process `tgid` needs: the task
+    /// iterator, and no program that runs while the target does (no
+    /// sched_switch), so that taking snapshots costs the target nothing.
+    /// Each [`Self::snapshot`] is then one pass of the iterator; blocked
+    /// times are lower bounds from each task's own clocks, since no
+    /// switch is recorded. A probe can take any number of snapshots: the
+    /// iterator is loaded once.
+    pub fn snapshots_only(tgid: u32) -> Result<Self> {
+        Self::snapshots_only_with(tgid, None)
+    }
+
+    /// [`Self::snapshots_only`] with the given build of the task iterator
+    /// (as [`Self::attach_with`]).
+    pub fn snapshots_only_with(tgid: u32, regs: Option<features::RegsSource>) -> Result<Self> {
+        Self::load(tgid, Watch::Nothing, regs)
+    }
+
+    /// Whether this probe records the target's context switches (see
+    /// [`Self::snapshots_only`]).
+    pub fn watches_switches(&self) -> bool {
+        self.switches
+    }
+
+    fn load(tgid: u32, watch: Watch, regs: Option<features::RegsSource>) -> Result<Self> {
+        let events = matches!(watch, Watch::Switches { events: true });
+        let switches = matches!(watch, Watch::Switches { .. });
         let SwitchSetup {
             mut config,
             features,
-            tracefs,
         } = SwitchSetup::new(tgid, events, regs)?;
         let (switch_prog, iter_prog) = features.regs_source().programs();
 
-        // aya parses the whole kernel BTF (about a quarter of a second) to
-        // resolve the task iterator's attach point. The programs need no
-        // CO-RE relocations, so the loader goes without it, and the parse
-        // runs on another thread while the session observes; unless
-        // rip-probe is in a pid namespace of its own, where a first pass
-        // of the iterator must find the target's global ids now.
-        let (btf, ids, tids) = match pidns::ours() {
+        // The programs need no CO-RE relocations, so the loader goes
+        // without the kernel's BTF. In a pid namespace of rip-probe's own,
+        // a first pass of the iterator finds the target's global ids.
+        let (ids, tids) = match pidns::ours() {
             Some(ns) => {
-                let btf = btf::aya_shared().map_err(Error::KernelBtf)?;
+                let btf = layout::aya_shared()?;
                 let ids = pidns::NsIds::find(ns, tgid, &config, btf, iter_prog)?;
                 config.target_tgid = ids.table.global_tgid();
                 config.pid_ns = rip_ebpf::pid_ns::RECORD;
                 let tids = ids.table.global_tids();
                 let table = std::sync::Arc::new(std::sync::Mutex::new(ids.table));
-                (KernelTypes::Ready(btf), Some(table), tids)
+                (Some(table), tids)
             }
-            None => {
-                let types = match btf::aya_shared_if_parsed() {
-                    Some(btf) => KernelTypes::Ready(btf),
-                    None => KernelTypes::Parsing(crate::util::background::spawn(
-                        "rip-btf",
-                        btf::aya_shared,
-                    )),
-                };
-                let tids = super::procfs::tids(tgid)?;
-                (types, None, tids)
-            }
+            None => (None, Vec::new()),
         };
-        let entries = thread_entries(tids.len());
+        // The per-thread tables are sized to the target (they are
+        // preallocated); without sched_switch nothing writes them, and they
+        // get their smallest size (every map of the object is created).
+        let entries = if switches {
+            thread_entries(match tids.len() {
+                0 => super::procfs::thread_count(tgid)?,
+                n => n,
+            })
+        } else {
+            1
+        };
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .override_global(names::CONFIG, &config, true)
@@ -234,33 +225,31 @@ impl KernelProbe {
             .map_max_entries(names::LAST_FN, entries)
             // Kernel stacks at switch time are only taken for observers.
             .map_max_entries(names::STACKS, if events { 1 << 14 } else { 1 })
+            .map_max_entries(names::EVENTS, if events { 1 << 20 } else { 4096 })
             .load(EBPF_OBJECT)
             .map_err(Error::load)?;
 
-        // Seed the thread table so that switches *onto* a CPU are recognised
-        // for threads that have not yet been seen leaving one.
-        let threads = ebpf
-            .map(names::THREADS)
-            .and_then(batch::hash_map_data)
-            .ok_or_else(|| missing(names::THREADS))?;
-        batch::update_all(threads, &tids, ThreadRecord::default())
-            .map_err(|e| Error::map_batch(MapOp::Seed, "THREADS", e))?;
-
-        let prog: &mut TracePoint = program(&mut ebpf, switch_prog)?;
-        prog.load()
-            .map_err(|e| Error::program(ProgramOp::Load, "sched_switch", e))?;
-        let switch_link = prog
-            .attach("sched", "sched_switch")
-            .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?;
+        // The program learns the target's threads from the tasks it sees
+        // switch: the table needs no seeding.
+        let switch_link = if switches {
+            let prog: &mut RawTracePoint = program(&mut ebpf, switch_prog)?;
+            prog.load()
+                .map_err(|e| Error::program(ProgramOp::Load, "sched_switch", e))?;
+            Some(
+                prog.attach("sched_switch")
+                    .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?,
+            )
+        } else {
+            None
+        };
 
         Ok(KernelProbe {
             ebpf,
             tgid,
-            tracefs,
             config,
-            btf: Some(btf),
             iter_loaded: false,
-            switch_link: Some(switch_link),
+            switches,
+            switch_link,
             features,
             ids,
             uprobe_links: Vec::new(),
@@ -270,11 +259,6 @@ impl KernelProbe {
     /// The observed process.
     pub fn tgid(&self) -> u32 {
         self.tgid
-    }
-
-    /// Where tracefs is mounted.
-    pub fn tracefs(&self) -> &std::path::Path {
-        &self.tracefs
     }
 
     /// The configuration handed to the programs (tracepoint and register
@@ -372,14 +356,10 @@ impl KernelProbe {
         })
     }
 
-    /// Loads the task iterator if the kernel BTF parse (started at attach)
-    /// is done, without waiting for it: sessions call this while they
-    /// observe, so the verifier's work is not added after the window.
+    /// Loads the task iterator: sessions call this while they observe, so
+    /// the verifier's work is not added after the window.
     pub fn prepare(&mut self) -> Result<()> {
-        if self.btf.as_ref().is_some_and(KernelTypes::is_ready) {
-            self.load_iter()?;
-        }
-        Ok(())
+        self.load_iter()
     }
 
     /// Detaches sched_switch from the tracepoint, on another thread: the
@@ -391,7 +371,7 @@ impl KernelProbe {
             return Ok(());
         };
         let (switch_prog, _) = self.features.regs_source().programs();
-        let prog: &mut TracePoint = program(&mut self.ebpf, switch_prog)?;
+        let prog: &mut RawTracePoint = program(&mut self.ebpf, switch_prog)?;
         let link = prog
             .take_link(id)
             .map_err(|e| Error::program(ProgramOp::TakeLink, "the sched_switch link", e))?;
@@ -399,16 +379,12 @@ impl KernelProbe {
         Ok(())
     }
 
-    /// Loads the task iterator once the kernel BTF is parsed.
+    /// Loads the task iterator (once).
     fn load_iter(&mut self) -> Result<()> {
         if self.iter_loaded {
             return Ok(());
         }
-        let btf = self
-            .btf
-            .take()
-            .ok_or(Error::KernelBtfLost("it failed earlier"))?
-            .get()?;
+        let btf = layout::aya_shared()?;
         let (_, iter_prog) = self.features.regs_source().programs();
         let iter: &mut Iter = program(&mut self.ebpf, iter_prog)?;
         iter.load("task", btf)

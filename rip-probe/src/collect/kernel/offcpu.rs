@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::TracePoint,
+    programs::RawTracePoint,
 };
 use rip_ebpf::{
     names as base_names,
@@ -55,7 +55,7 @@ const KERNEL_STACKS: u32 = 1 << 14;
 pub struct OffCpuProbe {
     ebpf: Ebpf,
     program: &'static str,
-    link: Option<aya::programs::trace_point::TracePointLinkId>,
+    link: Option<aya::programs::raw_trace_point::RawTracePointLinkId>,
     /// In a pid namespace other than the host's (a debug container): the
     /// target's global ids against the namespace's.
     ids: Option<NsIds>,
@@ -118,14 +118,14 @@ impl OffCpuProbe {
             )
             .load(super::EBPF_OBJECT)
             .map_err(Error::load)?;
-        let prog: &mut TracePoint = program(&mut ebpf, prog_name)?;
+        let prog: &mut RawTracePoint = program(&mut ebpf, prog_name)?;
         prog.load()
             .map_err(|e| Error::program(ProgramOp::Load, prog_name, e))?;
         // The window begins just before the attach (after the load, which
         // can take long): every period the program sums starts inside it.
         let start_ns = monotonic_ns();
         let link = prog
-            .attach("sched", "sched_switch")
+            .attach("sched_switch")
             .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?;
         Ok(OffCpuProbe {
             ebpf,
@@ -165,7 +165,7 @@ impl OffCpuProbe {
         let Some(id) = self.link.take() else {
             return Ok(());
         };
-        let prog: &mut TracePoint = program(&mut self.ebpf, self.program)?;
+        let prog: &mut RawTracePoint = program(&mut self.ebpf, self.program)?;
         prog.detach(id)
             .map_err(|e| Error::program(ProgramOp::Detach, "sched:sched_switch", e).into())
     }

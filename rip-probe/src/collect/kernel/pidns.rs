@@ -181,14 +181,14 @@ impl NsIds {
         let Some(ns) = ours() else {
             return Ok(None);
         };
-        let kbtf = super::btf::KernelBtf::shared()?;
-        let features = super::features::KernelFeatures::probe(kbtf)?;
+        let layout = super::layout::KernelLayout::shared()?;
+        let features = super::features::KernelFeatures::probe(layout)?;
         let base = Config {
-            regs: kbtf.pt_regs()?,
-            task: kbtf.task_struct()?,
+            regs: layout.regs,
+            task: layout.task,
             ..Config::default()
         };
-        let btf = super::btf::aya_shared().map_err(Error::KernelBtf)?;
+        let btf = super::layout::aya_shared()?;
         let (_, iter) = features.regs_source().programs();
         Self::find(ns, ns_tgid, &base, btf, iter).map(Some)
     }
@@ -200,7 +200,7 @@ impl NsIds {
         let Some(ns) = ours() else {
             return Ok(None);
         };
-        let btf = super::btf::aya_shared().map_err(Error::KernelBtf)?;
+        let btf = super::layout::aya_shared()?;
         let (_, iter) = setup.features.regs_source().programs();
         Self::find(ns, ns_tgid, &setup.config, btf, iter).map(Some)
     }

@@ -8,9 +8,10 @@
 //! snapshot's as soon as it is taken); an incident (a thread stuck past `--stuck`, a
 //! deadlock) writes the full report to `--reports DIR`; `--otlp URL`
 //! sends the snapshots' stacks as OTLP logs. SIGINT or SIGTERM end it
-//! after the snapshot under way; nothing stays attached between
-//! snapshots, and what a snapshot attaches is held by descriptors, which
-//! the kernel closes if serve is killed.
+//! after the snapshot under way. A snapshot loads the task iterator
+//! alone: nothing runs at the targets' context switches or calls, ever;
+//! nothing stays loaded between snapshots, and what a snapshot loads is
+//! held by descriptors, which the kernel closes if serve is killed.
 
 mod http;
 mod incidents;
