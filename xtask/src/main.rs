@@ -91,6 +91,12 @@ enum Cmd {
         /// target/bench/python.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only", "alloc_only", "scale_only"])]
         python_only: bool,
+        /// Only the overhead rows (what rip-probe --pid, its snapshots,
+        /// locks and offcpu cost a getppid loop, a one-CPU ping-pong and a
+        /// mutex hand-off, beside bpftrace and offcputime): printed and
+        /// written to target/bench/overhead.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only", "alloc_only", "scale_only", "python_only"])]
+        overhead_only: bool,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -147,6 +153,10 @@ fn main() {
             tokio_tasks,
             ..
         } => bench::run_scale_only(&sizes, tokio_tasks),
+        Cmd::Bench {
+            overhead_only: true,
+            ..
+        } => bench::run_overhead_only(),
         Cmd::Bench {
             python_only: true, ..
         } => bench::run_python_only(),

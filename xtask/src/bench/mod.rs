@@ -55,6 +55,69 @@ pub fn run_goroutines_only() -> Result<()> {
     goroutines::run_goroutines_only()
 }
 
+/// Runs the overhead rows alone (what rip-probe's commands and the peers
+/// cost a getppid loop, a one-CPU ping-pong and a mutex hand-off) and
+/// prints their section (also written to target/bench/overhead.md).
+pub fn run_overhead_only() -> Result<()> {
+    crate::setup::run_setup()?;
+    step("bench: peers (Debian packages)");
+    let peers = peers::Peers::ensure();
+    step("bench: build the workloads");
+    let w = workloads::build(&peers)?;
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs());
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let ctx = rows::Ctx {
+        rip_probe: w.rip_probe.path.clone(),
+        uprobe_lib: w.uprobe_lib.path.clone(),
+        gdb_script: tracers::write_gdb_script(&out_dir())?,
+        lttng: Err("not run (--overhead-only)".into()),
+        target_ns: 0.5e9,
+        rounds: 9,
+    };
+    step("bench: what rip-probe costs the traced process");
+    let load = load_average();
+    let overhead = rows::measure(suites::overhead(&w, &peers), &ctx, &mut rng);
+    let r = report::Report {
+        command: "cargo xtask bench --overhead-only".into(),
+        date: String::new(),
+        elapsed: std::time::Duration::ZERO,
+        machine: Vec::new(),
+        versions: Vec::new(),
+        peers: peers
+            .all()
+            .into_iter()
+            .map(|(p, v)| (p.to_string(), v.map(str::to_string).map_err(str::to_string)))
+            .collect(),
+        builds: Vec::new(),
+        rounds: ctx.rounds,
+        target_ms: ctx.target_ns / 1e6,
+        seed,
+        per_call: Vec::new(),
+        callgrind: (0, 0, String::new()),
+        overhead,
+        scale: Vec::new(),
+        tokio: Err("not run".into()),
+        stacks: Err("not run".into()),
+        reading: Err("not run".into()),
+        bulk: Err("not run".into()),
+        goroutines: Err("not run".into()),
+        alloc: Err("not run".into()),
+        notes: Vec::new(),
+    };
+    let mut s = r.overhead_section();
+    s.push_str(&format!(
+        "\n`cargo xtask bench --overhead-only`, kernel {}, load average before: {load}, after: {}.\n",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
+        load_average()
+    ));
+    let md = out_dir().join("overhead.md");
+    std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;
+    println!("{s}");
+    Ok(())
+}
+
 /// Runs the Python rows alone (see [`python`]).
 pub fn run_python_only() -> Result<()> {
     python::run_python_only()

@@ -292,6 +292,13 @@ impl Report {
         troubles(s, &self.per_call);
     }
 
+    /// The overhead section alone (`cargo xtask bench --overhead-only`).
+    pub fn overhead_section(&self) -> String {
+        let mut s = String::new();
+        self.overhead_table(&mut s);
+        s
+    }
+
     fn overhead_table(&self, s: &mut String) {
         let _ = writeln!(
             s,
