@@ -33,7 +33,9 @@ const OPS: u64 = 20_000_000;
 const LEAK_EVERY: u64 = 10_000;
 /// The function that leaks, looked for in each tool's report.
 const LEAKER: &str = "leak_here";
-/// The window given to the attaching tools: ended by SIGINT as soon as
+/// The heading of each of memleak's reports.
+const MEMLEAK_HEADER: &str = "stacks with outstanding allocations";
+/// The window given to the attaching tools: ended by SIGTERM as soon as
 /// the workload has done its operations, so it is only a bound.
 const WINDOW: &str = "600s";
 
@@ -173,6 +175,7 @@ pub fn section(rounds: usize) -> Result<String> {
         peers,
     };
     let mut tally: Vec<Tally> = ROWS.iter().map(|_| Tally::default()).collect();
+    let load_before = super::load_average();
     for round in 0..rounds {
         step(&format!(
             "bench: heap tracing, round {}/{rounds}",
@@ -211,7 +214,8 @@ pub fn section(rounds: usize) -> Result<String> {
         }
     }
     let _ = std::fs::remove_dir_all(&t.rings);
-    render(&tally, rounds)
+    let load = (load_before, super::load_average());
+    render(&tally, rounds, &load)
 }
 
 /// Why a row cannot run on this machine (a row of the table, not a
@@ -228,7 +232,7 @@ impl std::fmt::Display for NotRun {
 impl std::error::Error for NotRun {}
 
 /// The section's text.
-fn render(tally: &[Tally], rounds: usize) -> Result<String> {
+fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<String> {
     let mut s = String::new();
     writeln!(s, "## Heap tracing and the allocation sampler\n")?;
     writeln!(
@@ -242,10 +246,14 @@ fn render(tally: &[Tally], rounds: usize) -> Result<String> {
          only), median of {rounds} alternating rounds; peak RSS (`tests/bench/maxrss.c`) of \
          the workload and of the tool's own process, the largest of the rounds; whether the \
          tool's report names `leak_here` among what is outstanding (from the last round). \
-         Kernel {}.\n",
+         Kernel {}, {} CPUs; load average (1, 5, 15 min) {} at the start, {} at the end: \
+         other work shares the machine, so the figures are upper bounds.\n",
         OPS / 1_000_000,
         super::stats::thousands(LEAK_EVERY),
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim()
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.0,
+        load.1,
     )?;
     writeln!(
         s,
@@ -262,7 +270,7 @@ fn render(tally: &[Tally], rounds: usize) -> Result<String> {
         let med = median(&t.per_op).context("no run")?;
         writeln!(
             s,
-            "| {name} | {ops} | {med:.1} ns | {:.1}× | {} | {} | {} |",
+            "| {name} | {ops} | {med:.1} ns | {:.2}× | {} | {} | {} |",
             med / base,
             mib(t.rss_kib),
             t.tool_kib.map_or("(in the workload)".into(), mib),
@@ -278,7 +286,7 @@ fn render(tally: &[Tally], rounds: usize) -> Result<String> {
          exited by `rip-probe leaks RING`; `target/bench/alloc_mix OPS wait` (it waits on \
          stdin for the tool to attach before its operations, and keeps its leaked blocks \
          after them until stdin closes) with `rip-probe leaks --pid P --duration {WINDOW}` \
-         (ended by SIGINT once the operations are done) or `memleak-bpfcc -p P 1`; \
+         (ended by SIGTERM once the operations are done) or `memleak-bpfcc -p P 1`; \
          `heaptrack -o FILE target/bench/alloc_mix OPS` then \
          `heaptrack_print --print-leaks 1 -f FILE.zst`."
     )?;
@@ -325,9 +333,15 @@ fn run_plain(t: &Tools, preload: bool, env: &[(&str, &str)], ops: u64, last: boo
     }
     cmd.env("RIP_ALLOC_RING", t.rings.join("mix.%p.ring"))
         .envs(env.iter().copied());
-    let out = cmd
-        .output()
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .with_context(|| format!("running {}", t.exe.display()))?;
+    // maxrss is preloaded too (and writes a ring of its own): the
+    // workload's ring is the other one.
+    let maxrss_ring = format!("mix.{}.ring", child.id());
+    let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
             "{} failed: {}",
@@ -337,13 +351,16 @@ fn run_plain(t: &Tools, preload: bool, env: &[(&str, &str)], ops: u64, last: boo
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let cpu_ns = field(&text, "cpu_ns").with_context(|| format!("no cpu_ns in {text:?}"))?;
-    let mut found = None;
+    let mut found_ = None;
     if last && !env.is_empty() {
         let ring = std::fs::read_dir(&t.rings)?
             .filter_map(|e| e.ok())
             .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "ring"))
-            .context("the sampler wrote no ring")?;
+            .find(|p| {
+                p.extension().is_some_and(|e| e == "ring")
+                    && p.file_name().is_some_and(|n| *n != *maxrss_ring)
+            })
+            .context("the sampler wrote no ring for alloc_mix")?;
         let report = Command::new(&t.probe)
             .arg("leaks")
             .arg(&ring)
@@ -356,14 +373,23 @@ fn run_plain(t: &Tools, preload: bool, env: &[(&str, &str)], ops: u64, last: boo
                 String::from_utf8_lossy(&report.stderr)
             );
         }
-        found = Some(found_in_rip(&String::from_utf8_lossy(&report.stdout)));
+        let found = found_in_rip(&String::from_utf8_lossy(&report.stdout));
+        found_ = Some(with_truth(found, &text));
     }
     Ok(Run {
         cpu_ns,
         rss_kib: read_maxrss(&rss)?,
         tool_kib: None,
-        found,
+        found: found_,
     })
+}
+
+/// `found` with how many blocks the workload leaked (its `leaked N`).
+fn with_truth(found: String, workload: &str) -> String {
+    match field(workload, "leaked") {
+        Some(n) => format!("{found} ({n} leaked)"),
+        None => found,
+    }
 }
 
 /// Whether rip-probe's text report names [`LEAKER`]: "yes" with the
@@ -420,7 +446,10 @@ fn run_heaptrack(t: &Tools, ops: u64) -> Result<Run> {
         .arg(&zst)
         .output()
         .context("running heaptrack_print")?;
-    let found = found_in_heaptrack(&String::from_utf8_lossy(&print.stdout));
+    let found = with_truth(
+        found_in_heaptrack(&String::from_utf8_lossy(&print.stdout)),
+        &text,
+    );
     let _ = std::fs::remove_file(&zst);
     Ok(Run {
         cpu_ns,
@@ -540,7 +569,8 @@ fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
             .context("starting memleak-bpfcc")?,
     };
     // The line that says the tool is attached: rip-probe's cost of the
-    // heap's probes (the window begins with them), memleak's "Attaching".
+    // heap's probes (the window begins with them); memleak's first report
+    // (its "Attaching to pid" comes before it attaches).
     // memleak's stdout stays with this thread: its reports are read as
     // they come.
     let mut memleak_out = None;
@@ -558,7 +588,7 @@ fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
         }
         _ => {
             let mut out = BufReader::new(tool.stdout.take().context("no stdout")?);
-            let said = wait_for(&mut out, "Attaching to pid")?;
+            let said = wait_for(&mut out, MEMLEAK_HEADER)?;
             let err = tool.stderr.take().context("no stderr")?;
             memleak_out = Some(out);
             let tool = Attached {
@@ -596,10 +626,12 @@ fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
     let cpu_ns = field(&line, "cpu_ns").with_context(|| format!("alloc_mix said {line:?}"))?;
     let found = match memleak_out {
         None => {
-            // SIGINT ends the window: rip-probe reports what it gathered.
+            // SIGTERM ends the window: rip-probe reports what it gathered
+            // (SIGINT would too, but a shell leaves it ignored in the
+            // commands it runs in the background).
             let probe = child_of(tool.child.id())?;
             // SAFETY: a plain kill(2) of the pid just read.
-            unsafe { libc::kill(probe, libc::SIGINT) };
+            unsafe { libc::kill(probe, libc::SIGTERM) };
             tool.child.wait()?;
             let report = tool
                 .stdout
@@ -621,7 +653,7 @@ fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
             // second report begun after the operations holds every
             // leaked block (it leaves out those younger than 500 ms).
             let lines = lines_as_they_come(out);
-            let header = "stacks with outstanding allocations";
+            let header = MEMLEAK_HEADER;
             let mut headers = 0;
             let mut report = String::new();
             loop {
@@ -649,7 +681,7 @@ fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
         cpu_ns,
         rss_kib: read_maxrss(&wrss)?,
         tool_kib: Some(read_maxrss(&trss)?),
-        found: Some(found),
+        found: Some(with_truth(found, &line)),
     })
 }
 
@@ -714,11 +746,17 @@ fn last_reason(stderr: &str, other: &str) -> String {
             .collect()
     }
     let e = pick(stderr);
-    let first = e.first().copied().unwrap_or("");
+    // BCC says why on the line that names the headers it lacks.
+    let first = e
+        .iter()
+        .find(|l| l.contains("kernel headers"))
+        .or(e.first())
+        .copied()
+        .unwrap_or("");
     let last = e.last().copied().or(pick(other).last().copied());
     match last {
-        // BCC says why it cannot compile on the first line, and that it
-        // could not on the last.
+        // BCC says why it cannot compile first, and that it could not
+        // on the last line.
         Some(l) if first != l && !first.starts_with("Traceback") => format!("{first} → {l}"),
         Some(l) => l.to_string(),
         None => "exited without a word".into(),
@@ -771,10 +809,14 @@ mod tests {
 
     #[test]
     fn bcc_reason() {
-        let e = "chdir(/lib/modules/6.18/build): No such file or directory\nTraceback (most recent call last):\n  File \"/usr/sbin/memleak-bpfcc\", line 445, in <module>\n    bpf = BPF(text=bpf_source)\n          ^^^^^\nException: Failed to compile BPF module <text>\n";
+        let e = "modprobe: FATAL: Module kheaders not found\nUnable to find kernel headers. Try rebuilding kernel with CONFIG_IKHEADERS=m (module) or installing the kernel development package for your running kernel version.\nTraceback (most recent call last):\n  File \"/usr/sbin/memleak-bpfcc\", line 445, in <module>\n    bpf = BPF(text=bpf_source)\n          ^^^^^\nException: Failed to compile BPF module <text>\n";
         assert_eq!(
             last_reason(e, ""),
-            "chdir(/lib/modules/6.18/build): No such file or directory → Exception: Failed to compile BPF module <text>"
+            "Unable to find kernel headers. Try rebuilding kernel with CONFIG_IKHEADERS=m (module) or installing the kernel development package for your running kernel version. → Exception: Failed to compile BPF module <text>"
+        );
+        assert_eq!(
+            last_reason("chdir(/x): No such file\nException: Failed\n", ""),
+            "chdir(/x): No such file → Exception: Failed"
         );
         assert_eq!(last_reason("", ""), "exited without a word");
     }
