@@ -65,9 +65,12 @@ enum Cmd {
         /// printed and written to target/bench/goroutines.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only"])]
         goroutines_only: bool,
-        /// Only the allocation sampler's rows (an allocation-heavy C
-        /// program untraced, with librip preloaded, sampling at 512 KiB and
-        /// at every call): printed and written to target/bench/alloc.md.
+        /// Only the heap rows (an allocation-heavy C program that leaks
+        /// from one function: untraced, with librip preloaded, sampling at
+        /// 512 KiB and at every call, traced by rip-probe leaks, under
+        /// heaptrack, traced by BCC's memleak; slowdown, memory, whether
+        /// each found the leak): printed and written to
+        /// target/bench/alloc.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only"])]
         alloc_only: bool,
         /// Only the scale rows (rip-probe on the demo server's blocked

@@ -1,25 +1,43 @@
 //! `cargo xtask bench --alloc-only` (and a section of the full bench):
-//! what librip's allocation sampler costs an allocation-heavy program.
-//! `tests/bench/alloc_mix.c` (malloc/calloc/realloc/free with a realistic
-//! size mix) runs untraced, with librip preloaded but not sampling, and
-//! preloaded sampling at the default mean and at every call; rounds
-//! alternate the four, and each reports its own CPU time (user + system),
-//! which other work on the machine does not add to. Printed and written
-//! to target/bench/alloc.md.
+//! what tracing the heap costs an allocation-heavy program, and whether
+//! each tool found its leak. `tests/bench/alloc_mix.c` (malloc/calloc/
+//! realloc/free with a realistic size mix, and one call path, `leak_here`,
+//! that never frees) runs untraced, with librip preloaded but not
+//! sampling, preloaded sampling at the default mean and at every call,
+//! traced by `rip-probe leaks --pid` (heap uprobes), under heaptrack, and
+//! traced by BCC's memleak; rounds alternate the rows, and each run
+//! reports the workload's own CPU time (user + system) for its operations,
+//! which other work on the machine does not add to. Each row's peak RSS
+//! (workload, and the tool's own process) comes from
+//! `tests/bench/maxrss.c`. A tool that cannot run here is a row saying
+//! why. Printed and written to target/bench/alloc.md.
 
 use std::{
     fmt::Write as _,
+    io::{BufRead, BufReader, Read, Write as _},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Child, ChildStdout, Command, Stdio},
+    thread::JoinHandle,
+    time::Instant,
 };
 
 use anyhow::{Context, Result, bail};
 
-use super::out_dir;
+use super::{out_dir, peers::Peers, stats::median};
 use crate::util::{cargo, exec, root, step};
 
-/// malloc/free operations per run (every-call sampling runs a tenth).
+/// Operations per run; each row runs `OPS / div` (its [`Row`]).
 const OPS: u64 = 20_000_000;
+/// Every this many operations, `leak_here` leaks one block (alloc_mix.c's
+/// LEAK_EVERY).
+const LEAK_EVERY: u64 = 10_000;
+/// The function that leaks, looked for in each tool's report.
+const LEAKER: &str = "leak_here";
+/// The heading of each of memleak's reports.
+const MEMLEAK_HEADER: &str = "stacks with outstanding allocations";
+/// The window given to the attaching tools: ended by SIGTERM as soon as
+/// the workload has done its operations, so it is only a bound.
+const WINDOW: &str = "600s";
 
 /// Runs the rows and prints their section.
 pub fn run_alloc_only() -> Result<()> {
@@ -30,35 +48,83 @@ pub fn run_alloc_only() -> Result<()> {
     Ok(())
 }
 
-/// One configuration: name, environment, whether librip is preloaded, and
-/// the divisor of `OPS` it runs.
-type Config = (
-    &'static str,
-    &'static [(&'static str, &'static str)],
-    bool,
-    u64,
-);
+/// How a row runs the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum How {
+    /// Plainly, librip preloaded or not, with these variables.
+    Plain(bool, &'static [(&'static str, &'static str)]),
+    /// `rip-probe leaks --pid P` attached before the operations.
+    Probe,
+    /// Under `heaptrack` (its preload; the file analysed after).
+    Heaptrack,
+    /// BCC's `memleak-bpfcc -p P` attached before the operations.
+    Memleak,
+}
 
-/// The configurations.
-const CONFIGS: [Config; 4] = [
-    ("untraced", &[], false, 1),
-    ("librip preloaded, not sampling", &[], true, 1),
+/// One row: its name, how it runs, and the divisor of `OPS` it runs.
+type Row = (&'static str, How, u64);
+
+/// The rows, in the table's order.
+const ROWS: [Row; 7] = [
+    ("untraced", How::Plain(false, &[]), 1),
+    ("librip preloaded, not sampling", How::Plain(true, &[]), 1),
     (
-        "sampling, mean 512 KiB (`RIP_ALLOC_SAMPLE=512k`)",
-        &[("RIP_ALLOC_SAMPLE", "512k")],
-        true,
+        "librip sampling, mean 512 KiB (`RIP_ALLOC_SAMPLE=512k`)",
+        How::Plain(true, &[("RIP_ALLOC_SAMPLE", "512k")]),
         1,
     ),
     (
-        "sampling every allocation (`RIP_ALLOC_SAMPLE=1`)",
-        &[("RIP_ALLOC_SAMPLE", "1")],
-        true,
+        "librip sampling every allocation (`RIP_ALLOC_SAMPLE=1`)",
+        How::Plain(true, &[("RIP_ALLOC_SAMPLE", "1")]),
         10,
     ),
+    (
+        "`rip-probe leaks --pid P --duration 600s` (heap uprobes)",
+        How::Probe,
+        100,
+    ),
+    ("`heaptrack alloc_mix` (preload)", How::Heaptrack, 10),
+    ("`memleak-bpfcc -p P 1` (BCC, uprobes)", How::Memleak, 100),
 ];
+
+/// What one run measured.
+#[derive(Debug, Default)]
+struct Run {
+    /// The workload's CPU time for its operations, ns.
+    cpu_ns: u64,
+    /// The workload's peak RSS, KiB (with heaptrack: its largest process).
+    rss_kib: u64,
+    /// The tool's own peak RSS, KiB, when it is a process of its own.
+    tool_kib: Option<u64>,
+    /// Whether the tool named the leaking function, and what it said.
+    found: Option<String>,
+}
+
+/// A row's runs so far, or why it does not run here.
+#[derive(Debug, Default)]
+struct Tally {
+    per_op: Vec<f64>,
+    rss_kib: u64,
+    tool_kib: Option<u64>,
+    found: Option<String>,
+    not_run: Option<String>,
+}
+
+/// The programs the rows use.
+struct Tools {
+    exe: PathBuf,
+    lib: PathBuf,
+    maxrss: PathBuf,
+    probe: PathBuf,
+    rings: PathBuf,
+    out: PathBuf,
+    peers: Peers,
+}
 
 /// Measures `rounds` rounds; the section of docs/BENCHMARKS.md.
 pub fn section(rounds: usize) -> Result<String> {
+    step("bench: peers for the heap (heaptrack, bpfcc-tools)");
+    let peers = Peers::ensure_only(&["heaptrack", "bpfcc-tools", "libbpf-tools"]);
     step("bench: cargo build --release -p librip --lib --features sampler");
     let target = root().join("target/bench-sampler");
     exec(
@@ -76,7 +142,11 @@ pub fn section(rounds: usize) -> Result<String> {
             .arg(&target),
         "cargo build -p librip --features sampler",
     )?;
-    let lib = target.join("release/liblibrip.so");
+    step("bench: cargo build --release -p rip-probe");
+    exec(
+        cargo().args(["build", "--release", "-p", "rip-probe"]),
+        "cargo build --release -p rip-probe",
+    )?;
     let out = out_dir();
     std::fs::create_dir_all(&out)?;
     let exe = out.join("alloc_mix");
@@ -87,92 +157,667 @@ pub fn section(rounds: usize) -> Result<String> {
             .arg(root().join("tests/bench/alloc_mix.c")),
         "cc tests/bench/alloc_mix.c",
     )?;
-    let rings = out.join("alloc-rings");
-    let _ = std::fs::remove_dir_all(&rings);
-    std::fs::create_dir_all(&rings)?;
-    let mut per_op: Vec<Vec<f64>> = vec![Vec::new(); CONFIGS.len()];
+    let maxrss = out.join("maxrss");
+    exec(
+        Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&maxrss)
+            .arg(root().join("tests/bench/maxrss.c")),
+        "cc tests/bench/maxrss.c",
+    )?;
+    let t = Tools {
+        exe,
+        lib: target.join("release/liblibrip.so"),
+        maxrss,
+        probe: root().join("target/release/rip-probe"),
+        rings: out.join("alloc-rings"),
+        out: out.clone(),
+        peers,
+    };
+    let mut tally: Vec<Tally> = ROWS.iter().map(|_| Tally::default()).collect();
+    let load_before = super::load_average();
     for round in 0..rounds {
         step(&format!(
-            "bench: allocation sampler, round {}/{rounds}",
+            "bench: heap tracing, round {}/{rounds}",
             round + 1
         ));
-        for (i, (_, env, preload, div)) in CONFIGS.iter().enumerate() {
+        let last = round + 1 == rounds;
+        for (i, (name, how, div)) in ROWS.iter().enumerate() {
+            let row = &mut tally[i];
+            if row.not_run.is_some() {
+                continue;
+            }
             let ops = OPS / div;
-            per_op[i].push(run(&exe, &lib, &rings, env, *preload, ops)? as f64 / ops as f64);
+            let run = match how {
+                How::Plain(preload, env) => run_plain(&t, *preload, env, ops, last),
+                How::Probe => run_attached(&t, *how, ops),
+                How::Heaptrack => run_heaptrack(&t, ops),
+                How::Memleak => run_attached(&t, *how, ops),
+            };
+            match run {
+                Ok(r) => {
+                    row.per_op.push(r.cpu_ns as f64 / ops as f64);
+                    row.rss_kib = row.rss_kib.max(r.rss_kib);
+                    row.tool_kib = r.tool_kib.max(row.tool_kib);
+                    if r.found.is_some() {
+                        row.found = r.found;
+                    }
+                }
+                Err(e) => match e.downcast::<NotRun>() {
+                    Ok(NotRun(why)) => {
+                        eprintln!("    {name}: not run: {why}");
+                        row.not_run = Some(why);
+                    }
+                    Err(e) => return Err(e.context(format!("row {name}"))),
+                },
+            }
         }
     }
-    let _ = std::fs::remove_dir_all(&rings);
-    let med: Vec<f64> = per_op.iter_mut().map(|v| median(v)).collect();
+    let _ = std::fs::remove_dir_all(&t.rings);
+    let load = (load_before, super::load_average());
+    render(&tally, rounds, &load)
+}
+
+/// Why a row cannot run on this machine (a row of the table, not a
+/// failure of the bench).
+#[derive(Debug)]
+struct NotRun(String);
+
+impl std::fmt::Display for NotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotRun {}
+
+/// The section's text.
+fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<String> {
     let mut s = String::new();
-    writeln!(s, "## Allocation sampler\n")?;
+    writeln!(s, "## Heap tracing and the allocation sampler\n")?;
     writeln!(
         s,
         "`cargo xtask bench --alloc-only`: `tests/bench/alloc_mix.c` ({} M operations, each \
          a malloc, calloc or realloc replacing one of 8,192 live blocks and the free of the \
          block it replaces; 60 % of 16-64 B, 30 % up to 512 B, 9 % up to 4 KiB, 1 % up to \
-         64 KiB; {} M with every allocation sampled), CPU time per operation (user + system, \
-         as the program measures it), median of {rounds} alternating rounds. Kernel {}.\n",
+         64 KiB; and every {} operations one 1 KiB block from `leak_here` that is never \
+         freed; the rows that cost more run the fraction of the operations shown), CPU time \
+         per operation (user + system, as the program measures it over its operations \
+         only), median of {rounds} alternating rounds; peak RSS (`tests/bench/maxrss.c`) of \
+         the workload and of the tool's own process, the largest of the rounds; whether the \
+         tool's report names `leak_here` among what is outstanding (from the last round). \
+         Kernel {}, {} CPUs; load average (1, 5, 15 min) {} at the start, {} at the end: \
+         other work shares the machine, so the figures are upper bounds.\n",
         OPS / 1_000_000,
-        OPS / 10 / 1_000_000,
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim()
+        super::stats::thousands(LEAK_EVERY),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.0,
+        load.1,
     )?;
     writeln!(
         s,
-        "| run | CPU per operation | vs untraced |\n| --- | ---: | ---: |"
+        "| run | operations | CPU per operation | vs untraced | workload peak RSS | tool peak RSS | found the leak |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | --- |"
     )?;
-    for (i, (name, ..)) in CONFIGS.iter().enumerate() {
+    let base = median(&tally[0].per_op).context("no untraced run")?;
+    for ((name, _, div), t) in ROWS.iter().zip(tally) {
+        let ops = super::stats::thousands(OPS / div);
+        if let Some(why) = &t.not_run {
+            writeln!(s, "| {name} | {ops} | not run: {why} | | | | |")?;
+            continue;
+        }
+        let med = median(&t.per_op).context("no run")?;
         writeln!(
             s,
-            "| {name} | {:.1} ns | {:+.1} % |",
-            med[i],
-            (med[i] / med[0] - 1.0) * 100.0
+            "| {name} | {ops} | {med:.1} ns | {:.2}× | {} | {} | {} |",
+            med / base,
+            mib(t.rss_kib),
+            t.tool_kib.map_or("(in the workload)".into(), mib),
+            t.found.as_deref().unwrap_or("(nothing looks)"),
         )?;
     }
     writeln!(
         s,
-        "\nThe commands: `target/bench/alloc_mix [OPS]`, and the same with \
+        "\nThe commands: `target/bench/alloc_mix OPS`; the same with \
          `LD_PRELOAD=target/bench-sampler/release/liblibrip.so` plus the variable shown \
          (built by `cargo build --release -p librip --lib --features sampler \
-         --target-dir target/bench-sampler`)."
+         --target-dir target/bench-sampler`), the sampler's ring read after the workload \
+         exited by `rip-probe leaks RING`; `target/bench/alloc_mix OPS wait` (it waits on \
+         stdin for the tool to attach before its operations, and keeps its leaked blocks \
+         after them until stdin closes) with `rip-probe leaks --pid P --duration {WINDOW}` \
+         (ended by SIGTERM once the operations are done) or `memleak-bpfcc -p P 1`; \
+         `heaptrack -o FILE target/bench/alloc_mix OPS` then \
+         `heaptrack_print --print-leaks 1 -f FILE.zst`."
     )?;
     Ok(s)
 }
 
-/// One run: its CPU time in ns.
-fn run(
-    exe: &Path,
-    lib: &Path,
-    rings: &Path,
-    env: &[(&str, &str)],
-    preload: bool,
-    ops: u64,
-) -> Result<u64> {
-    let mut cmd = Command::new(exe);
+/// KiB as MiB, one decimal.
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// Runs `maxrss OUT` + `cmd`: the command.
+fn under_maxrss(t: &Tools, out: &Path, prog: &Path) -> Command {
+    let mut c = Command::new(&t.maxrss);
+    c.arg(out).arg(prog);
+    c
+}
+
+/// The `maxrss_kib` of a file `maxrss` wrote.
+fn read_maxrss(out: &Path) -> Result<u64> {
+    let text =
+        std::fs::read_to_string(out).with_context(|| format!("reading {}", out.display()))?;
+    field(&text, "maxrss_kib").with_context(|| format!("no maxrss_kib in {text:?}"))
+}
+
+/// The number after `key` in `text`.
+fn field(text: &str, key: &str) -> Option<u64> {
+    text.split_whitespace()
+        .skip_while(|w| *w != key)
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+}
+
+/// A plain run (untraced, or librip preloaded); in the last round, a
+/// sampling run's ring is read by `rip-probe leaks RING`.
+fn run_plain(t: &Tools, preload: bool, env: &[(&str, &str)], ops: u64, last: bool) -> Result<Run> {
+    let _ = std::fs::remove_dir_all(&t.rings);
+    std::fs::create_dir_all(&t.rings)?;
+    let rss = t.out.join("alloc-maxrss.txt");
+    let mut cmd = under_maxrss(t, &rss, &t.exe);
     cmd.arg(ops.to_string());
     if preload {
-        cmd.env("LD_PRELOAD", lib);
+        cmd.env("LD_PRELOAD", &t.lib);
     }
-    let ring: PathBuf = rings.join("mix.%p.ring");
-    cmd.env("RIP_ALLOC_RING", &ring).envs(env.iter().copied());
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {}", exe.display()))?;
+    cmd.env("RIP_ALLOC_RING", t.rings.join("mix.%p.ring"))
+        .envs(env.iter().copied());
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {}", t.exe.display()))?;
+    // maxrss is preloaded too (and writes a ring of its own): the
+    // workload's ring is the other one.
+    let maxrss_ring = format!("mix.{}.ring", child.id());
+    let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
             "{} failed: {}",
-            exe.display(),
+            t.exe.display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .skip_while(|w| *w != "cpu_ns")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("no cpu_ns in {text:?}"))
+    let cpu_ns = field(&text, "cpu_ns").with_context(|| format!("no cpu_ns in {text:?}"))?;
+    let mut found_ = None;
+    if last && !env.is_empty() {
+        let ring = std::fs::read_dir(&t.rings)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.extension().is_some_and(|e| e == "ring")
+                    && p.file_name().is_some_and(|n| *n != *maxrss_ring)
+            })
+            .context("the sampler wrote no ring for alloc_mix")?;
+        let report = Command::new(&t.probe)
+            .arg("leaks")
+            .arg(&ring)
+            .output()
+            .context("running rip-probe leaks RING")?;
+        if !report.status.success() {
+            bail!(
+                "rip-probe leaks {}: {}",
+                ring.display(),
+                String::from_utf8_lossy(&report.stderr)
+            );
+        }
+        let found = found_in_rip(&String::from_utf8_lossy(&report.stdout));
+        found_ = Some(with_truth(found, &text));
+    }
+    Ok(Run {
+        cpu_ns,
+        rss_kib: read_maxrss(&rss)?,
+        tool_kib: None,
+        found: found_,
+    })
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// `found` with how many blocks the workload leaked (its `leaked N`).
+fn with_truth(found: String, workload: &str) -> String {
+    match field(workload, "leaked") {
+        Some(n) => format!("{found} ({n} leaked)"),
+        None => found,
+    }
+}
+
+/// Whether rip-probe's text report names [`LEAKER`]: "yes" with the
+/// heading of the group whose stack holds it, else "no".
+fn found_in_rip(report: &str) -> String {
+    let mut heading = "";
+    for line in report.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            heading = line;
+        }
+        if line.contains(LEAKER) {
+            let h = heading.split(" … ").next().unwrap_or(heading).trim();
+            return format!("yes: `{h}`");
+        }
+    }
+    "no".into()
+}
+
+/// Under heaptrack, then its file read by heaptrack_print.
+fn run_heaptrack(t: &Tools, ops: u64) -> Result<Run> {
+    if let Err(why) = t.peers.need(&["heaptrack"]) {
+        return Err(NotRun(why).into());
+    }
+    let file = t.out.join("alloc-heaptrack");
+    let zst = t.out.join("alloc-heaptrack.zst");
+    let _ = std::fs::remove_file(&zst);
+    let rss = t.out.join("alloc-maxrss.txt");
+    let out = under_maxrss(t, &rss, Path::new("heaptrack"))
+        .arg("-o")
+        .arg(&file)
+        .arg(&t.exe)
+        .arg(ops.to_string())
+        .output()
+        .context("running heaptrack")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cpu_ns = field(&text, "cpu_ns").with_context(|| {
+        format!(
+            "heaptrack: no cpu_ns in {text:?} ({})",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let print = Command::new("heaptrack_print")
+        .args([
+            "--print-leaks",
+            "1",
+            "--print-peaks",
+            "0",
+            "--print-allocators",
+            "0",
+            "--print-temporary",
+            "0",
+            "-f",
+        ])
+        .arg(&zst)
+        .output()
+        .context("running heaptrack_print")?;
+    let found = with_truth(
+        found_in_heaptrack(&String::from_utf8_lossy(&print.stdout)),
+        &text,
+    );
+    let _ = std::fs::remove_file(&zst);
+    Ok(Run {
+        cpu_ns,
+        rss_kib: read_maxrss(&rss)?,
+        tool_kib: None,
+        found: Some(found),
+    })
+}
+
+/// Whether heaptrack_print's MEMORY LEAKS section has a group allocated
+/// in [`LEAKER`] ("20.48K leaked over 20 calls from" then the function).
+fn found_in_heaptrack(report: &str) -> String {
+    let Some(leaks) = report.split("MEMORY LEAKS").nth(1) else {
+        return "no (no MEMORY LEAKS section)".into();
+    };
+    let lines: Vec<&str> = leaks.lines().collect();
+    for w in lines.windows(2) {
+        if w[0].contains(" leaked over ") && w[0].ends_with(" from") && w[1].trim() == LEAKER {
+            return format!("yes: `{}`", w[0].trim_end_matches(" from").trim());
+        }
+    }
+    "no".into()
+}
+
+/// The workload started with `wait`, under maxrss: killed on drop.
+struct Waiting {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    pid: u32,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tool attached to the workload, under maxrss: killed on drop.
+struct Attached {
+    child: Child,
+    /// Its stdout and stderr, read to the end by threads.
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A thread that reads `r` to the end.
+fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// The one child of `pid` (maxrss's: the tool), from /proc.
+fn child_of(pid: u32) -> Result<i32> {
+    let p = format!("/proc/{pid}/task/{pid}/children");
+    let s = std::fs::read_to_string(&p).with_context(|| format!("reading {p}"))?;
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("{p} names no child"))
+}
+
+/// A run with a tool attached before the operations: the workload waits,
+/// the tool attaches and says so, the operations run, the tool is asked
+/// for its report while the leaked blocks are still held.
+fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
+    if how == How::Memleak
+        && let Err(why) = t.peers.need(&["bpfcc-tools"])
+    {
+        return Err(NotRun(why).into());
+    }
+    let wrss = t.out.join("alloc-maxrss.txt");
+    let trss = t.out.join("alloc-tool-maxrss.txt");
+    let mut w = {
+        let mut child = under_maxrss(t, &wrss, &t.exe)
+            .args([ops.to_string().as_str(), "wait"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting alloc_mix")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        let pid = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .with_context(|| format!("alloc_mix said {line:?}, not ready PID"))?;
+        Waiting { child, stdout, pid }
+    };
+    let pid = w.pid.to_string();
+    let mut tool = match how {
+        How::Probe => under_maxrss(t, &trss, &t.probe)
+            .args(["leaks", "--pid", &pid, "--duration", WINDOW])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting rip-probe leaks")?,
+        _ => under_maxrss(t, &trss, Path::new("memleak-bpfcc"))
+            .args(["-p", &pid, "1"])
+            // Its report is Python's print: line by line into the pipe.
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting memleak-bpfcc")?,
+    };
+    // The line that says the tool is attached: rip-probe's cost of the
+    // heap's probes (the window begins with them); memleak's first report
+    // (its "Attaching to pid" comes before it attaches).
+    // memleak's stdout stays with this thread: its reports are read as
+    // they come.
+    let mut memleak_out = None;
+    let said = match how {
+        How::Probe => {
+            let mut err = BufReader::new(tool.stderr.take().context("no stderr")?);
+            let said = wait_for(&mut err, "heap: uprobes on")?;
+            let out = tool.stdout.take().context("no stdout")?;
+            let tool = Attached {
+                child: tool,
+                stdout: Some(drain(out)),
+                stderr: Some(drain(err.into_inner())),
+            };
+            (said, tool)
+        }
+        _ => {
+            let mut out = BufReader::new(tool.stdout.take().context("no stdout")?);
+            let said = wait_for(&mut out, MEMLEAK_HEADER)?;
+            let err = tool.stderr.take().context("no stderr")?;
+            memleak_out = Some(out);
+            let tool = Attached {
+                child: tool,
+                stdout: None,
+                stderr: Some(drain(err)),
+            };
+            (said, tool)
+        }
+    };
+    let (said, mut tool) = said;
+    if let Err(seen) = said {
+        let _ = tool.child.wait();
+        let err = tool.stderr.take().map(|h| h.join().unwrap_or_default());
+        let why = last_reason(err.as_deref().unwrap_or(""), &seen);
+        if how == How::Memleak {
+            let libbpf = if Path::new("/usr/sbin/memleak").exists() {
+                ""
+            } else {
+                "; Debian's libbpf-tools has no memleak"
+            };
+            return Err(NotRun(format!("memleak-bpfcc: {why}{libbpf}")).into());
+        }
+        bail!("rip-probe leaks did not attach: {why}");
+    }
+    // The operations, while traced.
+    w.child
+        .stdin
+        .as_mut()
+        .context("no stdin")?
+        .write_all(b"go\n")?;
+    let mut line = String::new();
+    w.stdout.read_line(&mut line)?;
+    let done = Instant::now();
+    let cpu_ns = field(&line, "cpu_ns").with_context(|| format!("alloc_mix said {line:?}"))?;
+    let found = match memleak_out {
+        None => {
+            // SIGTERM ends the window: rip-probe reports what it gathered
+            // (SIGINT would too, but a shell leaves it ignored in the
+            // commands it runs in the background).
+            let probe = child_of(tool.child.id())?;
+            // SAFETY: a plain kill(2) of the pid just read.
+            unsafe { libc::kill(probe, libc::SIGTERM) };
+            tool.child.wait()?;
+            let report = tool
+                .stdout
+                .take()
+                .map(|h| h.join().unwrap_or_default())
+                .unwrap_or_default();
+            if !report.contains("outstanding") {
+                let err = tool.stderr.take().map(|h| h.join().unwrap_or_default());
+                bail!(
+                    "rip-probe leaks reported nothing: {}",
+                    err.unwrap_or_default()
+                );
+            }
+            found_in_rip(&report)
+        }
+        Some(out) => {
+            // memleak prints what is outstanding every second (and
+            // nothing on SIGINT), each line read here as it comes: the
+            // second report begun after the operations holds every
+            // leaked block (it leaves out those younger than 500 ms).
+            let lines = lines_as_they_come(out);
+            let header = MEMLEAK_HEADER;
+            let mut headers = 0;
+            let mut report = String::new();
+            loop {
+                let Ok((at, line)) = lines.recv() else {
+                    bail!("memleak-bpfcc stopped before its report");
+                };
+                if at < done {
+                    continue;
+                }
+                if line.contains(header) {
+                    headers += 1;
+                    if headers == 3 {
+                        break;
+                    }
+                } else if headers == 2 {
+                    report.push_str(&line);
+                }
+            }
+            found_in_memleak(&report)
+        }
+    };
+    drop(w.child.stdin.take());
+    w.child.wait()?;
+    Ok(Run {
+        cpu_ns,
+        rss_kib: read_maxrss(&wrss)?,
+        tool_kib: Some(read_maxrss(&trss)?),
+        found: Some(with_truth(found, &line)),
+    })
+}
+
+/// A thread that sends each line of `r` with the time it was read.
+fn lines_as_they_come(
+    mut r: BufReader<ChildStdout>,
+) -> std::sync::mpsc::Receiver<(Instant, String)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        loop {
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send((Instant::now(), line)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Whether one of memleak's stacks holds [`LEAKER`]: "yes" with its
+/// "N bytes in M allocations" line, else "no".
+fn found_in_memleak(report: &str) -> String {
+    let mut heading = "";
+    for line in report.lines() {
+        if line.contains("allocations from stack") {
+            heading = line.trim().trim_end_matches(" from stack");
+        } else if line.contains(LEAKER) {
+            return format!("yes: `{heading}`");
+        }
+    }
+    "no".into()
+}
+
+/// Reads lines until one holds `marker`: `Ok(the marker's line)`, or
+/// `Err(what was read)` at the end of the stream.
+fn wait_for(r: &mut impl BufRead, marker: &str) -> Result<Result<String, String>> {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Ok(Err(seen));
+        }
+        if line.contains(marker) {
+            return Ok(Ok(line));
+        }
+        seen.push_str(&line);
+    }
+}
+
+/// The line of a tool's output that says why it stopped: the last that
+/// is not a Python traceback's frame, else `other`'s last.
+fn last_reason(stderr: &str, other: &str) -> String {
+    fn pick(s: &str) -> Vec<&str> {
+        s.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("File ") && !l.starts_with('^'))
+            .collect()
+    }
+    let e = pick(stderr);
+    // BCC says why on the line that names the headers it lacks.
+    let first = e
+        .iter()
+        .find(|l| l.contains("kernel headers"))
+        .or(e.first())
+        .copied()
+        .unwrap_or("");
+    let last = e.last().copied().or(pick(other).last().copied());
+    match last {
+        // BCC says why it cannot compile first, and that it could not
+        // on the last line.
+        Some(l) if first != l && !first.starts_with("Traceback") => format!("{first} → {l}"),
+        Some(l) => l.to_string(),
+        None => "exited without a word".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_leaker_in_rip_probe() {
+        let r = "pid 1 (a) /a: 20 heap blocks (20.0 KiB) outstanding after a 3.1s window\n\
+                 heap: 20, 20.0 KiB, oldest 3.0s, from malloc\n    #0 … leak_here at a.c:37 (a)\n";
+        assert_eq!(
+            found_in_rip(r),
+            "yes: `heap: 20, 20.0 KiB, oldest 3.0s, from malloc`"
+        );
+        let one = "heap: 2, 2.0 KiB, oldest 1s, from malloc … leak_here at a.c:37 (a)\n";
+        assert_eq!(
+            found_in_rip(one),
+            "yes: `heap: 2, 2.0 KiB, oldest 1s, from malloc`"
+        );
+        assert_eq!(found_in_rip("heap: 1, 4 KiB, from malloc … main\n"), "no");
+    }
+
+    #[test]
+    fn finds_the_leaker_in_heaptrack() {
+        let r = "MOST CALLS\n3 calls from\nleak_here\nMEMORY LEAKS\n\
+                 4.10K leaked over 1 calls from\n__GI__IO_file_doallocate\n\
+                 20.48K leaked over 20 calls from\nleak_here\n  at a.c:37\n";
+        assert_eq!(found_in_heaptrack(r), "yes: `20.48K leaked over 20 calls`");
+        assert_eq!(
+            found_in_heaptrack("MEMORY LEAKS\n1K leaked over 1 calls from\nmain\n"),
+            "no"
+        );
+        assert!(found_in_heaptrack("nothing").starts_with("no"));
+    }
+
+    #[test]
+    fn finds_the_leaker_in_memleak() {
+        let r = "\t4096 bytes in 1 allocations from stack\n\t\t0x1 _IO_file_doallocate+0x5 [libc.so.6]\n\
+                 \t20480 bytes in 20 allocations from stack\n\t\t0x2 leak_here+0x9 [alloc_mix]\n";
+        assert_eq!(found_in_memleak(r), "yes: `20480 bytes in 20 allocations`");
+        assert_eq!(
+            found_in_memleak("\t1 bytes in 1 allocations from stack\n\t\tmain\n"),
+            "no"
+        );
+    }
+
+    #[test]
+    fn bcc_reason() {
+        let e = "modprobe: FATAL: Module kheaders not found\nUnable to find kernel headers. Try rebuilding kernel with CONFIG_IKHEADERS=m (module) or installing the kernel development package for your running kernel version.\nTraceback (most recent call last):\n  File \"/usr/sbin/memleak-bpfcc\", line 445, in <module>\n    bpf = BPF(text=bpf_source)\n          ^^^^^\nException: Failed to compile BPF module <text>\n";
+        assert_eq!(
+            last_reason(e, ""),
+            "Unable to find kernel headers. Try rebuilding kernel with CONFIG_IKHEADERS=m (module) or installing the kernel development package for your running kernel version. → Exception: Failed to compile BPF module <text>"
+        );
+        assert_eq!(
+            last_reason("chdir(/x): No such file\nException: Failed\n", ""),
+            "chdir(/x): No such file → Exception: Failed"
+        );
+        assert_eq!(last_reason("", ""), "exited without a word");
+    }
 }

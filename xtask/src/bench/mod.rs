@@ -454,7 +454,7 @@ fn machine() -> Vec<(String, String)> {
 }
 
 /// `/proc/loadavg`'s three load averages.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(
         |_| "unknown".into(),
         |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),

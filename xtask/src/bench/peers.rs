@@ -18,6 +18,14 @@ pub const PACKAGES: &[(&str, &str)] = &[
         "libbpf-tools",
         "BCC's offcputime (the libbpf build: BCC's Python tools need kernel headers)",
     ),
+    (
+        "heaptrack",
+        "heap profiler (preload) beside rip-probe leaks",
+    ),
+    (
+        "bpfcc-tools",
+        "BCC's memleak (compiles its BPF at run time: needs this kernel's headers)",
+    ),
 ];
 
 /// Each package's installed version, or why it is not available.
@@ -30,14 +38,20 @@ impl Peers {
     /// Checks every package of [`PACKAGES`] and installs the missing ones
     /// (when root).
     pub fn ensure() -> Peers {
+        let all: Vec<&str> = PACKAGES.iter().map(|(p, _)| *p).collect();
+        Peers::ensure_only(&all)
+    }
+
+    /// The same for `pkgs` only (a suite run alone installs what it uses).
+    pub fn ensure_only(pkgs: &[&str]) -> Peers {
         let mut peers = Peers::default();
         let check = |pkg: &str| installed_version(pkg).ok_or_else(|| "not installed".to_string());
-        for (pkg, _) in PACKAGES {
+        for pkg in pkgs {
             peers.found.insert(pkg.to_string(), check(pkg));
         }
-        let missing: Vec<&str> = PACKAGES
+        let missing: Vec<&str> = pkgs
             .iter()
-            .map(|(p, _)| *p)
+            .copied()
             .filter(|p| peers.get(p).is_err())
             .collect();
         if missing.is_empty() {

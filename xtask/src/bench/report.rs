@@ -168,7 +168,9 @@ impl Report {
         s.push('\n');
         match &self.alloc {
             Ok(section) => s.push_str(section),
-            Err(e) => s.push_str(&format!("## Allocation sampler\n\nNot measured: {e}\n")),
+            Err(e) => s.push_str(&format!(
+                "## Heap tracing and the allocation sampler\n\nNot measured: {e}\n"
+            )),
         }
         s.push('\n');
         self.commands(&mut s);
