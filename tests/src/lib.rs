@@ -754,11 +754,13 @@ pub fn go_build(go: &Path, name: &str, flags: &[&str], tag: &str) -> PathBuf {
         .env("GOPATH", target_dir().join("go-path"))
         .env("GO111MODULE", "off")
         .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "")
         .status()
         .expect("go runs");
     assert!(
         status.success(),
-        "go build {flags:?} {} failed",
+        "{} build {flags:?} {} failed",
+        go.display(),
         src.display()
     );
     exe

@@ -35,30 +35,7 @@ fn minor(version: &str) -> u32 {
 
 /// Builds tests/go/goroutines.go with `go` and `flags`.
 fn build(go: &Path, flags: &[&str], tag: &str) -> PathBuf {
-    let dir = target_dir().join(format!("go-goroutines/{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(format!("goroutines-{tag}"));
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("go/goroutines.go");
-    // One cache for every toolchain and flag (Go keys it by both).
-    let cache = target_dir().join("go-cache");
-    let status = Command::new(go)
-        .arg("build")
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .env("GOCACHE", &cache)
-        .env("GOPATH", target_dir().join("go-path"))
-        .env("GO111MODULE", "off")
-        .env("GOTOOLCHAIN", "local")
-        .status()
-        .expect("go runs");
-    assert!(
-        status.success(),
-        "go build {flags:?} {} failed",
-        src.display()
-    );
-    exe
+    rip_tests::go_build(go, "goroutines", flags, tag)
 }
 
 /// The innermost frame of `main` in a goroutine's stack.

@@ -13,37 +13,15 @@ use std::{
 
 use rip_tests::{
     Workload, bpf_tests_enabled, go_toolchains as toolchains, go_version as version, json_thread,
-    marker_line, rip_probe_json, rip_probe_ok, target_dir,
+    marker_line, rip_probe_json, rip_probe_ok,
 };
 
 const EXE: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 
-/// Builds tests/go/NAME.go with `go` and `flags`.
+/// Builds tests/go/NAME.go with `go` and `flags` (named by the
+/// toolchain's version and `tag`).
 fn build(go: &Path, name: &str, flags: &[&str], tag: &str) -> PathBuf {
-    let dir = target_dir().join(format!("go-build/{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(format!("{name}-{}-{tag}", version(go)));
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("go/{name}.go"));
-    let status = Command::new(go)
-        .arg("build")
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .env("GOCACHE", target_dir().join("go-cache"))
-        .env("GOPATH", target_dir().join("go-path"))
-        .env("GO111MODULE", "off")
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "")
-        .status()
-        .expect("go runs");
-    assert!(
-        status.success(),
-        "{} build {flags:?} {} failed",
-        go.display(),
-        src.display()
-    );
-    exe
+    rip_tests::go_build(go, name, flags, &format!("{}-{tag}", version(go)))
 }
 
 /// Waits until `n` threads of `pid` are in system call `nr` (as the
