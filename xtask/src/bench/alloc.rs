@@ -142,29 +142,9 @@ pub fn section(rounds: usize) -> Result<String> {
             .arg(&target),
         "cargo build -p librip --features sampler",
     )?;
-    step("bench: cargo build --release -p rip-probe");
-    exec(
-        cargo().args(["build", "--release", "-p", "rip-probe"]),
-        "cargo build --release -p rip-probe",
-    )?;
+    let (_, maxrss) = super::release_probe_and_maxrss()?;
     let out = out_dir();
-    std::fs::create_dir_all(&out)?;
-    let exe = out.join("alloc_mix");
-    exec(
-        Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&exe)
-            .arg(root().join("tests/bench/alloc_mix.c")),
-        "cc tests/bench/alloc_mix.c",
-    )?;
-    let maxrss = out.join("maxrss");
-    exec(
-        Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&maxrss)
-            .arg(root().join("tests/bench/maxrss.c")),
-        "cc tests/bench/maxrss.c",
-    )?;
+    let exe = super::cc("tests/bench/alloc_mix.c", &out.join("alloc_mix"))?;
     let t = Tools {
         exe,
         lib: target.join("release/liblibrip.so"),

@@ -16,7 +16,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{out_dir, proc};
-use crate::util::{cargo, exec, root, step};
+use crate::util::step;
 
 /// Functions of `tests/c/many_functions.c`.
 const FUNCTIONS: usize = 1000;
@@ -26,15 +26,8 @@ const PROCESSES: usize = 100;
 /// Runs the rows (only the `--cgroup` one if `cgroup_only`) and prints
 /// their section.
 pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
-    step("bench: cargo build --release -p rip-probe");
-    exec(
-        cargo().args(["build", "--release", "-p", "rip-probe"]),
-        "cargo build --release -p rip-probe",
-    )?;
-    let probe = root().join("target/release/rip-probe");
+    let (probe, maxrss) = super::release_probe_and_maxrss()?;
     let out = out_dir();
-    std::fs::create_dir_all(&out)?;
-    let maxrss = cc("tests/bench/maxrss.c", &out.join("maxrss"))?;
     let s = if cgroup_only {
         let mut s = String::new();
         writeln!(s, "{}", cgroup_row(&probe, &maxrss)?)?;
@@ -52,7 +45,7 @@ pub fn run_bulk_only(cgroup_only: bool) -> Result<()> {
 /// section of docs/BENCHMARKS.md.
 pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
     let out = out_dir();
-    let many = cc("tests/c/many_functions.c", &out.join("many_functions"))?;
+    let many = super::cc("tests/c/many_functions.c", &out.join("many_functions"))?;
     let maxrss = maxrss.to_path_buf();
     let mut s = String::new();
     writeln!(s, "## Many at once\n")?;
@@ -172,18 +165,6 @@ fn cgroup_row(probe: &Path, maxrss: &Path) -> Result<String> {
 
 fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
-}
-
-/// Compiles `src` (from the repository's root) into `exe`.
-fn cc(src: &str, exe: &Path) -> Result<PathBuf> {
-    exec(
-        Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(exe)
-            .arg(root().join(src)),
-        &format!("cc {src}"),
-    )?;
-    Ok(exe.to_path_buf())
 }
 
 /// `many_functions`, started and ready; its stdin stays open (it waits

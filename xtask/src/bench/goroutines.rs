@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{out_dir, proc};
-use crate::util::{cargo, exec, root, step};
+use crate::util::{exec, root, step};
 
 /// Goroutines of the program.
 pub const GOROUTINES: usize = 100_000;
@@ -29,22 +29,8 @@ const RUNS: usize = 5;
 
 /// Runs the rows and prints their section.
 pub fn run_goroutines_only() -> Result<()> {
-    step("bench: cargo build --release -p rip-probe");
-    exec(
-        cargo().args(["build", "--release", "-p", "rip-probe"]),
-        "cargo build --release -p rip-probe",
-    )?;
-    let probe = root().join("target/release/rip-probe");
+    let (probe, maxrss) = super::release_probe_and_maxrss()?;
     let out = out_dir();
-    std::fs::create_dir_all(&out)?;
-    let maxrss = out.join("maxrss");
-    exec(
-        Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&maxrss)
-            .arg(root().join("tests/bench/maxrss.c")),
-        "cc tests/bench/maxrss.c",
-    )?;
     let s = section(&probe, &maxrss)?;
     let md = out.join("goroutines.md");
     std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;

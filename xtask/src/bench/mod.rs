@@ -40,6 +40,34 @@ pub fn out_dir() -> PathBuf {
     root().join("target/bench")
 }
 
+/// Builds the release rip-probe and compiles the `maxrss` helper
+/// (`tests/bench/maxrss.c`, into target/bench): what the suites that run
+/// rip-probe by itself measure with. Their paths.
+pub(crate) fn release_probe_and_maxrss() -> Result<(PathBuf, PathBuf)> {
+    step("bench: cargo build --release -p rip-probe");
+    crate::util::exec(
+        crate::util::cargo().args(["build", "--release", "-p", "rip-probe"]),
+        "cargo build --release -p rip-probe",
+    )?;
+    let out = out_dir();
+    std::fs::create_dir_all(&out)?;
+    let maxrss = cc("tests/bench/maxrss.c", &out.join("maxrss"))?;
+    Ok((root().join("target/release/rip-probe"), maxrss))
+}
+
+/// Compiles the C file `src` (relative to the workspace) into `exe`,
+/// optimized, with debug info.
+pub(crate) fn cc(src: &str, exe: &std::path::Path) -> Result<PathBuf> {
+    crate::util::exec(
+        Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(exe)
+            .arg(root().join(src)),
+        &format!("cc {src}"),
+    )?;
+    Ok(exe.to_path_buf())
+}
+
 /// The README's lines between these markers are the bench's headline.
 const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
 const HEADLINE_END: &str = "<!-- /bench-headline -->";

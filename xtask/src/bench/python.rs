@@ -22,7 +22,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{out_dir, proc, stats::median};
-use crate::util::{cargo, exec, output, root, step};
+use crate::util::{exec, output, root, step};
 
 /// py-spy, pinned.
 const PY_SPY: &str = "py-spy==0.4.3";
@@ -36,22 +36,8 @@ const SERVICES: [(usize, usize); 2] = [(100, 0), (1_000, 100_000)];
 
 /// Runs the rows and prints their section.
 pub fn run_python_only() -> Result<()> {
-    step("bench: cargo build --release -p rip-probe");
-    exec(
-        cargo().args(["build", "--release", "-p", "rip-probe"]),
-        "cargo build --release -p rip-probe",
-    )?;
-    let probe = root().join("target/release/rip-probe");
+    let (probe, maxrss) = super::release_probe_and_maxrss()?;
     let out = out_dir();
-    std::fs::create_dir_all(&out)?;
-    let maxrss = out.join("maxrss");
-    exec(
-        Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&maxrss)
-            .arg(root().join("tests/bench/maxrss.c")),
-        "cc tests/bench/maxrss.c",
-    )?;
     let peers = install_peers(&out)?;
     let mut s = String::new();
     write_header(&mut s)?;
