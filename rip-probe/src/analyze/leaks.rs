@@ -185,12 +185,8 @@ pub(crate) fn fill(
         })
         .collect();
     stacks.sort_by(|a, b| {
-        b.bytes
-            .cmp(&a.bytes)
-            .then(b.count.cmp(&a.count))
-            .then(a.kind.cmp(&b.kind))
-            .then(a.call.cmp(&b.call))
-            .then(a.addrs.cmp(&b.addrs))
+        heaviest_first(a.bytes, a.count, a.kind, &a.call, &a.addrs)
+            .cmp(&heaviest_first(b.bytes, b.count, b.kind, &b.call, &b.addrs))
     });
     totals.sort_by_key(|t| t.kind);
     report.stacks = stacks;
@@ -214,12 +210,8 @@ pub(crate) fn fill(
             })
             .collect();
         all.sort_by(|a, b| {
-            b.bytes
-                .cmp(&a.bytes)
-                .then(b.count.cmp(&a.count))
-                .then(a.kind.cmp(&b.kind))
-                .then(a.call.cmp(&b.call))
-                .then(a.addrs.cmp(&b.addrs))
+            heaviest_first(a.bytes, a.count, a.kind, &a.call, &a.addrs)
+                .cmp(&heaviest_first(b.bytes, b.count, b.kind, &b.call, &b.addrs))
         });
         all
     });
@@ -339,6 +331,31 @@ pub(crate) fn fill_sampled(
 /// The call of a sampled heap group: the sampler records the stack, not
 /// which function of the malloc family was called.
 pub const SAMPLED_CALL: &str = "malloc family";
+
+/// The order of a report's stacks: most bytes, then most acquisitions,
+/// then by kind, call and stack (so that equal weights still print in one
+/// order).
+fn heaviest_first<'a>(
+    bytes: u64,
+    count: u64,
+    kind: ResourceKind,
+    call: &'a str,
+    addrs: &'a [u64],
+) -> (
+    std::cmp::Reverse<u64>,
+    std::cmp::Reverse<u64>,
+    ResourceKind,
+    &'a str,
+    &'a [u64],
+) {
+    (
+        std::cmp::Reverse(bytes),
+        std::cmp::Reverse(count),
+        kind,
+        call,
+        addrs,
+    )
+}
 
 #[cfg(test)]
 mod tests {

@@ -223,40 +223,23 @@ pub fn resolve_with(
         spec: spec.to_string(),
         source,
     })?;
-    // The ELF symbol tables (.symtab, else .dynsym in a stripped binary:
-    // a distribution's programs export their functions there), not DWARF:
-    // a binary without debug information still has its functions listed.
-    let mut elf = Elf::new(&binary);
-    elf.debug_syms = false;
-    let src = Source::Elf(elf);
     let mut sites = Vec::new();
     // Every function's short name, for the "no match" error's suggestions.
     let mut all = Vec::new();
-    Inspector::new()
-        .for_each(&src, |s| {
-            if s.sym_type == SymType::Function
-                && s.addr != 0
-                && let Some(off) = s.file_offset
-            {
-                let demangled = rustc_demangle::demangle(&s.name).to_string();
-                // `{:#}` drops the hash suffix of Rust symbols.
-                let short = format!("{:#}", rustc_demangle::demangle(&s.name));
-                all.push(short.clone());
-                if glob.matches(&s.name) || glob.matches(&demangled) || glob.matches(&short) {
-                    sites.push(ProbeSite {
-                        binary: binary.clone(),
-                        mapped: shown.clone(),
-                        name: s.name.to_string(),
-                        file_offset: off,
-                    });
-                }
-            }
-            ControlFlow::Continue(())
-        })
-        .map_err(|e| Error::Symbols {
-            binary: shown.clone(),
-            why: symbols_error(&binary, &e.to_string()),
-        })?;
+    each_function(&binary, &shown, |name, off| {
+        let demangled = rustc_demangle::demangle(name).to_string();
+        // `{:#}` drops the hash suffix of Rust symbols.
+        let short = format!("{:#}", rustc_demangle::demangle(name));
+        all.push(short.clone());
+        if glob.matches(name) || glob.matches(&demangled) || glob.matches(&short) {
+            sites.push(ProbeSite {
+                binary: binary.clone(),
+                mapped: shown.clone(),
+                name: name.to_string(),
+                file_offset: off,
+            });
+        }
+    })?;
     if sites.is_empty()
         && let Some(more) = more
     {
@@ -296,6 +279,32 @@ pub fn resolve_with(
     Ok(sites)
 }
 
+/// Calls `f` with the name and file offset of each function the ELF
+/// symbol tables of `binary` (shown to the user as `shown`) define: .symtab,
+/// else .dynsym in a stripped binary (a distribution's programs export their
+/// functions there), not DWARF: a binary without debug information still
+/// has its functions listed.
+fn each_function(binary: &Path, shown: &Path, mut f: impl FnMut(&str, u64)) -> Result<()> {
+    let mut elf = Elf::new(binary);
+    elf.debug_syms = false;
+    let src = Source::Elf(elf);
+    Inspector::new()
+        .for_each(&src, |s| {
+            if s.sym_type == SymType::Function
+                && s.addr != 0
+                && let Some(off) = s.file_offset
+            {
+                f(&s.name, off);
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| Error::Symbols {
+            binary: shown.to_path_buf(),
+            why: symbols_error(binary, &e.to_string()),
+        })?;
+    Ok(())
+}
+
 /// The functions of the target's executable (`lib` `None`), or of the
 /// first mapped library whose file name contains `lib`, whose names are
 /// exactly one of `names` (as stored, with the index of the name): empty
@@ -311,33 +320,20 @@ pub fn functions_named(
         None => "*".to_string(),
     };
     let (binary, shown, _) = target_binary(pid, &spec)?;
-    let mut elf = Elf::new(&binary);
-    elf.debug_syms = false;
-    let src = Source::Elf(elf);
     let mut sites: Vec<(ProbeSite, usize)> = Vec::new();
-    Inspector::new()
-        .for_each(&src, |s| {
-            if s.sym_type == SymType::Function
-                && s.addr != 0
-                && let Some(off) = s.file_offset
-                && let Some(i) = names.iter().position(|n| *n == s.name)
-            {
-                sites.push((
-                    ProbeSite {
-                        binary: binary.clone(),
-                        mapped: shown.clone(),
-                        name: s.name.to_string(),
-                        file_offset: off,
-                    },
-                    i,
-                ));
-            }
-            ControlFlow::Continue(())
-        })
-        .map_err(|e| Error::Symbols {
-            binary: shown.clone(),
-            why: symbols_error(&binary, &e.to_string()),
-        })?;
+    each_function(&binary, &shown, |name, off| {
+        if let Some(i) = names.iter().position(|n| *n == name) {
+            sites.push((
+                ProbeSite {
+                    binary: binary.clone(),
+                    mapped: shown.clone(),
+                    name: name.to_string(),
+                    file_offset: off,
+                },
+                i,
+            ));
+        }
+    })?;
     sites.sort_by_key(|(s, i)| (s.file_offset, *i));
     sites.dedup_by_key(|(s, _)| s.file_offset);
     sites.sort_by_key(|(_, i)| *i);
