@@ -402,12 +402,26 @@ fn as_rwlock(
     None
 }
 
+/// How long [`lock_at`] keeps re-reading a mutex caught between its lock
+/// word and its owner field: a holder preempted there on a busy machine is
+/// off its CPU for a few scheduler slices.
+const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
+/// The pause between two of those reads.
+const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_micros(250);
+
 /// What the lock at futex word `uaddr` is, for a wait that is over (its
 /// waiter used operation `op` and expected `val`): as [`awaited_lock`]
 /// when the lock is still held, else a glibc mutex recognised at rest
 /// (`__lock` 0–2 as the waiter's 2 implies, a valid `__kind`, an `__owner`
 /// that is 0 when the lock is free). Owners are not asked for: the waits
 /// are over. `None` when no layout fits.
+///
+/// glibc takes a mutex's lock word before it records the owner and clears
+/// the owner before it releases the word: a mutex read in between is held
+/// by nobody yet. Such a read says neither yes nor no, so the lock is read
+/// again (for up to [`SETTLE_WITHIN`]) until it is at rest or held by a
+/// thread; a hot mutex is otherwise reported as a bare futex on the read
+/// that happened to fall there.
 pub fn lock_at(
     mem: &dyn Memory,
     tid_status: &dyn Fn(u32) -> TidStatus,
@@ -415,6 +429,34 @@ pub fn lock_at(
     op: u32,
     val: u32,
 ) -> Option<(u64, LockKind, Option<MutexFlavor>)> {
+    let start = std::time::Instant::now();
+    loop {
+        match lock_read(mem, tid_status, uaddr, op, val) {
+            LockRead::Settled(found) => return found,
+            LockRead::InTransition if start.elapsed() < SETTLE_WITHIN => {
+                std::thread::sleep(SETTLE_PAUSE);
+            }
+            LockRead::InTransition => return None,
+        }
+    }
+}
+
+/// One read of [`lock_at`].
+enum LockRead {
+    /// The answer: the lock, or `None` when no layout fits.
+    Settled(Option<(u64, LockKind, Option<MutexFlavor>)>),
+    /// A normal mutex's word is taken and its owner is not recorded (yet,
+    /// or no more).
+    InTransition,
+}
+
+fn lock_read(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    uaddr: u64,
+    op: u32,
+    val: u32,
+) -> LockRead {
     let held = awaited_lock(
         mem,
         tid_status,
@@ -422,21 +464,29 @@ pub fn lock_at(
         &[uaddr, u64::from(op), u64::from(val), 0, 0, 0],
     );
     if let Some(l) = held.filter(|l| l.kind != LockKind::Futex) {
-        return Some((l.addr, l.kind, l.mutex));
+        return LockRead::Settled(Some((l.addr, l.kind, l.mutex)));
     }
     if !matches!(futex_ops::cmd(op), FUTEX_WAIT | FUTEX_WAIT_BITSET) || val != 2 {
-        return None;
+        return LockRead::Settled(None);
     }
-    let lock = mem.read_u32(uaddr).ok()?;
-    let owner = mem.read_u32(uaddr.wrapping_add(8)).ok()?;
-    let flavor = flavor_of(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
+    let words = (|| {
+        let lock = mem.read_u32(uaddr).ok()?;
+        let owner = mem.read_u32(uaddr.wrapping_add(8)).ok()?;
+        let flavor = flavor_of(mem.read_u32(uaddr.wrapping_add(16)).ok()?)?;
+        (!flavor.pi && !flavor.robust && !flavor.pp).then_some((lock, owner, flavor))
+    })();
+    let Some((lock, owner, flavor)) = words else {
+        return LockRead::Settled(None);
+    };
+    let taken = (1..=2).contains(&lock);
+    if taken && owner == 0 {
+        return LockRead::InTransition;
+    }
     let at_rest = lock == 0 && owner == 0;
-    let held_by_thread = (1..=2).contains(&lock) && (1..PID_MAX_LIMIT).contains(&owner);
-    (!flavor.pi && !flavor.robust && !flavor.pp && (at_rest || held_by_thread)).then_some((
-        uaddr,
-        LockKind::Mutex,
-        Some(flavor),
-    ))
+    let held_by_thread = taken && (1..PID_MAX_LIMIT).contains(&owner);
+    LockRead::Settled(
+        (at_rest || held_by_thread).then_some((uaddr, LockKind::Mutex, Some(flavor))),
+    )
 }
 
 /// What thread `tid` is now, seen from process `pid`: one of its threads,
@@ -850,6 +900,45 @@ mod tests {
         }
         // A wait that did not pass 2 is no glibc mutex wait.
         assert_eq!(lock_at(&free, &status, 0x1000, 128, 0), None);
+    }
+
+    /// Memory that reads as `before` for its first `reads` reads, then as
+    /// `after`: a lock that changes while it is read.
+    struct Changing {
+        before: Words,
+        after: Words,
+        reads: std::cell::Cell<u32>,
+    }
+
+    impl Memory for Changing {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            let left = self.reads.get();
+            self.reads.set(left.saturating_sub(1));
+            if left > 0 {
+                self.before.read(addr, buf)
+            } else {
+                self.after.read(addr, buf)
+            }
+        }
+    }
+
+    #[test]
+    fn a_mutex_caught_between_its_word_and_its_owner_is_read_again() {
+        // Taken, owner not yet recorded (or cleared before the release):
+        // read again, it is a mutex once its owner is there.
+        let changing = Changing {
+            before: mutex(2, 0, 0),
+            after: mutex(2, LIVE, 0),
+            reads: std::cell::Cell::new(12),
+        };
+        let (_, kind, flavor) = lock_at(&changing, &status, 0x1000, 128, 2).unwrap();
+        assert_eq!((kind, flavor.unwrap().kind), (LockKind::Mutex, "normal"));
+        assert_eq!(changing.reads.get(), 0, "read until it settled");
+        // A word that stays taken with no owner is no mutex this reader can
+        // vouch for: it gives up, within its bound.
+        let start = std::time::Instant::now();
+        assert_eq!(lock_at(&mutex(2, 0, 0), &status, 0x1000, 128, 2), None);
+        assert!(start.elapsed() < SETTLE_WITHIN * 3, "{:?}", start.elapsed());
     }
 
     #[test]
