@@ -163,6 +163,8 @@ impl Session {
     /// Opens the target, loads and attaches the programs (and uprobes).
     pub fn attach(opts: &SessionOptions) -> Result<Self> {
         let target = Target::open(opts.pid)?;
+        // Reports name kernel frames: kallsyms loads beside the attach.
+        symbolize::prime_kernel();
         let sites = match &opts.uprobe {
             Some(spec) => {
                 target.require_user_space(Lacks::UprobeFunctions)?;

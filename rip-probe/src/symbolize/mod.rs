@@ -592,14 +592,14 @@ type KernelJob = (
     mpsc::Sender<std::result::Result<HashMap<u64, Frame>, String>>,
 );
 
-/// Symbolizes kernel addresses through kallsyms on one thread for the
-/// whole run, whatever the number of targets and symbolizers: kallsyms,
-/// the same for all, is parsed once (tens of megabytes each time
-/// otherwise). blazesym's symbolizer cannot move between threads, so it
-/// stays on its own and takes jobs.
-fn kernel_shared(addrs: Vec<u64>) -> std::result::Result<HashMap<u64, Frame>, String> {
+/// The queue of the one thread that symbolizes kernel addresses through
+/// kallsyms for the whole run, whatever the number of targets and
+/// symbolizers: kallsyms, the same for all, is parsed once (tens of
+/// megabytes each time otherwise). blazesym's symbolizer cannot move
+/// between threads, so it stays on its own and takes jobs in order.
+fn kernel_jobs() -> &'static Mutex<mpsc::Sender<KernelJob>> {
     static JOBS: OnceLock<Mutex<mpsc::Sender<KernelJob>>> = OnceLock::new();
-    let jobs = JOBS.get_or_init(|| {
+    JOBS.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<KernelJob>();
         let _ = std::thread::Builder::new()
             .name("rip-kallsyms".into())
@@ -624,19 +624,41 @@ fn kernel_shared(addrs: Vec<u64>) -> std::result::Result<HashMap<u64, Frame>, St
                                 .collect()
                         })
                         .map_err(|e| e.to_string());
+                    // A primer's reply has nobody waiting for it.
                     let _ = reply.send(frames);
                 }
             });
         Mutex::new(tx)
-    });
+    })
+}
+
+/// Symbolizes kernel addresses on the kallsyms thread ([`kernel_jobs`]),
+/// waiting for its answer.
+fn kernel_shared(addrs: Vec<u64>) -> std::result::Result<HashMap<u64, Frame>, String> {
     let (reply, frames) = mpsc::channel();
-    jobs.lock()
+    kernel_jobs()
+        .lock()
         .unwrap_or_else(|e| e.into_inner())
         .send((addrs, reply))
         .map_err(|_| "the kallsyms thread is gone".to_string())?;
     frames
         .recv()
         .map_err(|_| "the kallsyms thread is gone".to_string())?
+}
+
+/// Has the kallsyms thread load kallsyms now, without waiting for it:
+/// every report names kernel frames (the task iterator takes each
+/// thread's kernel stack), and reading /proc/kallsyms is tens of
+/// milliseconds of the kernel's own time, which the loading and reading
+/// that precede symbolizing can hide. The first real job waits behind it
+/// on the same thread instead of starting the read itself.
+pub(crate) fn prime_kernel() {
+    // Any address makes blazesym parse the file; none is named.
+    let (reply, _) = mpsc::channel();
+    let _ = kernel_jobs()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((vec![0], reply));
 }
 
 /// Module lookup by sorted ranges (librip's [`RangeIndex`]).
