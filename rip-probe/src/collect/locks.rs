@@ -587,11 +587,37 @@ pub fn chained(ev: &LockEvidence, waits: &[(u32, WaitKey)]) -> Vec<(u32, WaitKey
         .collect()
 }
 
+/// Where [`evidence`] learns, between a lock's two reads, the futex wait
+/// each of the given threads is in (`None`: in none): [`proc_waits_now`],
+/// or [`waits_in_tasks`] of a pass of the kernel's task iterator.
+pub type WaitsNow<'a> = dyn FnMut(&[u32]) -> HashMap<u32, Option<(i64, u64)>> + 'a;
+
+/// The futex wait each of `tids` is in now, from the kernel's task
+/// iterator: `tasks` gives each thread's tid, whether it is blocked, its
+/// system call and that call's first argument. A thread blocked in
+/// futex(2) or futex_waitv(2) waits at that word; one that is not blocked
+/// waits for nothing (a waiter woken and not yet run has ended its wait);
+/// one the pass did not see is gone.
+pub fn waits_in_tasks(
+    tasks: impl IntoIterator<Item = (u32, bool, i64, u64)>,
+    tids: &[u32],
+) -> HashMap<u32, Option<(i64, u64)>> {
+    let mut now: HashMap<u32, Option<(i64, u64)>> = tids.iter().map(|&t| (t, None)).collect();
+    for (tid, blocked, nr, arg0) in tasks {
+        if let Some(w) = now.get_mut(&tid) {
+            *w = (blocked && matches!(nr, SYS_FUTEX | SYS_FUTEX_WAITV)).then_some((nr, arg0));
+        }
+    }
+    now
+}
+
 /// [`futex_wait_now`] of each of `tids`. Thousands of waiters are
-/// thousands of /proc reads, each its own system calls: on two threads
-/// when there are that many (the reads are independent; each thread reads
-/// one half).
-fn waits_now(pid: u32, tids: &[u32]) -> HashMap<u32, Option<(i64, u64)>> {
+/// thousands of /proc reads, each its own system calls (and the kernel
+/// waits for each thread to be off its CPU to read its registers): on two
+/// threads when there are that many (the reads are independent; each
+/// thread reads one half). From thousands on, [`waits_in_tasks`] of one
+/// more iterator pass costs less.
+pub fn proc_waits_now(pid: u32, tids: &[u32]) -> HashMap<u32, Option<(i64, u64)>> {
     /// Below this, a second thread costs more than it saves.
     const SPLIT_AT: usize = 2_000;
     // The task directory is opened once: each thread's file is then one
@@ -657,7 +683,10 @@ pub struct LockEvidence {
 /// kernel snapshot gave them) from process `pid`. Each distinct wait is
 /// read once per pass, whatever its number of waiters (a pool of 10,000
 /// workers behind one mutex is two reads).
-pub fn evidence(pid: u32, waits: &[(u32, WaitKey)]) -> LockEvidence {
+///
+/// `now_of` says which wait each waiter of a lock that names an owner, and
+/// each such owner, is in between the lock's two reads.
+pub fn evidence(pid: u32, waits: &[(u32, WaitKey)], now_of: &mut WaitsNow<'_>) -> LockEvidence {
     let mem = ProcessMemory::new(pid);
     // A lock records its owner as the process's own pid namespace numbers
     // it (a container's): ours are needed to find the owner here.
@@ -688,7 +717,7 @@ pub fn evidence(pid: u32, waits: &[(u32, WaitKey)]) -> LockEvidence {
     let mut tids: Vec<u32> = waiters.chain(owners).collect();
     tids.sort_unstable();
     tids.dedup();
-    let now = waits_now(pid, &tids);
+    let now = now_of(&tids);
     let locks = first
         .into_iter()
         .map(|(key, f)| {
@@ -940,6 +969,33 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_a_thread_is_in_now_can_come_from_the_task_iterator() {
+        let tasks = [
+            // Blocked in futex(2) and futex_waitv(2): waiting there.
+            (10, true, SYS_FUTEX, 0x1000),
+            (11, true, SYS_FUTEX_WAITV, 0x2000),
+            // Woken, in the call still, not run yet: its wait has ended.
+            (12, false, SYS_FUTEX, 0x1000),
+            // Blocked in another call.
+            (13, true, libc::SYS_read, 3),
+            // Not asked for.
+            (14, true, SYS_FUTEX, 0x1000),
+        ];
+        let now = waits_in_tasks(tasks, &[10, 11, 12, 13, 15]);
+        assert_eq!(
+            now,
+            HashMap::from([
+                (10, Some((SYS_FUTEX, 0x1000))),
+                (11, Some((SYS_FUTEX_WAITV, 0x2000))),
+                (12, None),
+                (13, None),
+                // Not in the pass: gone.
+                (15, None),
+            ])
+        );
+    }
+
+    #[test]
     fn the_wait_a_thread_is_in_now_comes_from_its_syscall_file() {
         assert_eq!(
             parse_futex_wait("202 0x55d0c0 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x7f01\n"),
@@ -982,12 +1038,12 @@ mod tests {
         while futex_wait_now(pid, tid).is_none() {
             std::thread::yield_now();
         }
-        let one = waits_now(pid, &[tid, me]);
+        let one = proc_waits_now(pid, &[tid, me]);
         assert!(one[&tid].is_some_and(|(nr, _)| nr == SYS_FUTEX), "{one:?}");
         assert_eq!(one[&me], None);
         // Past the split: the same thread many times over, on two threads.
         let many = vec![tid; 2_500];
-        let read = waits_now(pid, &many);
+        let read = proc_waits_now(pid, &many);
         assert_eq!(read.get(&tid), one.get(&tid));
         let (m, c) = &*done;
         *m.lock().unwrap() = true;
