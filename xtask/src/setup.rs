@@ -94,6 +94,9 @@ pub fn run_setup() -> Result<()> {
     step("setup: Debian's CPython 3.13 (the Python tests read it through _Py_DebugOffsets)");
     python_3_13()?;
 
+    step("setup: CPython 3.8, 3.9 and 3.10 built with --enable-shared (the Python tests)");
+    old_pythons()?;
+
     Ok(())
 }
 
@@ -117,6 +120,40 @@ fn shared_python() -> Result<()> {
              tests need it (`pyenv install 3.12.1` with PYTHON_CONFIGURE_OPTS=--enable-shared)"
         ),
     }
+}
+
+/// The CPython 3.8, 3.9 and 3.10 the Python tests read (frames as heap
+/// objects, the layouts of their tables): pyenv's builds the machine image
+/// carries, with `--enable-shared` and debug information (a unit test
+/// compares rip's tables with their DWARF).
+pub const OLD_PYTHONS: &[(&str, &str)] = &[
+    ("3.8", "/root/.pyenv/versions/3.8.18"),
+    ("3.9", "/root/.pyenv/versions/3.9.18"),
+    ("3.10", "/root/.pyenv/versions/3.10.13"),
+];
+
+fn old_pythons() -> Result<()> {
+    for (version, dir) in OLD_PYTHONS {
+        let exe = format!("{dir}/bin/python{version}");
+        let said = output(Command::new(&exe).args([
+            "-c",
+            "import sys, sysconfig, threading, asyncio, socket, queue, ctypes; \
+             print('%d.%d' % sys.version_info[:2], sysconfig.get_config_var('Py_ENABLE_SHARED'))",
+        ]));
+        let lib = format!("{dir}/lib/libpython{version}.so.1.0");
+        let debug = output(Command::new("readelf").args(["-S", &lib]))
+            .is_some_and(|s| s.contains(".debug_info"));
+        if said.as_deref().map(str::trim) != Some(&format!("{version} 1")) || !debug {
+            bail!(
+                "{exe} is missing, not built with --enable-shared, or its {lib} has no debug \
+                 information: the Python tests need it (`pyenv install {}` with \
+                 PYTHON_CONFIGURE_OPTS=--enable-shared)",
+                dir.rsplit('/').next().unwrap_or(dir)
+            );
+        }
+        eprintln!("    {exe}: present, shared, with debug information");
+    }
+    Ok(())
 }
 
 /// Where Debian's CPython 3.13 is unpacked, and the command that runs it

@@ -929,7 +929,10 @@ mod tests {
         assert_eq!(o.runtime_interpreters_head, 632);
         assert_eq!((o.interp_next, o.interp_threads_head), (7264, 7344));
         assert_eq!((o.tstate_cframe, o.cframe_current_frame), (None, 72));
-        assert_eq!((o.tstate_thread_id, o.tstate_native_thread_id), (152, 160));
+        assert_eq!(
+            (o.tstate_thread_id, o.tstate_native_thread_id),
+            (152, Some(160))
+        );
         assert_eq!(
             (
                 o.frame_code,
@@ -1006,5 +1009,158 @@ mod tests {
                 .contains("CPython 3.12: its _Py_DebugOffsets says CPython 3.13")
         );
         assert!(parse_debug(&bytes(&PUBLISHED_3_13_0)[..100], None).is_err());
+    }
+
+    /// What gdb says `expr` is (an integer), in the file at `path` read
+    /// with its debug information: one value per expression, in order.
+    fn gdb(path: &str, exprs: &[String]) -> Vec<i64> {
+        assert!(
+            std::path::Path::new(path).exists(),
+            "{path} is missing: run `cargo xtask setup`"
+        );
+        let mut cmd = std::process::Command::new("gdb");
+        cmd.args(["-nx", "-batch"]);
+        for e in exprs {
+            cmd.args(["-ex", &format!("print (long)({e})")]);
+        }
+        let out = cmd
+            .arg(path)
+            .output()
+            .unwrap_or_else(|e| panic!("gdb: {e}: run `cargo xtask setup`"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let values: Vec<i64> = text
+            .lines()
+            .filter_map(|l| l.split_once(" = ").map(|(_, v)| v.trim().parse().unwrap()))
+            .collect();
+        assert_eq!(
+            values.len(),
+            exprs.len(),
+            "gdb read {exprs:?} from {path}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        values
+    }
+
+    /// Each table of 3.8, 3.9 and 3.10 is the layout the DWARF of pyenv's
+    /// builds of those versions (what the machine image carries) says.
+    #[test]
+    fn the_tables_of_3_8_to_3_10_are_the_dwarf_of_their_builds() {
+        for (minor, version) in [(8u8, "3.8.18"), (9, "3.9.18"), (10, "3.10.13")] {
+            let o = for_version(3, minor).unwrap();
+            let l = o.legacy.unwrap();
+            let f = |ty: &str, field: &str| format!("&(({ty}*)0)->{field}");
+            let (gil_locked, gil_holder) = match o.gil {
+                Gil::Runtime {
+                    locked,
+                    last_holder,
+                } => (locked, last_holder),
+                Gil::Interpreter { .. } => panic!("3.{minor}: one GIL in the runtime"),
+            };
+            let (stack, stack_field) = match l.stack {
+                Stack::Top(at) => (at, "f_stacktop"),
+                Stack::Depth(at) => (at, "f_stackdepth"),
+            };
+            let (state, state_field) = match l.state {
+                FrameState::Executing(at) => (at, "f_executing"),
+                FrameState::State(at) => (at, "f_state"),
+            };
+            let lines = if minor == 10 {
+                "co_linetable"
+            } else {
+                "co_lnotab"
+            };
+            let ours: Vec<(String, u64)> = vec![
+                (
+                    f("_PyRuntimeState", "interpreters.head"),
+                    o.runtime_interpreters_head,
+                ),
+                (f("_PyRuntimeState", "ceval.gil.locked"), gil_locked),
+                (f("_PyRuntimeState", "ceval.gil.last_holder"), gil_holder),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.last_holder"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_LAST_HOLDER,
+                ),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.cond"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_TAKE.start,
+                ),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.switch_cond"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_TAKE.end,
+                ),
+                (f("PyInterpreterState", "next"), o.interp_next),
+                (
+                    f("PyInterpreterState", "tstate_head"),
+                    o.interp_threads_head,
+                ),
+                (f("PyInterpreterState", "modules"), o.objects.interp_modules),
+                (f("PyThreadState", "next"), o.tstate_next),
+                (f("PyThreadState", "interp"), l.tstate_interp),
+                (f("PyThreadState", "frame"), l.tstate_frame),
+                (f("PyThreadState", "thread_id"), o.tstate_thread_id),
+                (f("PyFrameObject", "f_back"), l.f_back),
+                (f("PyFrameObject", "f_code"), l.f_code),
+                (f("PyFrameObject", "f_valuestack"), l.f_valuestack),
+                (f("PyFrameObject", stack_field), stack),
+                (f("PyFrameObject", "f_lasti"), l.f_lasti),
+                (f("PyFrameObject", state_field), state),
+                (f("PyGenObject", "gi_frame"), l.gen_frame),
+                (f("PyCodeObject", "co_code"), l.code_code),
+                (f("PyCodeObject", "co_filename"), o.code_filename),
+                (f("PyCodeObject", "co_name"), o.code_qualname),
+                (f("PyCodeObject", "co_firstlineno"), o.code_firstlineno),
+                (f("PyCodeObject", lines), o.code_linetable),
+                ("sizeof(PyCodeObject)".into(), o.code_adaptive),
+                ("sizeof(PyASCIIObject)".into(), o.ascii_size),
+                ("sizeof(PyCompactUnicodeObject)".into(), o.compact_size),
+                (f("PyTypeObject", "tp_dictoffset"), 288),
+                (f("PyDictKeysObject", "dk_size"), 8),
+                (f("PyDictKeysObject", "dk_nentries"), 32),
+                (f("PyDictKeysObject", "dk_indices"), 40),
+                ("sizeof(PyDictKeyEntry)".into(), 24),
+            ];
+            let lib = format!("/root/.pyenv/versions/{version}/lib/libpython3.{minor}.so.1.0");
+            let exprs: Vec<String> = ours.iter().map(|(e, _)| e.clone()).collect();
+            for ((e, want), got) in ours.iter().zip(gdb(&lib, &exprs)) {
+                assert_eq!(got, *want as i64, "3.{minor}: {e}");
+            }
+            // `_asyncio.Task`, in its extension module.
+            let t = o.objects.task;
+            let task: Vec<(String, usize)> = vec![
+                (f("TaskObj", "task_state"), t.state),
+                (f("TaskObj", "task_fut_waiter"), t.fut_waiter),
+                (f("TaskObj", "task_coro"), t.coro),
+                (f("TaskObj", "task_name"), t.name),
+                ("sizeof(TaskObj)".into(), t.size),
+            ];
+            let module = std::fs::read_dir(format!(
+                "/root/.pyenv/versions/{version}/lib/python3.{minor}/lib-dynload"
+            ))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("_asyncio.")
+            })
+            .unwrap();
+            let exprs: Vec<String> = task.iter().map(|(e, _)| e.clone()).collect();
+            for ((e, want), got) in task.iter().zip(gdb(module.to_str().unwrap(), &exprs)) {
+                assert_eq!(got, *want as i64, "3.{minor}: {e}");
+            }
+        }
     }
 }
