@@ -762,6 +762,11 @@ pub fn python_last_line(program: &str, function: &str) -> u64 {
     (def + body + 1) as u64
 }
 
+/// Debian bullseye's CPython 3.9 (stripped, libpython in the executable,
+/// started with its own loader and C library): what `cargo xtask setup`
+/// installs (xtask's `PYTHON_3_9`).
+pub const DEBIAN_PYTHON_3_9: &str = "/opt/rip-python/3.9/bin/python3.9";
+
 /// The name rip shows for the Python function `qualname` (`Class.method`)
 /// on CPython `version`: before 3.11 a code object has no qualified name,
 /// only `co_name` (`method`).

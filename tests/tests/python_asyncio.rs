@@ -331,3 +331,13 @@ fn shared_python_3_10() {
     }
     check(rip_tests::PYTHON_3_10, "3.10");
 }
+
+/// Debian bullseye's CPython 3.9: stripped, `_asyncio` built into the
+/// executable.
+#[test]
+fn debians_stripped_python_3_9() {
+    if !bpf_tests_enabled("debians_stripped_python_3_9") {
+        return;
+    }
+    check(rip_tests::DEBIAN_PYTHON_3_9, "3.9");
+}

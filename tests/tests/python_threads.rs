@@ -498,3 +498,21 @@ fn gil_holder_and_waiters_3_10() {
     }
     gil_check(rip_tests::PYTHON_3_10);
 }
+
+/// Debian bullseye's CPython 3.9: stripped, libpython in the executable,
+/// on its own glibc 2.31 (`cargo xtask setup` unpacks it).
+#[test]
+fn debians_stripped_python_3_9() {
+    if !bpf_tests_enabled("debians_stripped_python_3_9") {
+        return;
+    }
+    check(rip_tests::DEBIAN_PYTHON_3_9, "3.9", Some("__clone"));
+}
+
+#[test]
+fn gil_holder_and_waiters_debians_3_9() {
+    if !bpf_tests_enabled("gil_holder_and_waiters_debians_3_9") {
+        return;
+    }
+    gil_check(rip_tests::DEBIAN_PYTHON_3_9);
+}

@@ -97,6 +97,9 @@ pub fn run_setup() -> Result<()> {
     step("setup: CPython 3.8, 3.9 and 3.10 built with --enable-shared (the Python tests)");
     old_pythons()?;
 
+    step("setup: Debian bullseye's stripped CPython 3.9 (the Python tests)");
+    python_3_9()?;
+
     Ok(())
 }
 
@@ -161,40 +164,95 @@ fn old_pythons() -> Result<()> {
 /// own release: trixie's build needs a newer glibc than this Debian's).
 pub const PYTHON_3_13_DIR: &str = "/opt/rip-python/3.13";
 pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
-/// The Debian release that packages 3.13, and the packages unpacked: the
-/// interpreter (stripped, libpython in the executable), its standard
-/// library, and the libraries it and the modules the tests import load.
-const PYTHON_3_13_SUITE: &str = "trixie";
-const PYTHON_3_13_PACKAGES: &[&str] = &[
-    "python3.13-minimal",
-    "libpython3.13-minimal",
-    "libpython3.13-stdlib",
-    "libc6",
-    "libexpat1",
-    "zlib1g",
-    "libssl3t64",
-    "libffi8",
-    "libbz2-1.0",
-    "liblzma5",
-];
 
-/// Debian's CPython 3.13 under [`PYTHON_3_13_DIR`]: its packages fetched
-/// from the Debian archive apt uses, with a private apt state (the host's
-/// package lists and status are never touched), unpacked, and a
-/// `bin/python3.13` that runs it. Present when that command imports what
-/// the tests use and says 3.13.
+/// A Debian build of CPython, stripped (libpython in the executable),
+/// unpacked apart from the host's packages.
+struct DebianPython {
+    /// `major.minor`.
+    version: &'static str,
+    /// The Debian release that packages it.
+    suite: &'static str,
+    /// Where it is unpacked.
+    dir: &'static str,
+    /// `bin/pythonX.Y` in it: what runs it.
+    command: &'static str,
+    /// The interpreter, its standard library, and the libraries it and
+    /// the modules the tests import load (its own C library included).
+    packages: &'static [&'static str],
+}
+
+/// Debian trixie's CPython 3.13, read through its `_Py_DebugOffsets`.
+const DEBIAN_3_13: DebianPython = DebianPython {
+    version: "3.13",
+    suite: "trixie",
+    dir: PYTHON_3_13_DIR,
+    command: PYTHON_3_13,
+    packages: &[
+        "python3.13-minimal",
+        "libpython3.13-minimal",
+        "libpython3.13-stdlib",
+        "libc6",
+        "libexpat1",
+        "zlib1g",
+        "libssl3t64",
+        "libffi8",
+        "libbz2-1.0",
+        "liblzma5",
+    ],
+};
+
+/// Where Debian bullseye's CPython 3.9 is unpacked, and the command that
+/// runs it: the stripped build of a version read through rip's tables.
+pub const PYTHON_3_9_DIR: &str = "/opt/rip-python/3.9";
+pub const PYTHON_3_9: &str = "/opt/rip-python/3.9/bin/python3.9";
+const DEBIAN_3_9: DebianPython = DebianPython {
+    version: "3.9",
+    suite: "bullseye",
+    dir: PYTHON_3_9_DIR,
+    command: PYTHON_3_9,
+    packages: &[
+        "python3.9-minimal",
+        "libpython3.9-minimal",
+        "libpython3.9-stdlib",
+        "libc6",
+        "libexpat1",
+        "zlib1g",
+        "libssl1.1",
+        "libffi7",
+        "libbz2-1.0",
+        "liblzma5",
+        "libmpdec3",
+    ],
+};
+
 fn python_3_13() -> Result<()> {
+    debian_python(&DEBIAN_3_13)
+}
+
+fn python_3_9() -> Result<()> {
+    debian_python(&DEBIAN_3_9)
+}
+
+/// Debian's CPython `p` under its directory: its packages fetched from
+/// the Debian archive apt uses, with a private apt state (the host's
+/// package lists and status are never touched), unpacked, and a
+/// `bin/pythonX.Y` that runs it with its own loader and libraries.
+/// Present when that command imports what the tests use and says its
+/// version.
+fn debian_python(p: &DebianPython) -> Result<()> {
+    let (version, suite) = (p.version, p.suite);
+    let command = p.command;
     let check = || {
-        output(Command::new(PYTHON_3_13).args([
+        output(Command::new(command).args([
             "-c",
-            "import sys, threading, asyncio, socket, queue; print('%d.%d' % sys.version_info[:2])",
+            "import sys, threading, asyncio, socket, queue, ctypes; print('%d.%d' % sys.version_info[:2])",
         ]))
     };
-    if check().as_deref().map(str::trim) == Some("3.13") {
-        eprintln!("    {PYTHON_3_13}: present");
+    if check().as_deref().map(str::trim) == Some(version) {
+        eprintln!("    {command}: present");
         return Ok(());
     }
-    let dir = Path::new(PYTHON_3_13_DIR);
+    let dir = Path::new(p.dir);
     let apt_dir = dir.join("apt");
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(dir);
@@ -205,26 +263,24 @@ fn python_3_13() -> Result<()> {
     std::fs::write(
         apt_dir.join("sources.list"),
         format!(
-            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {PYTHON_3_13_SUITE} main\n",
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {suite} main\n",
             crate::vmtest::kernels::archive_uri()
         ),
     )?;
     let apt = |tool| crate::vmtest::kernels::apt(tool, &apt_dir);
     exec(
         apt("apt-get").arg("update"),
-        &format!("apt-get update ({PYTHON_3_13_SUITE})"),
+        &format!("apt-get update ({suite})"),
     )
     .with_context(|| {
-        format!(
-            "cannot read the {PYTHON_3_13_SUITE} package lists: is the Debian mirror reachable?"
-        )
+        format!("cannot read the {suite} package lists: is the Debian mirror reachable?")
     })?;
     exec(
         apt("apt-get")
             .current_dir(apt_dir.join("dl"))
             .arg("download")
-            .args(PYTHON_3_13_PACKAGES),
-        "apt-get download (CPython 3.13)",
+            .args(p.packages),
+        &format!("apt-get download (CPython {version})"),
     )?;
     for deb in std::fs::read_dir(apt_dir.join("dl"))? {
         let deb = deb?.path();
@@ -236,23 +292,39 @@ fn python_3_13() -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&apt_dir);
-    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    // Older releases keep the loader and C library in /lib, newer ones in
+    // /usr/lib; each directory is on the library path.
+    let libs = [
+        root.join("usr/lib/x86_64-linux-gnu"),
+        root.join("lib/x86_64-linux-gnu"),
+    ];
+    let loader = libs
+        .iter()
+        .map(|l| l.join("ld-linux-x86-64.so.2"))
+        .find(|l| l.exists())
+        .with_context(|| format!("{suite}'s libc6 has no ld-linux-x86-64.so.2"))?;
+    let path = libs
+        .iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
     let script = format!(
-        "#!/bin/sh\n# Debian {PYTHON_3_13_SUITE}'s CPython 3.13 with its own loader and libraries.\nexec {lib}/ld-linux-x86-64.so.2 --library-path {lib} {exe} \"$@\"\n",
-        lib = lib.display(),
-        exe = root.join("usr/bin/python3.13").display(),
+        "#!/bin/sh\n# Debian {suite}'s CPython {version} with its own loader and libraries.\nexec {loader} --library-path {path} {exe} \"$@\"\n",
+        loader = loader.display(),
+        exe = root.join(format!("usr/bin/python{version}")).display(),
     );
     std::fs::create_dir_all(dir.join("bin"))?;
-    std::fs::write(PYTHON_3_13, script)?;
+    std::fs::write(command, script)?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(PYTHON_3_13, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(command, std::fs::Permissions::from_mode(0o755))?;
     match check().as_deref().map(str::trim) {
-        Some("3.13") => {
-            eprintln!("    {PYTHON_3_13}: installed");
+        Some(v) if v == version => {
+            eprintln!("    {command}: installed");
             Ok(())
         }
         other => bail!(
-            "{PYTHON_3_13} was unpacked but does not run (it said {other:?}): remove {PYTHON_3_13_DIR} and run `cargo xtask setup` again"
+            "{command} was unpacked but does not run (it said {other:?}): remove {} and run `cargo xtask setup` again",
+            p.dir
         ),
     }
 }
