@@ -739,7 +739,9 @@ pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
 /// debug information) that the machine image carries and `cargo xtask
 /// setup` checks (xtask's `OLD_PYTHONS`).
 pub const PYTHON_3_8: &str = "/root/.pyenv/versions/3.8.18/bin/python3.8";
+/// pyenv's CPython 3.9.
 pub const PYTHON_3_9: &str = "/root/.pyenv/versions/3.9.18/bin/python3.9";
+/// pyenv's CPython 3.10.
 pub const PYTHON_3_10: &str = "/root/.pyenv/versions/3.10.13/bin/python3.10";
 
 /// The number of the last line of the top-level function `function`
