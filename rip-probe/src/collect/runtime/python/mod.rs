@@ -672,3 +672,178 @@ pub(crate) fn frame(p: &PyFrame) -> crate::model::Frame {
         ..crate::model::Frame::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    /// Memory of a few regions, by start address; elsewhere unreadable.
+    #[derive(Default)]
+    struct Fake(Vec<(u64, Vec<u8>)>);
+
+    impl Fake {
+        fn put(&mut self, at: u64, bytes: &[u8]) {
+            self.0.push((at, bytes.to_vec()));
+        }
+        fn word(&mut self, at: u64, w: u64) {
+            self.put(at, &w.to_le_bytes());
+        }
+        fn int(&mut self, at: u64, v: i32) {
+            self.put(at, &v.to_le_bytes());
+        }
+    }
+
+    impl Memory for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            'byte: for (i, b) in buf.iter_mut().enumerate() {
+                let a = addr + i as u64;
+                // The last write of a byte wins.
+                for (at, bytes) in self.0.iter().rev() {
+                    if a >= *at && a < at + bytes.len() as u64 {
+                        *b = bytes[(a - at) as usize];
+                        continue 'byte;
+                    }
+                }
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_version_a_file_name_says() {
+        assert_eq!(version_in_name("python3.9"), Some((3, 9)));
+        assert_eq!(version_in_name("libpython3.10.so.1.0"), Some((3, 10)));
+        assert_eq!(version_in_name("libpython3.8.so"), Some((3, 8)));
+        assert_eq!(version_in_name("python3"), None);
+        assert_eq!(version_in_name("python"), None);
+        assert_eq!(version_in_name("python3.x"), None);
+    }
+
+    const RUNTIME: u64 = 0x10_0000;
+    const INTERP: u64 = 0x20_0000;
+    const TSTATE: u64 = 0x30_0000;
+
+    /// A 3.9 runtime whose one thread state points back to `back`.
+    fn runtime(back: u64) -> Fake {
+        let o = offsets::for_version(3, 9).unwrap();
+        let mut m = Fake::default();
+        // No _Py_DebugOffsets cookie.
+        m.put(RUNTIME, &[0u8; offsets::DEBUG_OFFSETS_3_13]);
+        m.word(RUNTIME + o.runtime_interpreters_head, INTERP);
+        m.put(INTERP, &[0u8; 64]);
+        m.word(INTERP + o.interp_threads_head, TSTATE);
+        m.put(TSTATE, &[0u8; 256]);
+        m.word(TSTATE + o.legacy.unwrap().tstate_interp, back);
+        m
+    }
+
+    #[test]
+    fn before_3_11_the_file_name_says_the_version_and_the_layout_must_fit() {
+        let ok = runtime(INTERP);
+        let (version, o) = Python::offsets(&ok, RUNTIME, None, Some((3, 9))).unwrap();
+        assert_eq!(version, "3.9");
+        assert_eq!(o, offsets::for_version(3, 9).unwrap());
+        let refusals = [
+            (
+                Python::offsets(&runtime(0x1234), RUNTIME, None, Some((3, 9))),
+                "does not point back to its interpreter",
+            ),
+            (
+                Python::offsets(&ok, RUNTIME, None, None),
+                "whose file name does not say its version",
+            ),
+            (
+                Python::offsets(&ok, RUNTIME, None, Some((3, 7))),
+                "CPython 3.7 (so its file is named) has no Py_Version: not read (rip reads 3.8 to 3.13)",
+            ),
+            (
+                // A 3.11 file without Py_Version is not what it says.
+                Python::offsets(&ok, RUNTIME, None, Some((3, 11))),
+                "CPython 3.11 (so its file is named) has no Py_Version",
+            ),
+        ];
+        for (got, why) in refusals {
+            let e = got.unwrap_err();
+            assert!(e.contains(why), "{e} does not say {why}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_tid_from_glibcs_thread_descriptor_that_points_to_itself() {
+        let mut m = Fake::default();
+        let pthread = 0x7000_0000;
+        m.put(pthread, &[0u8; 1024]);
+        m.word(pthread + offsets::PTHREAD_SELF, pthread);
+        m.int(pthread + offsets::PTHREAD_TID, 4711);
+        assert_eq!(pthread_tid(&m, pthread), Some(4711));
+        // Not a descriptor (its self pointer is elsewhere), or unreadable.
+        m.word(pthread + offsets::PTHREAD_SELF, pthread + 8);
+        assert_eq!(pthread_tid(&m, pthread), None);
+        assert_eq!(pthread_tid(&m, 0x9000_0000), None);
+    }
+
+    /// A 3.10 `str` object at `at` holding ASCII `s`.
+    fn str_at(m: &mut Fake, at: u64, s: &str) {
+        let mut b = vec![0u8; 48];
+        b[16..24].copy_from_slice(&(s.len() as u64).to_le_bytes());
+        // compact, ascii, kind 1.
+        b[32..36].copy_from_slice(&0b110_0100u32.to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+        m.put(at, &b);
+    }
+
+    /// A 3.10 code object at `at` named `name`, from line `first`, whose
+    /// line table is `table`.
+    fn code_at(m: &mut Fake, o: &Offsets, at: u64, name: &str, first: i32, table: &[u8]) {
+        m.put(at, &vec![0u8; o.code_adaptive as usize]);
+        m.int(at + o.code_firstlineno, first);
+        m.word(at + o.code_qualname, at + 0x1000);
+        str_at(m, at + 0x1000, name);
+        m.word(at + o.code_filename, at + 0x2000);
+        str_at(m, at + 0x2000, "app.py");
+        m.word(at + o.code_linetable, at + 0x3000);
+        let mut bytes = vec![0u8; 32];
+        bytes[16..24].copy_from_slice(&(table.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(table);
+        m.put(at + 0x3000, &bytes);
+    }
+
+    #[test]
+    fn a_3_10_chain_of_frame_objects_with_their_lines() {
+        let o = offsets::for_version(3, 10).unwrap();
+        let l = o.legacy.unwrap();
+        let mut m = Fake::default();
+        // inner (line 5 at byte 4: instruction 2) called from outer (line
+        // 10 before its first instruction: f_lasti -1).
+        let (inner, outer) = (0x40_0000u64, 0x50_0000u64);
+        code_at(&mut m, &o, 0x60_0000, "inner", 4, &[4, 0, 4, 1]);
+        code_at(&mut m, &o, 0x70_0000, "outer", 10, &[4, 0]);
+        for (f, code, back, lasti) in [(inner, 0x60_0000, outer, 2), (outer, 0x70_0000, 0, -1)] {
+            m.put(f, &[0u8; LEGACY_FRAME_READ]);
+            m.word(f + l.f_code, code);
+            m.word(f + l.f_back, back);
+            m.int(f + l.f_lasti, lasti);
+        }
+        m.word(TSTATE + l.tstate_frame, inner);
+        let mut names = Names::default();
+        let frames = legacy_frames(&m, &o, &l, TSTATE, &mut names).unwrap();
+        let got: Vec<_> = frames
+            .iter()
+            .map(|f| (f.function.as_deref(), f.file.as_deref(), f.line, f.entry))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some("inner"), Some("app.py"), Some(5), true),
+                (Some("outer"), Some("app.py"), Some(10), true)
+            ]
+        );
+        // A chain that comes back on itself is a torn read: no frames.
+        m.word(outer + l.f_back, inner);
+        assert_eq!(legacy_frames(&m, &o, &l, TSTATE, &mut names), None);
+    }
+}
