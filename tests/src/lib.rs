@@ -735,6 +735,50 @@ pub const GO_MIDDLE: &str = "/opt/rip-go/1.23.9/go/bin/go";
 /// Python tests (xtask's `PYTHON_3_13`).
 pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
 
+/// pyenv's CPython 3.8, 3.9 and 3.10 (built with `--enable-shared`, with
+/// debug information) that the machine image carries and `cargo xtask
+/// setup` checks (xtask's `OLD_PYTHONS`).
+pub const PYTHON_3_8: &str = "/root/.pyenv/versions/3.8.18/bin/python3.8";
+/// pyenv's CPython 3.9.
+pub const PYTHON_3_9: &str = "/root/.pyenv/versions/3.9.18/bin/python3.9";
+/// pyenv's CPython 3.10.
+pub const PYTHON_3_10: &str = "/root/.pyenv/versions/3.10.13/bin/python3.10";
+
+/// The number of the last line of the top-level function `function`
+/// (`def` or `async def`) of the Python `program` (its first line is line
+/// 1): where a test's function waits.
+pub fn python_last_line(program: &str, function: &str) -> u64 {
+    let lines: Vec<&str> = program.lines().collect();
+    let def = lines
+        .iter()
+        .position(|l| {
+            [format!("def {function}("), format!("async def {function}(")]
+                .iter()
+                .any(|d| l.starts_with(d.as_str()))
+        })
+        .unwrap_or_else(|| panic!("no def {function}"));
+    let body = lines[def + 1..]
+        .iter()
+        .take_while(|l| l.starts_with(' '))
+        .count();
+    (def + body + 1) as u64
+}
+
+/// Debian bullseye's CPython 3.9 (stripped, libpython in the executable,
+/// started with its own loader and C library): what `cargo xtask setup`
+/// installs (xtask's `PYTHON_3_9`).
+pub const DEBIAN_PYTHON_3_9: &str = "/opt/rip-python/3.9/bin/python3.9";
+
+/// The name rip shows for the Python function `qualname` (`Class.method`)
+/// on CPython `version`: before 3.11 a code object has no qualified name,
+/// only `co_name` (`method`).
+pub fn python_function(version: &str, qualname: &str) -> String {
+    match version {
+        "3.8" | "3.9" | "3.10" => qualname.rsplit('.').next().unwrap_or(qualname).into(),
+        _ => qualname.into(),
+    }
+}
+
 /// Builds the Go program `tests/go/NAME.go` with toolchain `go` and
 /// `flags` into the test's own directory, as `NAME-TAG`; one build cache
 /// for every toolchain and flag (Go keys it by both). A failed build fails

@@ -125,26 +125,35 @@ fn groups(report: &Value) -> Vec<(Vec<String>, &Value)> {
         .collect()
 }
 
+/// Each group's chain as rip names its functions on CPython `version`.
+fn chain(version: &str, chain: &[&str]) -> Vec<String> {
+    chain
+        .iter()
+        .map(|f| rip_tests::python_function(version, f))
+        .collect()
+}
+
 /// Whether every task is seen at its await, grouped as expected.
-fn settled(report: &Value) -> bool {
+fn settled(report: &Value, version: &str) -> bool {
     let g = groups(report);
     g.len() == GROUPS.len()
-        && GROUPS.iter().all(|(chain, count)| {
+        && GROUPS.iter().all(|(expected, count)| {
+            let expected = chain(version, expected);
             g.iter()
-                .any(|(c, g)| c == chain && g["count"] == *count && g["state"] == "idle")
+                .any(|(c, g)| *c == expected && g["count"] == *count && g["state"] == "idle")
         })
 }
 
 /// The report once every task is parked at its await: polled, since the
 /// readers connect over a few turns of the loop after `ready`.
-fn settled_report(pid: u32) -> Value {
+fn settled_report(pid: u32, version: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let report = rip_probe_json(
             CLI,
             &["--pid", &pid.to_string(), "--duration", "0", "--json"],
         );
-        if settled(&report) {
+        if settled(&report, version) {
             return report;
         }
         assert!(
@@ -159,7 +168,7 @@ fn check(python: &str, version: &str) {
     let dir = TempDir::new("/tmp", "rip-python-asyncio");
     let program = start(python, &dir);
     let pid = program.0.id();
-    let report = settled_report(pid);
+    let report = settled_report(pid, version);
     assert_eq!(report["python"]["version"], version, "{report}");
     let tasks: Vec<&Value> = report["tasks"]
         .as_array()
@@ -185,11 +194,26 @@ fn check(python: &str, version: &str) {
         let t = by_name(&format!("ev-{i}"));
         assert_eq!(t["state"], "idle");
         assert_eq!(t["location"]["source"], "python");
-        assert_eq!(t["location"]["frame"]["function"], "Event.wait");
+        assert_eq!(
+            t["location"]["frame"]["function"],
+            rip_tests::python_function(version, "Event.wait")
+        );
         let f = &t["python"]["frames"][1];
         assert!(f["file"].as_str().unwrap().ends_with("tasks.py"), "{f}");
         assert_eq!(f["line"], 4, "{f}");
         assert_eq!(f["python"], true);
+    }
+    // Each task's own coroutine (outermost) at the line it awaits: its
+    // function's last.
+    for t in &tasks {
+        let frames = t["python"]["frames"].as_array().unwrap();
+        let outer = frames.last().unwrap_or_else(|| panic!("no frames: {t}"));
+        let function = outer["function"].as_str().unwrap();
+        assert_eq!(
+            outer["line"],
+            rip_tests::python_last_line(PROGRAM, function),
+            "{t}"
+        );
     }
     // Default names are the interpreter's (3.12 keeps a number until
     // asked).
@@ -212,7 +236,7 @@ fn check(python: &str, version: &str) {
     // Each Event.wait awaits a future of its own.
     let (_, events) = groups(&report)
         .into_iter()
-        .find(|(c, _)| c[0] == "Event.wait")
+        .find(|(c, _)| c[0] == rip_tests::python_function(version, "Event.wait"))
         .unwrap();
     let on = events["waits_on"].as_array().unwrap();
     assert_eq!(on.len(), 5, "{events}");
@@ -230,8 +254,9 @@ fn check(python: &str, version: &str) {
         .lines()
         .find(|l| l.contains("5 tasks awaiting"))
         .unwrap();
+    let wait = rip_tests::python_function(version, "Event.wait");
     assert!(
-        line.contains("tasks.py:4 wait_event → ") && line.ends_with(" Event.wait"),
+        line.contains("tasks.py:4 wait_event → ") && line.ends_with(&format!(" {wait}")),
         "{line}"
     );
     assert!(
@@ -248,7 +273,7 @@ fn check(python: &str, version: &str) {
     assert!(
         folded
             .lines()
-            .any(|l| l.contains(";asyncio task;wait_event;Event.wait ") && l.ends_with(" 5")),
+            .any(|l| l.contains(&format!(";asyncio task;wait_event;{wait} ")) && l.ends_with(" 5")),
         "{folded}"
     );
 }
@@ -279,4 +304,40 @@ fn debians_python_3_13() {
         return;
     }
     check(rip_tests::PYTHON_3_13, "3.13");
+}
+
+/// pyenv's CPython 3.8, 3.9 and 3.10 (`--enable-shared`): coroutines
+/// with frame objects of their own, awaits known by `YIELD_FROM`.
+#[test]
+fn shared_python_3_8() {
+    if !bpf_tests_enabled("shared_python_3_8") {
+        return;
+    }
+    check(rip_tests::PYTHON_3_8, "3.8");
+}
+
+#[test]
+fn shared_python_3_9() {
+    if !bpf_tests_enabled("shared_python_3_9") {
+        return;
+    }
+    check(rip_tests::PYTHON_3_9, "3.9");
+}
+
+#[test]
+fn shared_python_3_10() {
+    if !bpf_tests_enabled("shared_python_3_10") {
+        return;
+    }
+    check(rip_tests::PYTHON_3_10, "3.10");
+}
+
+/// Debian bullseye's CPython 3.9: stripped, `_asyncio` built into the
+/// executable.
+#[test]
+fn debians_stripped_python_3_9() {
+    if !bpf_tests_enabled("debians_stripped_python_3_9") {
+        return;
+    }
+    check(rip_tests::DEBIAN_PYTHON_3_9, "3.9");
 }

@@ -94,6 +94,12 @@ pub fn run_setup() -> Result<()> {
     step("setup: Debian's CPython 3.13 (the Python tests read it through _Py_DebugOffsets)");
     python_3_13()?;
 
+    step("setup: CPython 3.8, 3.9 and 3.10 built with --enable-shared (the Python tests)");
+    old_pythons()?;
+
+    step("setup: Debian bullseye's stripped CPython 3.9 (the Python tests)");
+    python_3_9()?;
+
     Ok(())
 }
 
@@ -119,45 +125,134 @@ fn shared_python() -> Result<()> {
     }
 }
 
+/// The CPython 3.8, 3.9 and 3.10 the Python tests read (frames as heap
+/// objects, the layouts of their tables): pyenv's builds the machine image
+/// carries, with `--enable-shared` and debug information (a unit test
+/// compares rip's tables with their DWARF).
+pub const OLD_PYTHONS: &[(&str, &str)] = &[
+    ("3.8", "/root/.pyenv/versions/3.8.18"),
+    ("3.9", "/root/.pyenv/versions/3.9.18"),
+    ("3.10", "/root/.pyenv/versions/3.10.13"),
+];
+
+fn old_pythons() -> Result<()> {
+    for (version, dir) in OLD_PYTHONS {
+        let exe = format!("{dir}/bin/python{version}");
+        let said = output(Command::new(&exe).args([
+            "-c",
+            "import sys, sysconfig, threading, asyncio, socket, queue, ctypes; \
+             print('%d.%d' % sys.version_info[:2], sysconfig.get_config_var('Py_ENABLE_SHARED'))",
+        ]));
+        let lib = format!("{dir}/lib/libpython{version}.so.1.0");
+        let debug = output(Command::new("readelf").args(["-S", &lib]))
+            .is_some_and(|s| s.contains(".debug_info"));
+        if said.as_deref().map(str::trim) != Some(&format!("{version} 1")) || !debug {
+            bail!(
+                "{exe} is missing, not built with --enable-shared, or its {lib} has no debug \
+                 information: the Python tests need it (`pyenv install {}` with \
+                 PYTHON_CONFIGURE_OPTS=--enable-shared)",
+                dir.rsplit('/').next().unwrap_or(dir)
+            );
+        }
+        eprintln!("    {exe}: present, shared, with debug information");
+    }
+    Ok(())
+}
+
 /// Where Debian's CPython 3.13 is unpacked, and the command that runs it
 /// (a script that starts it with the dynamic loader and libraries of its
 /// own release: trixie's build needs a newer glibc than this Debian's).
 pub const PYTHON_3_13_DIR: &str = "/opt/rip-python/3.13";
 pub const PYTHON_3_13: &str = "/opt/rip-python/3.13/bin/python3.13";
-/// The Debian release that packages 3.13, and the packages unpacked: the
-/// interpreter (stripped, libpython in the executable), its standard
-/// library, and the libraries it and the modules the tests import load.
-const PYTHON_3_13_SUITE: &str = "trixie";
-const PYTHON_3_13_PACKAGES: &[&str] = &[
-    "python3.13-minimal",
-    "libpython3.13-minimal",
-    "libpython3.13-stdlib",
-    "libc6",
-    "libexpat1",
-    "zlib1g",
-    "libssl3t64",
-    "libffi8",
-    "libbz2-1.0",
-    "liblzma5",
-];
 
-/// Debian's CPython 3.13 under [`PYTHON_3_13_DIR`]: its packages fetched
-/// from the Debian archive apt uses, with a private apt state (the host's
-/// package lists and status are never touched), unpacked, and a
-/// `bin/python3.13` that runs it. Present when that command imports what
-/// the tests use and says 3.13.
+/// A Debian build of CPython, stripped (libpython in the executable),
+/// unpacked apart from the host's packages.
+struct DebianPython {
+    /// `major.minor`.
+    version: &'static str,
+    /// The Debian release that packages it.
+    suite: &'static str,
+    /// Where it is unpacked.
+    dir: &'static str,
+    /// `bin/pythonX.Y` in it: what runs it.
+    command: &'static str,
+    /// The interpreter, its standard library, and the libraries it and
+    /// the modules the tests import load (its own C library included).
+    packages: &'static [&'static str],
+}
+
+/// Debian trixie's CPython 3.13, read through its `_Py_DebugOffsets`.
+const DEBIAN_3_13: DebianPython = DebianPython {
+    version: "3.13",
+    suite: "trixie",
+    dir: PYTHON_3_13_DIR,
+    command: PYTHON_3_13,
+    packages: &[
+        "python3.13-minimal",
+        "libpython3.13-minimal",
+        "libpython3.13-stdlib",
+        "libc6",
+        "libexpat1",
+        "zlib1g",
+        "libssl3t64",
+        "libffi8",
+        "libbz2-1.0",
+        "liblzma5",
+    ],
+};
+
+/// Where Debian bullseye's CPython 3.9 is unpacked, and the command that
+/// runs it: the stripped build of a version read through rip's tables.
+pub const PYTHON_3_9_DIR: &str = "/opt/rip-python/3.9";
+pub const PYTHON_3_9: &str = "/opt/rip-python/3.9/bin/python3.9";
+const DEBIAN_3_9: DebianPython = DebianPython {
+    version: "3.9",
+    suite: "bullseye",
+    dir: PYTHON_3_9_DIR,
+    command: PYTHON_3_9,
+    packages: &[
+        "python3.9-minimal",
+        "libpython3.9-minimal",
+        "libpython3.9-stdlib",
+        "libc6",
+        "libexpat1",
+        "zlib1g",
+        "libssl1.1",
+        "libffi7",
+        "libbz2-1.0",
+        "liblzma5",
+        "libmpdec3",
+    ],
+};
+
 fn python_3_13() -> Result<()> {
+    debian_python(&DEBIAN_3_13)
+}
+
+fn python_3_9() -> Result<()> {
+    debian_python(&DEBIAN_3_9)
+}
+
+/// Debian's CPython `p` under its directory: its packages fetched from
+/// the Debian archive apt uses, with a private apt state (the host's
+/// package lists and status are never touched), unpacked, and a
+/// `bin/pythonX.Y` that runs it with its own loader and libraries.
+/// Present when that command imports what the tests use and says its
+/// version.
+fn debian_python(p: &DebianPython) -> Result<()> {
+    let (version, suite) = (p.version, p.suite);
+    let command = p.command;
     let check = || {
-        output(Command::new(PYTHON_3_13).args([
+        output(Command::new(command).args([
             "-c",
-            "import sys, threading, asyncio, socket, queue; print('%d.%d' % sys.version_info[:2])",
+            "import sys, threading, asyncio, socket, queue, ctypes; print('%d.%d' % sys.version_info[:2])",
         ]))
     };
-    if check().as_deref().map(str::trim) == Some("3.13") {
-        eprintln!("    {PYTHON_3_13}: present");
+    if check().as_deref().map(str::trim) == Some(version) {
+        eprintln!("    {command}: present");
         return Ok(());
     }
-    let dir = Path::new(PYTHON_3_13_DIR);
+    let dir = Path::new(p.dir);
     let apt_dir = dir.join("apt");
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(dir);
@@ -168,26 +263,24 @@ fn python_3_13() -> Result<()> {
     std::fs::write(
         apt_dir.join("sources.list"),
         format!(
-            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {PYTHON_3_13_SUITE} main\n",
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {suite} main\n",
             crate::vmtest::kernels::archive_uri()
         ),
     )?;
     let apt = |tool| crate::vmtest::kernels::apt(tool, &apt_dir);
     exec(
         apt("apt-get").arg("update"),
-        &format!("apt-get update ({PYTHON_3_13_SUITE})"),
+        &format!("apt-get update ({suite})"),
     )
     .with_context(|| {
-        format!(
-            "cannot read the {PYTHON_3_13_SUITE} package lists: is the Debian mirror reachable?"
-        )
+        format!("cannot read the {suite} package lists: is the Debian mirror reachable?")
     })?;
     exec(
         apt("apt-get")
             .current_dir(apt_dir.join("dl"))
             .arg("download")
-            .args(PYTHON_3_13_PACKAGES),
-        "apt-get download (CPython 3.13)",
+            .args(p.packages),
+        &format!("apt-get download (CPython {version})"),
     )?;
     for deb in std::fs::read_dir(apt_dir.join("dl"))? {
         let deb = deb?.path();
@@ -199,23 +292,39 @@ fn python_3_13() -> Result<()> {
         }
     }
     let _ = std::fs::remove_dir_all(&apt_dir);
-    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    // Older releases keep the loader and C library in /lib, newer ones in
+    // /usr/lib; each directory is on the library path.
+    let libs = [
+        root.join("usr/lib/x86_64-linux-gnu"),
+        root.join("lib/x86_64-linux-gnu"),
+    ];
+    let loader = libs
+        .iter()
+        .map(|l| l.join("ld-linux-x86-64.so.2"))
+        .find(|l| l.exists())
+        .with_context(|| format!("{suite}'s libc6 has no ld-linux-x86-64.so.2"))?;
+    let path = libs
+        .iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
     let script = format!(
-        "#!/bin/sh\n# Debian {PYTHON_3_13_SUITE}'s CPython 3.13 with its own loader and libraries.\nexec {lib}/ld-linux-x86-64.so.2 --library-path {lib} {exe} \"$@\"\n",
-        lib = lib.display(),
-        exe = root.join("usr/bin/python3.13").display(),
+        "#!/bin/sh\n# Debian {suite}'s CPython {version} with its own loader and libraries.\nexec {loader} --library-path {path} {exe} \"$@\"\n",
+        loader = loader.display(),
+        exe = root.join(format!("usr/bin/python{version}")).display(),
     );
     std::fs::create_dir_all(dir.join("bin"))?;
-    std::fs::write(PYTHON_3_13, script)?;
+    std::fs::write(command, script)?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(PYTHON_3_13, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(command, std::fs::Permissions::from_mode(0o755))?;
     match check().as_deref().map(str::trim) {
-        Some("3.13") => {
-            eprintln!("    {PYTHON_3_13}: installed");
+        Some(v) if v == version => {
+            eprintln!("    {command}: installed");
             Ok(())
         }
         other => bail!(
-            "{PYTHON_3_13} was unpacked but does not run (it said {other:?}): remove {PYTHON_3_13_DIR} and run `cargo xtask setup` again"
+            "{command} was unpacked but does not run (it said {other:?}): remove {} and run `cargo xtask setup` again",
+            p.dir
         ),
     }
 }

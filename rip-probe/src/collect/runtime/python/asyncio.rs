@@ -16,7 +16,11 @@ use std::{
     sync::Arc,
 };
 
-use super::{Names, PyFrame, objects::Heap, offsets::Awaiting};
+use super::{
+    LegacyFrame, Names, PyFrame,
+    objects::Heap,
+    offsets::{Awaiting, Legacy, Stack, YIELD_FROM},
+};
 use crate::{
     collect::{
         memory::Memory,
@@ -227,6 +231,9 @@ impl<M: Memory> Heap<'_, M> {
     /// frames (and what it awaits, when the task itself does not say).
     fn chain(&mut self, mut obj: u64, task: &mut RawTask, names: &mut Names) -> Option<()> {
         let o = self.o;
+        if let Some(l) = &o.legacy {
+            return self.legacy_chain(l, obj, task, names);
+        }
         let ob = &o.objects;
         for _ in 0..MAX_CHAIN {
             match self.type_name(obj).as_deref() {
@@ -299,6 +306,79 @@ impl<M: Memory> Heap<'_, M> {
                 return Some(());
             }
             obj = self.word(frame + ob.frame_localsplus + 8 * (top as u64 - 1))?;
+        }
+        None
+    }
+
+    /// [`Self::chain`] through 3.8–3.10's coroutines: each points to its
+    /// frame object (`gi_frame`, null once done); a suspended one waits in
+    /// an `await` when the instruction after its last is `YIELD_FROM`,
+    /// what it awaits on top of its value stack (`_PyGen_yf`).
+    fn legacy_chain(
+        &mut self,
+        l: &Legacy,
+        mut obj: u64,
+        task: &mut RawTask,
+        names: &mut Names,
+    ) -> Option<()> {
+        let o = self.o;
+        for _ in 0..MAX_CHAIN {
+            match self.type_name(obj).as_deref() {
+                Some("coroutine" | "generator") => {}
+                Some("_asyncio.FutureIter") => {
+                    if task.awaits.is_none() {
+                        let future = self.word(obj + FUTURE_ITER_FUTURE)?;
+                        task.awaits = Some(self.awaited(future));
+                    }
+                    return Some(());
+                }
+                _ => return Some(()),
+            }
+            let Some(frame) = self.word(obj + l.gen_frame) else {
+                // Done: its frame is gone.
+                return Some(());
+            };
+            let f = LegacyFrame::read(&*self, o, l, frame, names)?;
+            if f.created || f.done {
+                return Some(());
+            }
+            let mut pf = f.frame.clone();
+            pf.entry = false;
+            task.frames.insert(0, pf);
+            if f.running {
+                task.running = true;
+                task.running_frame = Some(frame);
+                return Some(());
+            }
+            let bytes = self.word(f.frame.code + l.code_code)?;
+            let len = self.read_u64(bytes + 16).ok()?;
+            let next = u64::try_from(f.lasti + 2).ok()?;
+            if next >= len {
+                return Some(());
+            }
+            let mut op = [0u8; 1];
+            self.read(bytes + 32 + next, &mut op).ok()?;
+            if op[0] != YIELD_FROM {
+                return Some(());
+            }
+            let word = |off: u64| {
+                let off = off as usize;
+                u64::from_le_bytes(f.head[off..off + 8].try_into().expect("8 bytes"))
+            };
+            let top = match l.stack {
+                Stack::Top(at) => word(at)
+                    .checked_sub(8)
+                    .filter(|&t| t >= word(l.f_valuestack))?,
+                Stack::Depth(at) => {
+                    let at = at as usize;
+                    let depth = i32::from_le_bytes(f.head[at..at + 4].try_into().ok()?);
+                    if depth < 1 {
+                        return Some(());
+                    }
+                    word(l.f_valuestack) + 8 * (depth as u64 - 1)
+                }
+            };
+            obj = self.word(top)?;
         }
         None
     }

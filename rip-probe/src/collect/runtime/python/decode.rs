@@ -2,7 +2,8 @@
 //! decoded from bytes copied out of the target (which may be torn or
 //! hostile: every length is checked, nothing panics): `str` objects
 //! (PEP 393 compact strings) and code objects' location tables
-//! (`co_linetable`, the format of CPython 3.11 and later).
+//! (`co_linetable`, the format of CPython 3.11 and later; 3.10's
+//! `co_linetable` and 3.8/3.9's `co_lnotab`).
 
 /// The fields of a `str` object's header that say where its characters
 /// are and how wide they are (`PyASCIIObject.state`, `length`).
@@ -120,6 +121,53 @@ pub fn line_at(table: &[u8], first_line: i32, offset: u64) -> Option<u32> {
     None
 }
 
+/// The source line of the instruction at byte offset `offset` from a
+/// 3.8/3.9 `co_lnotab`: pairs of (bytecode increment, signed line
+/// increment), each line increment taking effect once the address reached
+/// is past the instruction's no longer (`PyCode_Addr2Line`). A negative
+/// offset (the frame has run no instruction yet) is the first line.
+pub fn line_at_lnotab(table: &[u8], first_line: i32, offset: i64) -> Option<u32> {
+    let mut line = i64::from(first_line);
+    let mut addr = 0i64;
+    for pair in table.chunks_exact(2) {
+        addr += i64::from(pair[0]);
+        if addr > offset {
+            break;
+        }
+        line += i64::from(pair[1] as i8);
+    }
+    u32::try_from(line).ok().filter(|&l| l > 0)
+}
+
+/// The source line of the instruction at byte offset `offset` from a
+/// 3.10 `co_linetable`: pairs of (bytes covered, signed line delta), each
+/// a range of bytecode starting where the previous ended, a delta of -128
+/// meaning the range has no line (the deltas of empty ranges still add
+/// up). A negative offset is the first line (`PyCode_Addr2Line`).
+pub fn line_at_3_10(table: &[u8], first_line: i32, offset: i64) -> Option<u32> {
+    if offset < 0 {
+        return u32::try_from(first_line).ok().filter(|&l| l > 0);
+    }
+    let mut line = i64::from(first_line);
+    let mut end = 0i64;
+    for pair in table.chunks_exact(2) {
+        let start = end;
+        end += i64::from(pair[0]);
+        let delta = pair[1] as i8;
+        let has_line = delta != -128;
+        if has_line {
+            line += i64::from(delta);
+        }
+        if start <= offset && offset < end {
+            return has_line
+                .then(|| u32::try_from(line).ok())
+                .flatten()
+                .filter(|&l| l > 0);
+        }
+    }
+    None
+}
+
 /// An unsigned varint of the location table: 6 bits a byte, bit 6 says
 /// more follow.
 fn varint(t: &[u8], i: &mut usize) -> Option<u64> {
@@ -195,5 +243,79 @@ mod tests {
         // Truncated or not a table.
         assert_eq!(line_at(&[0xf0], 1, 0), None);
         assert_eq!(line_at(&[0x10], 1, 0), None);
+    }
+
+    /// The line of every instruction, as `dis` says it starts them, of
+    ///
+    /// ```text
+    /// 3 def f(a):
+    /// 4     x = 1
+    /// 5
+    /// 6     if a:
+    /// 7         y = [i
+    /// 8              for i in range(3)]
+    /// 9     while a:
+    /// 10        a -= 1
+    /// 11        # c
+    /// 12        pass
+    /// 13    return x
+    /// ```
+    ///
+    /// compiled by each version (its table copied from `f.__code__`).
+    fn lines_of(line: impl Fn(i64) -> Option<u32>, starts: &[(i64, u32)], end: i64) {
+        assert_eq!(line(-1), Some(3));
+        for (i, &(at, l)) in starts.iter().enumerate() {
+            let next = starts.get(i + 1).map_or(end, |s| s.0);
+            for off in (at..next).step_by(2) {
+                assert_eq!(line(off), Some(l), "offset {off}");
+            }
+        }
+    }
+
+    #[test]
+    fn lines_from_3_8_and_3_9_lnotab() {
+        // The same bytes from 3.8.18 and 3.9.18.
+        let t = [0, 1, 4, 2, 4, 1, 6, 1, 6, 255, 6, 2, 4, 1, 8, 2, 2, 1];
+        let starts = [
+            (0, 4),
+            (4, 6),
+            (8, 7),
+            (14, 8),
+            (20, 7),
+            (26, 9),
+            (30, 10),
+            (38, 12),
+            (40, 13),
+        ];
+        lines_of(|off| line_at_lnotab(&t, 3, off), &starts, 44);
+        assert_eq!(line_at_lnotab(&[], 3, 10), Some(3));
+        // An odd byte at the end (a torn read) is ignored.
+        assert_eq!(line_at_lnotab(&[0, 1, 4], 3, 10), Some(4));
+    }
+
+    #[test]
+    fn lines_from_a_3_10_linetable() {
+        let t = [
+            4, 1, 4, 2, 6, 1, 6, 1, 6, 255, 4, 2, 8, 1, 2, 2, 4, 253, 4, 4,
+        ];
+        let starts = [
+            (0, 4),
+            (4, 6),
+            (8, 7),
+            (14, 8),
+            (20, 7),
+            (26, 9),
+            (30, 10),
+            (38, 12),
+            (40, 9),
+            (44, 13),
+        ];
+        lines_of(|off| line_at_3_10(&t, 3, off), &starts, 48);
+        // Past the table; a range without a line (-128).
+        assert_eq!(line_at_3_10(&t, 3, 48), None);
+        assert_eq!(line_at_3_10(&[2, 0x80, 2, 1], 3, 0), None);
+        assert_eq!(line_at_3_10(&[2, 0x80, 2, 1], 3, 2), Some(4));
+        // An empty range's delta still counts.
+        assert_eq!(line_at_3_10(&[0, 5, 2, 1], 3, 0), Some(9));
     }
 }

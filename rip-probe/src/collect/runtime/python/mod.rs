@@ -2,8 +2,9 @@
 //! (in the executable, as in Debian's stripped static build, or in
 //! `libpython3.x.so`), its interpreters, their thread states and each
 //! thread's chain of interpreter frames, all with `process_vm_readv`
-//! while the interpreter runs. Layouts per version live in [`offsets`];
-//! the byte formats of names and line tables in [`decode`].
+//! while the interpreter runs (3.8–3.10: their chains of frame objects).
+//! Layouts per version live in [`offsets`]; the byte formats of names and
+//! line tables in [`decode`].
 //!
 //! What is read is a copy taken while the target moves: each thread's
 //! chain is read until two reads agree, else it is marked as changing.
@@ -19,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use librip::reader::open_mapped;
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-use self::offsets::{Entry, Gil, Offsets};
+use self::offsets::{Entry, FrameState, Gil, Legacy, Lines, Offsets};
 use crate::{
     collect::memory::{Memory, ProcessMemory},
     discover::maps::ProcessMaps,
@@ -125,23 +126,30 @@ impl Python {
             };
             let mem = ProcessMemory::new(view);
             return Some(
-                Self::offsets(&mem, runtime, version).map(|(version, offsets)| Python {
-                    version,
-                    runtime,
-                    offsets,
-                }),
+                Self::offsets(&mem, runtime, version, version_in_name(base)).map(
+                    |(version, offsets)| Python {
+                        version,
+                        runtime,
+                        offsets,
+                    },
+                ),
             );
         }
         None
     }
 
     /// The version (`major.minor`) and offsets of the CPython whose
-    /// `_PyRuntime` and `Py_Version` are at `runtime` and `version`: a
-    /// table for 3.11 and 3.12, `_Py_DebugOffsets` from 3.13.
+    /// `_PyRuntime` and `Py_Version` are at `runtime` and `version`, in a
+    /// file whose name says `named` (`python3.9`, `libpython3.10.so`): a
+    /// table for 3.8 to 3.12, `_Py_DebugOffsets` from 3.13. Before 3.11
+    /// nothing in memory says the version: the file's name does, and the
+    /// first thread state must point back to its interpreter where that
+    /// version's table says.
     fn offsets(
         mem: &impl Memory,
         runtime: u64,
         version: Option<u64>,
+        named: Option<(u8, u8)>,
     ) -> Result<(String, Offsets), String> {
         // Py_Version: PY_VERSION_HEX (3.11 and later).
         let hex = version.and_then(|a| mem.read_u32(a).ok());
@@ -152,7 +160,7 @@ impl Python {
             }
             if (major, minor) < (3, 13) {
                 return Err(format!(
-                    "CPython {major}.{minor}: not read (rip reads 3.11, 3.12 and 3.13)"
+                    "CPython {major}.{minor}: not read (rip reads 3.8 to 3.13)"
                 ));
             }
         }
@@ -161,10 +169,21 @@ impl Python {
             return Err("CPython: its _PyRuntime could not be read: not read".into());
         }
         if hex.is_none() && &debug[..8] != b"xdebugpy" {
-            return Err(
-                "a CPython older than 3.11 (no Py_Version): only 3.11, 3.12 and 3.13 are read"
-                    .into(),
-            );
+            let Some((major, minor)) = named else {
+                return Err(
+                    "a CPython older than 3.11 (no Py_Version) whose file name does not say its version: not read"
+                        .into(),
+                );
+            };
+            return match offsets::for_version(major, minor) {
+                Some(o) if o.legacy.is_some() => {
+                    legacy_layout(mem, runtime, &o, (major, minor))?;
+                    Ok((format!("{major}.{minor}"), o))
+                }
+                _ => Err(format!(
+                    "CPython {major}.{minor} (so its file is named) has no Py_Version: not read (rip reads 3.8 to 3.13)"
+                )),
+            };
         }
         let o = offsets::parse_debug(&debug, hex)?;
         let hex = u32::from_le_bytes(debug[8..12].try_into().expect("4 bytes"));
@@ -179,11 +198,17 @@ impl Python {
         let mut threads = Vec::new();
         for tstate in self.thread_states(mem) {
             let o = &self.offsets;
-            let (Ok(tid), Ok(ident)) = (
-                mem.read_u64(tstate + o.tstate_native_thread_id),
-                mem.read_u64(tstate + o.tstate_thread_id),
-            ) else {
+            let Ok(ident) = mem.read_u64(tstate + o.tstate_thread_id) else {
                 continue;
+            };
+            // Before 3.11: from the C library's thread descriptor, else
+            // (0 until then) from `threading` below.
+            let tid = match o.tstate_native_thread_id {
+                Some(at) => match mem.read_u64(tstate + at) {
+                    Ok(tid) => tid,
+                    Err(_) => continue,
+                },
+                None => pthread_tid(mem, ident).unwrap_or(0),
             };
             let mut last = None;
             let mut frames = None;
@@ -210,7 +235,13 @@ impl Python {
         let mut heap = objects::Heap::new(mem, &self.offsets);
         if let Some(by_ident) = interp.and_then(|i| thread_names(&mut heap, i)) {
             for t in &mut threads {
-                t.name = by_ident.get(&t.ident).cloned();
+                let Some(known) = by_ident.get(&t.ident) else {
+                    continue;
+                };
+                t.name = known.name.clone();
+                if t.tid == 0 {
+                    t.tid = known.native_id.unwrap_or(0);
+                }
             }
         }
         let asyncio = interp.and_then(|i| heap.asyncio_tasks(i, &mut names));
@@ -253,6 +284,9 @@ impl Python {
     /// One read of a thread's frame chain, innermost first.
     fn frames(&self, mem: &impl Memory, tstate: u64, names: &mut Names) -> Option<Vec<PyFrame>> {
         let o = &self.offsets;
+        if let Some(l) = &o.legacy {
+            return legacy_frames(mem, o, l, tstate, names);
+        }
         let cframe = match o.tstate_cframe {
             Some(at) => mem.read_u64(tstate + at).ok()?,
             None => tstate,
@@ -286,8 +320,7 @@ impl Python {
                     let instr = word(o.frame_prev_instr);
                     let info = names.code(mem, o, code)?;
                     let offset = instr.checked_sub(code + o.code_adaptive);
-                    let line = offset
-                        .and_then(|off| decode::line_at(&info.linetable, info.first_line, off));
+                    let line = offset.and_then(|off| line(o, &info, off as i64));
                     let entry = match o.entry {
                         Entry::IsEntry(at) => head[at as usize] != 0,
                         Entry::CStackOwner(_) => false,
@@ -342,28 +375,197 @@ impl Python {
     }
 }
 
-/// `threading`'s thread names by ident, from `threading._active` (ident →
-/// `Thread`, its `_name`); `None` when `threading` is not imported or its
-/// dict could not be read.
+/// What `threading` says of one of its threads.
+struct Known {
+    /// `Thread._name`.
+    name: Option<String>,
+    /// `Thread._native_id` (3.8+): the kernel's tid, set by the thread
+    /// itself when it started.
+    native_id: Option<u64>,
+}
+
+/// `threading`'s threads by ident, from `threading._active` (ident →
+/// `Thread`, its `_name` and `_native_id`); `None` when `threading` is
+/// not imported or its dict could not be read.
 fn thread_names<M: Memory>(
     heap: &mut objects::Heap<'_, M>,
     interp: u64,
-) -> Option<HashMap<u64, String>> {
+) -> Option<HashMap<u64, Known>> {
     let modules = heap.word(interp + heap.o.objects.interp_modules)?;
     let threading = heap.dict_get(modules, "threading")?;
     let dict = heap.word(threading + objects::MODULE_DICT)?;
     let active = heap.dict_get(dict, "_active")?;
     let mut out = HashMap::new();
     for (ident, thread) in heap.dict_items(active)? {
-        let (Some(ident), Some(name)) = (
-            heap.int(ident),
-            heap.attribute(thread, "_name").and_then(|n| heap.string(n)),
-        ) else {
+        let Some(ident) = heap.int(ident) else {
             continue;
         };
-        out.insert(ident, name);
+        let name = heap.attribute(thread, "_name").and_then(|n| heap.string(n));
+        let native_id = heap
+            .attribute(thread, "_native_id")
+            .filter(|&n| heap.type_name(n).as_deref() == Some("int"))
+            .and_then(|n| heap.int(n));
+        out.insert(ident, Known { name, native_id });
     }
     Some(out)
+}
+
+/// The kernel's id of the thread whose glibc thread descriptor is at
+/// `pthread` (a thread state's `thread_id`), when the descriptor points
+/// to itself where glibc's does.
+fn pthread_tid(mem: &impl Memory, pthread: u64) -> Option<u64> {
+    if mem.read_u64(pthread + offsets::PTHREAD_SELF).ok()? != pthread {
+        return None;
+    }
+    let tid = mem.read_u32(pthread + offsets::PTHREAD_TID).ok()?;
+    (tid as i32 > 0).then_some(u64::from(tid))
+}
+
+/// One read of a 3.8–3.10 thread's chain of frame objects, innermost
+/// first: each frame is run by a native evaluation call of its own.
+fn legacy_frames(
+    mem: &impl Memory,
+    o: &Offsets,
+    l: &Legacy,
+    tstate: u64,
+    names: &mut Names,
+) -> Option<Vec<PyFrame>> {
+    let mut frame = mem.read_u64(tstate + l.tstate_frame).ok()?;
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    while frame != 0 {
+        if out.len() >= MAX_FRAMES || !seen.insert(frame) {
+            return None;
+        }
+        let f = LegacyFrame::read(mem, o, l, frame, names)?;
+        out.push(f.frame);
+        frame = f.back;
+    }
+    Some(out)
+}
+
+/// A 3.8–3.10 frame object, read.
+struct LegacyFrame {
+    /// What it runs.
+    frame: PyFrame,
+    /// `f_back`.
+    back: u64,
+    /// `f_lasti` in bytes (negative before the first instruction).
+    lasti: i64,
+    /// It has not started (a coroutine not yet run).
+    created: bool,
+    /// It runs now.
+    running: bool,
+    /// It is done (3.10's `f_state` past `FRAME_EXECUTING`).
+    done: bool,
+    /// The whole head read (the value stack's fields are in it).
+    head: [u8; LEGACY_FRAME_READ],
+}
+
+/// What is read of a 3.8–3.10 frame object: its fields up to `f_state` /
+/// `f_executing`.
+const LEGACY_FRAME_READ: usize = 120;
+
+impl LegacyFrame {
+    fn read(
+        mem: &impl Memory,
+        o: &Offsets,
+        l: &Legacy,
+        frame: u64,
+        names: &mut Names,
+    ) -> Option<LegacyFrame> {
+        let mut head = [0u8; LEGACY_FRAME_READ];
+        mem.read(frame, &mut head).ok()?;
+        let word = |off: u64| {
+            let off = off as usize;
+            u64::from_le_bytes(head[off..off + 8].try_into().expect("8 bytes"))
+        };
+        let at = l.f_lasti as usize;
+        let lasti = i64::from(i32::from_le_bytes(
+            head[at..at + 4].try_into().expect("4 bytes"),
+        ));
+        let lasti = if l.lasti_units { lasti * 2 } else { lasti };
+        let (created, running, done) = match l.state {
+            FrameState::Executing(at) => (lasti < 0, head[at as usize] != 0, false),
+            FrameState::State(at) => {
+                let s = head[at as usize] as i8;
+                (s == -2, s == 0, s > 0)
+            }
+        };
+        let code = word(l.f_code);
+        let info = names.code(mem, o, code)?;
+        Some(LegacyFrame {
+            frame: PyFrame {
+                frame,
+                code,
+                function: info.name.clone(),
+                file: info.file.clone(),
+                line: line(o, &info, lasti),
+                entry: true,
+            },
+            back: word(l.f_back),
+            lasti,
+            created,
+            running,
+            done,
+            head,
+        })
+    }
+}
+
+/// Whether the 3.8–3.10 table `o` fits the interpreter at `runtime`: its
+/// first thread state points back to the interpreter it was found in
+/// (what nothing else in memory says before 3.11, a wrong table reads
+/// elsewhere).
+fn legacy_layout(
+    mem: &impl Memory,
+    runtime: u64,
+    o: &Offsets,
+    (major, minor): (u8, u8),
+) -> Result<(), String> {
+    let l = o.legacy.as_ref().expect("a legacy table");
+    let interp = mem
+        .read_u64(runtime + o.runtime_interpreters_head)
+        .map_err(|_| {
+            format!("CPython {major}.{minor}: its _PyRuntime could not be read: not read")
+        })?;
+    let tstate = mem.read_u64(interp + o.interp_threads_head).unwrap_or(0);
+    if interp == 0 || tstate == 0 {
+        // Starting or ending: nothing to read, nothing to check.
+        return Ok(());
+    }
+    if mem.read_u64(tstate + l.tstate_interp).ok() != Some(interp) {
+        return Err(format!(
+            "CPython {major}.{minor} (so its file is named): its thread state does not point back \
+             to its interpreter where {major}.{minor}'s layout says (a build of another layout): not read"
+        ));
+    }
+    Ok(())
+}
+
+/// The `major.minor` a CPython file's name says: `python3.9`,
+/// `libpython3.10.so.1.0`.
+fn version_in_name(base: &str) -> Option<(u8, u8)> {
+    let rest = base
+        .strip_prefix("libpython")
+        .or_else(|| base.strip_prefix("python"))?;
+    let (major, rest) = rest.split_once('.')?;
+    let minor: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The line of the instruction at byte `offset` of the code `info`, by
+/// the line table of `o`'s version.
+fn line(o: &Offsets, info: &Code, offset: i64) -> Option<u32> {
+    match o.lines {
+        Lines::Locations => decode::line_at(
+            &info.linetable,
+            info.first_line,
+            u64::try_from(offset).ok()?,
+        ),
+        Lines::Lnotab => decode::line_at_lnotab(&info.linetable, info.first_line, offset),
+        Lines::Pairs => decode::line_at_3_10(&info.linetable, info.first_line, offset),
+    }
 }
 
 /// `_PyRuntime` and `Py_Version` of the binary mapped by `m` (its first
@@ -468,5 +670,180 @@ pub(crate) fn frame(p: &PyFrame) -> crate::model::Frame {
         line: p.line,
         python: true,
         ..crate::model::Frame::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    /// Memory of a few regions, by start address; elsewhere unreadable.
+    #[derive(Default)]
+    struct Fake(Vec<(u64, Vec<u8>)>);
+
+    impl Fake {
+        fn put(&mut self, at: u64, bytes: &[u8]) {
+            self.0.push((at, bytes.to_vec()));
+        }
+        fn word(&mut self, at: u64, w: u64) {
+            self.put(at, &w.to_le_bytes());
+        }
+        fn int(&mut self, at: u64, v: i32) {
+            self.put(at, &v.to_le_bytes());
+        }
+    }
+
+    impl Memory for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            'byte: for (i, b) in buf.iter_mut().enumerate() {
+                let a = addr + i as u64;
+                // The last write of a byte wins.
+                for (at, bytes) in self.0.iter().rev() {
+                    if a >= *at && a < at + bytes.len() as u64 {
+                        *b = bytes[(a - at) as usize];
+                        continue 'byte;
+                    }
+                }
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_version_a_file_name_says() {
+        assert_eq!(version_in_name("python3.9"), Some((3, 9)));
+        assert_eq!(version_in_name("libpython3.10.so.1.0"), Some((3, 10)));
+        assert_eq!(version_in_name("libpython3.8.so"), Some((3, 8)));
+        assert_eq!(version_in_name("python3"), None);
+        assert_eq!(version_in_name("python"), None);
+        assert_eq!(version_in_name("python3.x"), None);
+    }
+
+    const RUNTIME: u64 = 0x10_0000;
+    const INTERP: u64 = 0x20_0000;
+    const TSTATE: u64 = 0x30_0000;
+
+    /// A 3.9 runtime whose one thread state points back to `back`.
+    fn runtime(back: u64) -> Fake {
+        let o = offsets::for_version(3, 9).unwrap();
+        let mut m = Fake::default();
+        // No _Py_DebugOffsets cookie.
+        m.put(RUNTIME, &[0u8; offsets::DEBUG_OFFSETS_3_13]);
+        m.word(RUNTIME + o.runtime_interpreters_head, INTERP);
+        m.put(INTERP, &[0u8; 64]);
+        m.word(INTERP + o.interp_threads_head, TSTATE);
+        m.put(TSTATE, &[0u8; 256]);
+        m.word(TSTATE + o.legacy.unwrap().tstate_interp, back);
+        m
+    }
+
+    #[test]
+    fn before_3_11_the_file_name_says_the_version_and_the_layout_must_fit() {
+        let ok = runtime(INTERP);
+        let (version, o) = Python::offsets(&ok, RUNTIME, None, Some((3, 9))).unwrap();
+        assert_eq!(version, "3.9");
+        assert_eq!(o, offsets::for_version(3, 9).unwrap());
+        let refusals = [
+            (
+                Python::offsets(&runtime(0x1234), RUNTIME, None, Some((3, 9))),
+                "does not point back to its interpreter",
+            ),
+            (
+                Python::offsets(&ok, RUNTIME, None, None),
+                "whose file name does not say its version",
+            ),
+            (
+                Python::offsets(&ok, RUNTIME, None, Some((3, 7))),
+                "CPython 3.7 (so its file is named) has no Py_Version: not read (rip reads 3.8 to 3.13)",
+            ),
+            (
+                // A 3.11 file without Py_Version is not what it says.
+                Python::offsets(&ok, RUNTIME, None, Some((3, 11))),
+                "CPython 3.11 (so its file is named) has no Py_Version",
+            ),
+        ];
+        for (got, why) in refusals {
+            let e = got.unwrap_err();
+            assert!(e.contains(why), "{e} does not say {why}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_tid_from_glibcs_thread_descriptor_that_points_to_itself() {
+        let mut m = Fake::default();
+        let pthread = 0x7000_0000;
+        m.put(pthread, &[0u8; 1024]);
+        m.word(pthread + offsets::PTHREAD_SELF, pthread);
+        m.int(pthread + offsets::PTHREAD_TID, 4711);
+        assert_eq!(pthread_tid(&m, pthread), Some(4711));
+        // Not a descriptor (its self pointer is elsewhere), or unreadable.
+        m.word(pthread + offsets::PTHREAD_SELF, pthread + 8);
+        assert_eq!(pthread_tid(&m, pthread), None);
+        assert_eq!(pthread_tid(&m, 0x9000_0000), None);
+    }
+
+    /// A 3.10 `str` object at `at` holding ASCII `s`.
+    fn str_at(m: &mut Fake, at: u64, s: &str) {
+        let mut b = vec![0u8; 48];
+        b[16..24].copy_from_slice(&(s.len() as u64).to_le_bytes());
+        // compact, ascii, kind 1.
+        b[32..36].copy_from_slice(&0b110_0100u32.to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+        m.put(at, &b);
+    }
+
+    /// A 3.10 code object at `at` named `name`, from line `first`, whose
+    /// line table is `table`.
+    fn code_at(m: &mut Fake, o: &Offsets, at: u64, name: &str, first: i32, table: &[u8]) {
+        m.put(at, &vec![0u8; o.code_adaptive as usize]);
+        m.int(at + o.code_firstlineno, first);
+        m.word(at + o.code_qualname, at + 0x1000);
+        str_at(m, at + 0x1000, name);
+        m.word(at + o.code_filename, at + 0x2000);
+        str_at(m, at + 0x2000, "app.py");
+        m.word(at + o.code_linetable, at + 0x3000);
+        let mut bytes = vec![0u8; 32];
+        bytes[16..24].copy_from_slice(&(table.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(table);
+        m.put(at + 0x3000, &bytes);
+    }
+
+    #[test]
+    fn a_3_10_chain_of_frame_objects_with_their_lines() {
+        let o = offsets::for_version(3, 10).unwrap();
+        let l = o.legacy.unwrap();
+        let mut m = Fake::default();
+        // inner (line 5 at byte 4: instruction 2) called from outer (line
+        // 10 before its first instruction: f_lasti -1).
+        let (inner, outer) = (0x40_0000u64, 0x50_0000u64);
+        code_at(&mut m, &o, 0x60_0000, "inner", 4, &[4, 0, 4, 1]);
+        code_at(&mut m, &o, 0x70_0000, "outer", 10, &[4, 0]);
+        for (f, code, back, lasti) in [(inner, 0x60_0000, outer, 2), (outer, 0x70_0000, 0, -1)] {
+            m.put(f, &[0u8; LEGACY_FRAME_READ]);
+            m.word(f + l.f_code, code);
+            m.word(f + l.f_back, back);
+            m.int(f + l.f_lasti, lasti);
+        }
+        m.word(TSTATE + l.tstate_frame, inner);
+        let mut names = Names::default();
+        let frames = legacy_frames(&m, &o, &l, TSTATE, &mut names).unwrap();
+        let got: Vec<_> = frames
+            .iter()
+            .map(|f| (f.function.as_deref(), f.file.as_deref(), f.line, f.entry))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some("inner"), Some("app.py"), Some(5), true),
+                (Some("outer"), Some("app.py"), Some(10), true)
+            ]
+        );
+        // A chain that comes back on itself is a torn read: no frames.
+        m.word(outer + l.f_back, inner);
+        assert_eq!(legacy_frames(&m, &o, &l, TSTATE, &mut names), None);
     }
 }

@@ -6,7 +6,7 @@
 use std::{cell::RefCell, collections::HashMap, io};
 
 use super::{
-    offsets::{Long, Managed, Offsets},
+    offsets::{Keys, Long, Managed, Offsets},
     string,
 };
 use crate::collect::memory::Memory;
@@ -23,6 +23,10 @@ const TYPE_BASE: u64 = 256;
 /// types whose instances keep their attributes' values inline.
 const TYPE_BASICSIZE: u64 = 32;
 const TYPE_FLAGS: u64 = 168;
+/// `PyTypeObject.tp_dictoffset`: where an instance's dict pointer is
+/// (3.8–3.10; 0 when it has none, negative from the end of a variable
+/// size object, which no instance rip reads is).
+const TYPE_DICTOFFSET: u64 = 288;
 const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
 /// `PySetObject.mask` (`.table` follows).
 const SET_MASK: usize = 32;
@@ -148,6 +152,9 @@ impl<'a, M: Memory> Heap<'a, M> {
     /// The entries of the dict keys at `keys`: (key, value), the value 0
     /// in a split table (the values are apart).
     fn entries(&mut self, keys: u64) -> Option<Vec<(u64, u64)>> {
+        if self.o.objects.keys == Keys::Sized {
+            return self.sized_entries(keys);
+        }
         let mut k = [0u8; 32];
         self.read(keys, &mut k).ok()?;
         let (index_bytes, kind) = (k[9], k[10]);
@@ -167,6 +174,37 @@ impl<'a, M: Memory> Heap<'a, M> {
                     let at =
                         |off: usize| u64::from_le_bytes(e[off..off + 8].try_into().expect("8"));
                     (at(key_at), at(key_at + 8))
+                })
+                .collect(),
+        )
+    }
+
+    /// The entries of 3.8–3.10's dict keys at `keys`: (key, value), the
+    /// value 0 in a split table.
+    fn sized_entries(&mut self, keys: u64) -> Option<Vec<(u64, u64)>> {
+        let mut k = [0u8; 40];
+        self.read(keys, &mut k).ok()?;
+        let size = u64::from_le_bytes(k[8..16].try_into().ok()?);
+        let n = u64::from_le_bytes(k[32..40].try_into().ok()?);
+        if !size.is_power_of_two() || size > 2 * MAX_DICT || n > size {
+            return None;
+        }
+        // DK_IXSIZE: the width of one index.
+        let width = match size {
+            0..=0xff => 1,
+            0x100..=0xffff => 2,
+            0x1_0000..=0xffff_ffff => 4,
+            _ => 8,
+        };
+        let mut entries = vec![0u8; (n * 24) as usize];
+        self.read(keys + 40 + size * width, &mut entries).ok()?;
+        Some(
+            entries
+                .chunks_exact(24)
+                .map(|e| {
+                    let at =
+                        |off: usize| u64::from_le_bytes(e[off..off + 8].try_into().expect("8"));
+                    (at(8), at(16))
                 })
                 .collect(),
         )
@@ -258,6 +296,18 @@ impl<'a, M: Memory> Heap<'a, M> {
             Managed::Tagged => {
                 let w = self.read_u64(obj - 24).ok()?;
                 if w & 1 == 1 { (w + 1, 0) } else { (0, w) }
+            }
+            Managed::DictOffset => {
+                let ty = self.word(obj + 8)?;
+                let at = i64::from_le_bytes({
+                    let mut b = [0u8; 8];
+                    self.read(ty + TYPE_DICTOFFSET, &mut b).ok()?;
+                    b
+                });
+                if at <= 0 {
+                    return None;
+                }
+                (0, self.read_u64(obj + at as u64).ok()?)
             }
             Managed::Inline => {
                 let ty = self.word(obj + 8)?;

@@ -1,8 +1,15 @@
 //! Where CPython keeps what rip reads, per version: the one place that
-//! knows struct layouts. 3.11 and 3.12 (x86-64, the layouts of their
-//! releases, which keep them within a version) were read off interpreters
-//! built with debug information, with gdb (`ptype/o`); each table is
-//! checked against a running interpreter of its version by the tests.
+//! knows struct layouts. 3.8, 3.9, 3.10, 3.11 and 3.12 (x86-64, the
+//! layouts of their releases, which keep them within a version) were read
+//! off interpreters built with debug information, with gdb (`ptype/o`);
+//! each table is checked against a running interpreter of its version by
+//! the tests.
+//!
+//! 3.8–3.10 keep their frames as heap objects (`PyFrameObject`, chained
+//! by `f_back` from `PyThreadState.frame`), each run by a native
+//! evaluation call of its own, name code by `co_name` (there is no
+//! `co_qualname`), and record no kernel thread id in the thread state:
+//! their layout is in [`Legacy`].
 //!
 //! From 3.13 the interpreter publishes the offsets of its own structures
 //! in `_Py_DebugOffsets`, the first field of `_PyRuntime` (cookie
@@ -29,8 +36,10 @@ pub(crate) struct Offsets {
     /// `PyThreadState.thread_id` (`pthread_self()`, what `threading`
     /// calls the ident).
     pub(crate) tstate_thread_id: u64,
-    /// `PyThreadState.native_thread_id` (the kernel's tid).
-    pub(crate) tstate_native_thread_id: u64,
+    /// `PyThreadState.native_thread_id` (the kernel's tid); `None` before
+    /// 3.11, where the tid is read from the C library's thread descriptor
+    /// the `thread_id` points to (see [`PTHREAD_TID`]).
+    pub(crate) tstate_native_thread_id: Option<u64>,
     /// `PyThreadState.cframe` (3.11, 3.12); `None` from 3.13, where the
     /// thread state points to its frame itself.
     pub(crate) tstate_cframe: Option<u64>,
@@ -50,13 +59,16 @@ pub(crate) struct Offsets {
     pub(crate) entry: Entry,
     /// `PyCodeObject.co_filename`.
     pub(crate) code_filename: u64,
-    /// `PyCodeObject.co_qualname`.
+    /// `PyCodeObject.co_qualname` (before 3.11, `co_name`).
     pub(crate) code_qualname: u64,
     /// `PyCodeObject.co_firstlineno`.
     pub(crate) code_firstlineno: u64,
-    /// `PyCodeObject.co_linetable`.
+    /// `PyCodeObject.co_linetable` (3.8, 3.9: `co_lnotab`).
     pub(crate) code_linetable: u64,
-    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts.
+    /// How that table gives a line.
+    pub(crate) lines: Lines,
+    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts (before
+    /// 3.11, `sizeof(PyCodeObject)`: what one read of a code object copies).
     pub(crate) code_adaptive: u64,
     /// `sizeof(PyASCIIObject)`: where an ASCII string's characters are.
     pub(crate) ascii_size: u64,
@@ -67,7 +79,87 @@ pub(crate) struct Offsets {
     pub(crate) gil: Gil,
     /// What asyncio's tasks are read through.
     pub(crate) objects: Objects,
+    /// 3.8–3.10: frames as heap objects (the interpreter-frame fields
+    /// above are then unused).
+    pub(crate) legacy: Option<Legacy>,
 }
+
+/// The encoding of a code object's line table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lines {
+    /// 3.11+: `co_linetable`'s location entries
+    /// ([`super::decode::line_at`]).
+    Locations,
+    /// 3.8, 3.9: `co_lnotab`'s (address increment, line increment) pairs
+    /// ([`super::decode::line_at_lnotab`]).
+    Lnotab,
+    /// 3.10: `co_linetable`'s (bytes, line delta) pairs
+    /// ([`super::decode::line_at_3_10`]).
+    Pairs,
+}
+
+/// The layout of 3.8–3.10's frames and coroutines (`PyFrameObject`,
+/// `PyGenObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Legacy {
+    /// `PyThreadState.frame`: the innermost frame.
+    pub(crate) tstate_frame: u64,
+    /// `PyThreadState.interp`: checked against the interpreter the thread
+    /// state was found in, to tell a wrong table from a right one.
+    pub(crate) tstate_interp: u64,
+    /// `PyFrameObject.f_back`.
+    pub(crate) f_back: u64,
+    /// `PyFrameObject.f_code`.
+    pub(crate) f_code: u64,
+    /// `PyFrameObject.f_valuestack`.
+    pub(crate) f_valuestack: u64,
+    /// Where the top of a suspended frame's value stack is.
+    pub(crate) stack: Stack,
+    /// `PyFrameObject.f_lasti`: the last instruction run (-1 before the
+    /// first).
+    pub(crate) f_lasti: u64,
+    /// `f_lasti` counts 2-byte code units (3.10), not bytes (3.8, 3.9).
+    pub(crate) lasti_units: bool,
+    /// How a coroutine's frame says whether it runs, or has not started.
+    pub(crate) state: FrameState,
+    /// `PyGenObject.gi_frame` (a pointer; null once it is done).
+    pub(crate) gen_frame: u64,
+    /// `PyCodeObject.co_code` (a `bytes`): the instructions, where
+    /// `YIELD_FROM` after the last one says a coroutine waits in an
+    /// `await`.
+    pub(crate) code_code: u64,
+}
+
+/// Where a suspended 3.8–3.10 frame's value stack ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stack {
+    /// 3.8, 3.9: `f_stacktop`, a pointer past the top (null while it runs).
+    Top(u64),
+    /// 3.10: `f_stackdepth`, an `int` count from `f_valuestack`.
+    Depth(u64),
+}
+
+/// How a 3.8–3.10 coroutine's frame says it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FrameState {
+    /// 3.8, 3.9: `PyFrameObject.f_executing` (a byte, 1 while it runs);
+    /// not started while `f_lasti` is -1.
+    Executing(u64),
+    /// 3.10: `PyFrameObject.f_state` (a signed byte: `FRAME_CREATED` -2,
+    /// `FRAME_SUSPENDED` -1, `FRAME_EXECUTING` 0, later ones done).
+    State(u64),
+}
+
+/// The opcode of `YIELD_FROM` in 3.8–3.10 (`Include/opcode.h`).
+pub(crate) const YIELD_FROM: u8 = 72;
+
+/// glibc's thread descriptor (`struct pthread`, what `pthread_self()`
+/// and so a thread state's `thread_id` point to) on x86-64: `header.self`
+/// points to the descriptor itself (what tells one from other memory),
+/// and `tid` is the kernel's thread id (the same offset from glibc 2.26
+/// to 2.41, Debian 10 to 13).
+pub(crate) const PTHREAD_SELF: u64 = 16;
+pub(crate) const PTHREAD_TID: u64 = 720;
 
 /// Where the objects asyncio's tasks are found through keep what rip
 /// reads: `sys.modules`, dicts, an instance's attributes, sets, weak
@@ -107,6 +199,20 @@ pub(crate) struct Objects {
     pub(crate) dict_values_at: u64,
     /// `_asyncio.Task`'s fields.
     pub(crate) task: TaskLayout,
+    /// How a dict's keys object lays out its entries.
+    pub(crate) keys: Keys,
+}
+
+/// The layout of `PyDictKeysObject`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Keys {
+    /// 3.11+: `dk_log2_size` (byte 8), `dk_log2_index_bytes` (byte 9),
+    /// `dk_kind` (byte 10), `dk_nentries` at 24, the indices from 32.
+    Log2,
+    /// 3.8–3.10: `dk_size` at 8, `dk_nentries` at 32, the indices from 40,
+    /// each 1, 2, 4 or 8 bytes wide as `dk_size` needs; every entry is
+    /// (hash, key, value).
+    Sized,
 }
 
 /// How a suspended coroutine's frame says it waits in an `await` (what
@@ -155,6 +261,8 @@ pub(crate) enum Managed {
     /// 3.12: one word at `obj - 24`, the values array + 1 when odd, else
     /// the dict.
     Tagged,
+    /// 3.8–3.10: the dict at the offset its type's `tp_dictoffset` says.
+    DictOffset,
     /// 3.13: the values inline after the object (at `tp_basicsize`, with
     /// a header whose 4th byte says they are valid, the values from byte
     /// 8) when its type has `Py_TPFLAGS_INLINE_VALUES`; else, or when not
@@ -220,7 +328,7 @@ const V3_11: Offsets = Offsets {
     interp_threads_head: 16,
     tstate_next: 8,
     tstate_thread_id: 152,
-    tstate_native_thread_id: 160,
+    tstate_native_thread_id: Some(160),
     tstate_cframe: Some(56),
     cframe_current_frame: 8,
     frame_code: 32,
@@ -232,6 +340,7 @@ const V3_11: Offsets = Offsets {
     code_qualname: 128,
     code_firstlineno: 72,
     code_linetable: 136,
+    lines: Lines::Locations,
     code_adaptive: 184,
     ascii_size: 48,
     compact_size: 72,
@@ -254,7 +363,9 @@ const V3_11: Offsets = Offsets {
         long: Long::Size,
         dict_values_at: 0,
         task: TASK_3_11,
+        keys: Keys::Log2,
     },
+    legacy: None,
 };
 
 /// CPython 3.12.
@@ -264,7 +375,7 @@ const V3_12: Offsets = Offsets {
     interp_threads_head: 72,
     tstate_next: 8,
     tstate_thread_id: 136,
-    tstate_native_thread_id: 144,
+    tstate_native_thread_id: Some(144),
     tstate_cframe: Some(56),
     cframe_current_frame: 0,
     frame_code: 0,
@@ -276,6 +387,7 @@ const V3_12: Offsets = Offsets {
     code_qualname: 128,
     code_firstlineno: 68,
     code_linetable: 136,
+    lines: Lines::Locations,
     code_adaptive: 192,
     ascii_size: 40,
     compact_size: 56,
@@ -299,13 +411,149 @@ const V3_12: Offsets = Offsets {
         long: Long::Tag,
         dict_values_at: 0,
         task: TASK_3_11,
+        keys: Keys::Log2,
     },
+    legacy: None,
 };
 
-/// The offsets of CPython `major.minor` rip keeps a table of (3.11, 3.12;
+/// What 3.8–3.10 share: their thread states, code objects and strings,
+/// and the fields of the newer tables the frame walk of [`Legacy`] does
+/// not use (set to the `PyFrameObject` fields they correspond to).
+const OLD: Offsets = Offsets {
+    runtime_interpreters_head: 32,
+    interp_next: 0,
+    // PyInterpreterState.tstate_head.
+    interp_threads_head: 8,
+    tstate_next: 8,
+    tstate_thread_id: 176,
+    tstate_native_thread_id: None,
+    tstate_cframe: None,
+    cframe_current_frame: 24,
+    frame_code: 32,
+    frame_previous: 24,
+    frame_prev_instr: 104,
+    frame_owner: 0,
+    entry: Entry::IsEntry(0),
+    code_filename: 104,
+    // co_name.
+    code_qualname: 112,
+    code_firstlineno: 40,
+    // co_lnotab (3.8, 3.9), co_linetable (3.10).
+    code_linetable: 120,
+    lines: Lines::Lnotab,
+    // sizeof(PyCodeObject).
+    code_adaptive: 176,
+    ascii_size: 48,
+    compact_size: 72,
+    gil: Gil::Runtime {
+        locked: 368,
+        last_holder: 360,
+    },
+    objects: Objects {
+        interp_modules: 856,
+        type_cached_keys: 0,
+        managed: Managed::DictOffset,
+        gen_iframe: 0,
+        gen_frame_state: 0,
+        frame_stacktop: 0,
+        frame_localsplus: 0,
+        frame_created: 0,
+        awaiting: Awaiting::State(0),
+        registries: &["_all_tasks"],
+        long: Long::Size,
+        dict_values_at: 0,
+        task: TASK_3_10,
+        keys: Keys::Sized,
+    },
+    legacy: Some(LEGACY_3_8),
+};
+
+/// `PyFrameObject` and `PyGenObject` of 3.8 and 3.9.
+const LEGACY_3_8: Legacy = Legacy {
+    tstate_frame: 24,
+    tstate_interp: 16,
+    f_back: 24,
+    f_code: 32,
+    f_valuestack: 64,
+    stack: Stack::Top(72),
+    f_lasti: 104,
+    lasti_units: false,
+    state: FrameState::Executing(116),
+    gen_frame: 16,
+    code_code: 48,
+};
+
+/// `TaskObj` of 3.8, 3.9 (`task_cancel_msg` and the cancelled exception's
+/// state added) and 3.10 (`task_exception_tb` added).
+const TASK_3_8: TaskLayout = TaskLayout {
+    state: 72,
+    fut_waiter: 104,
+    coro: 112,
+    name: 120,
+    size: 144,
+};
+const TASK_3_9: TaskLayout = TaskLayout {
+    state: 80,
+    fut_waiter: 144,
+    coro: 152,
+    name: 160,
+    size: 184,
+};
+const TASK_3_10: TaskLayout = TaskLayout {
+    state: 88,
+    fut_waiter: 152,
+    coro: 160,
+    name: 168,
+    size: 192,
+};
+
+/// CPython 3.8: the GIL at `_PyRuntime.ceval.gil` further out (the
+/// runtime state holds more before it), `sys.modules` at
+/// `PyInterpreterState.modules` 56.
+const V3_8: Offsets = Offsets {
+    gil: Gil::Runtime {
+        locked: 1168,
+        last_holder: 1160,
+    },
+    objects: Objects {
+        interp_modules: 56,
+        task: TASK_3_8,
+        ..OLD.objects
+    },
+    ..OLD
+};
+
+/// CPython 3.9.
+const V3_9: Offsets = Offsets {
+    objects: Objects {
+        task: TASK_3_9,
+        ..OLD.objects
+    },
+    ..OLD
+};
+
+/// CPython 3.10: `f_lasti` in code units, `f_stackdepth`, `f_state`, and
+/// its own line table.
+const V3_10: Offsets = Offsets {
+    frame_prev_instr: 96,
+    lines: Lines::Pairs,
+    legacy: Some(Legacy {
+        stack: Stack::Depth(80),
+        f_lasti: 96,
+        lasti_units: true,
+        state: FrameState::State(108),
+        ..LEGACY_3_8
+    }),
+    ..OLD
+};
+
+/// The offsets of CPython `major.minor` rip keeps a table of (3.8–3.12;
 /// later versions publish theirs, see [`parse_debug`]).
 pub(crate) fn for_version(major: u8, minor: u8) -> Option<Offsets> {
     match (major, minor) {
+        (3, 8) => Some(V3_8),
+        (3, 9) => Some(V3_9),
+        (3, 10) => Some(V3_10),
         (3, 11) => Some(V3_11),
         (3, 12) => Some(V3_12),
         _ => None,
@@ -337,6 +585,7 @@ const OBJECTS_3_13: Objects = Objects {
         name: 128,
         size: 144,
     },
+    keys: Keys::Log2,
 };
 
 /// The size of `_Py_DebugOffsets` in 3.13: the cookie, then 72 words.
@@ -546,7 +795,7 @@ pub(crate) fn parse_debug(bytes: &[u8], version: Option<u32>) -> Result<Offsets,
         interp_threads_head: word("interpreter_state.threads_head")?,
         tstate_next: word("thread_state.next")?,
         tstate_thread_id: word("thread_state.thread_id")?,
-        tstate_native_thread_id: word("thread_state.native_thread_id")?,
+        tstate_native_thread_id: Some(word("thread_state.native_thread_id")?),
         tstate_cframe: None,
         cframe_current_frame: word("thread_state.current_frame")?,
         frame_code: sized("interpreter_frame.executable", 8, FRAME_READ)?,
@@ -559,6 +808,7 @@ pub(crate) fn parse_debug(bytes: &[u8], version: Option<u32>) -> Result<Offsets,
         code_qualname: code("code_object.qualname", 8)?,
         code_firstlineno: code("code_object.firstlineno", 4)?,
         code_linetable: code("code_object.linetable", 8)?,
+        lines: Lines::Locations,
         code_adaptive,
         ascii_size,
         // PyCompactUnicodeObject: the ASCII header, utf8_length, utf8.
@@ -573,6 +823,7 @@ pub(crate) fn parse_debug(bytes: &[u8], version: Option<u32>) -> Result<Offsets,
             frame_localsplus: localsplus,
             ..OBJECTS_3_13
         },
+        legacy: None,
     })
 }
 
@@ -678,7 +929,10 @@ mod tests {
         assert_eq!(o.runtime_interpreters_head, 632);
         assert_eq!((o.interp_next, o.interp_threads_head), (7264, 7344));
         assert_eq!((o.tstate_cframe, o.cframe_current_frame), (None, 72));
-        assert_eq!((o.tstate_thread_id, o.tstate_native_thread_id), (152, 160));
+        assert_eq!(
+            (o.tstate_thread_id, o.tstate_native_thread_id),
+            (152, Some(160))
+        );
         assert_eq!(
             (
                 o.frame_code,
@@ -755,5 +1009,158 @@ mod tests {
                 .contains("CPython 3.12: its _Py_DebugOffsets says CPython 3.13")
         );
         assert!(parse_debug(&bytes(&PUBLISHED_3_13_0)[..100], None).is_err());
+    }
+
+    /// What gdb says `expr` is (an integer), in the file at `path` read
+    /// with its debug information: one value per expression, in order.
+    fn gdb(path: &str, exprs: &[String]) -> Vec<i64> {
+        assert!(
+            std::path::Path::new(path).exists(),
+            "{path} is missing: run `cargo xtask setup`"
+        );
+        let mut cmd = std::process::Command::new("gdb");
+        cmd.args(["-nx", "-batch"]);
+        for e in exprs {
+            cmd.args(["-ex", &format!("print (long)({e})")]);
+        }
+        let out = cmd
+            .arg(path)
+            .output()
+            .unwrap_or_else(|e| panic!("gdb: {e}: run `cargo xtask setup`"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let values: Vec<i64> = text
+            .lines()
+            .filter_map(|l| l.split_once(" = ").map(|(_, v)| v.trim().parse().unwrap()))
+            .collect();
+        assert_eq!(
+            values.len(),
+            exprs.len(),
+            "gdb read {exprs:?} from {path}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        values
+    }
+
+    /// Each table of 3.8, 3.9 and 3.10 is the layout the DWARF of pyenv's
+    /// builds of those versions (what the machine image carries) says.
+    #[test]
+    fn the_tables_of_3_8_to_3_10_are_the_dwarf_of_their_builds() {
+        for (minor, version) in [(8u8, "3.8.18"), (9, "3.9.18"), (10, "3.10.13")] {
+            let o = for_version(3, minor).unwrap();
+            let l = o.legacy.unwrap();
+            let f = |ty: &str, field: &str| format!("&(({ty}*)0)->{field}");
+            let (gil_locked, gil_holder) = match o.gil {
+                Gil::Runtime {
+                    locked,
+                    last_holder,
+                } => (locked, last_holder),
+                Gil::Interpreter { .. } => panic!("3.{minor}: one GIL in the runtime"),
+            };
+            let (stack, stack_field) = match l.stack {
+                Stack::Top(at) => (at, "f_stacktop"),
+                Stack::Depth(at) => (at, "f_stackdepth"),
+            };
+            let (state, state_field) = match l.state {
+                FrameState::Executing(at) => (at, "f_executing"),
+                FrameState::State(at) => (at, "f_state"),
+            };
+            let lines = if minor == 10 {
+                "co_linetable"
+            } else {
+                "co_lnotab"
+            };
+            let ours: Vec<(String, u64)> = vec![
+                (
+                    f("_PyRuntimeState", "interpreters.head"),
+                    o.runtime_interpreters_head,
+                ),
+                (f("_PyRuntimeState", "ceval.gil.locked"), gil_locked),
+                (f("_PyRuntimeState", "ceval.gil.last_holder"), gil_holder),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.last_holder"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_LAST_HOLDER,
+                ),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.cond"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_TAKE.start,
+                ),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.switch_cond"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_TAKE.end,
+                ),
+                (f("PyInterpreterState", "next"), o.interp_next),
+                (
+                    f("PyInterpreterState", "tstate_head"),
+                    o.interp_threads_head,
+                ),
+                (f("PyInterpreterState", "modules"), o.objects.interp_modules),
+                (f("PyThreadState", "next"), o.tstate_next),
+                (f("PyThreadState", "interp"), l.tstate_interp),
+                (f("PyThreadState", "frame"), l.tstate_frame),
+                (f("PyThreadState", "thread_id"), o.tstate_thread_id),
+                (f("PyFrameObject", "f_back"), l.f_back),
+                (f("PyFrameObject", "f_code"), l.f_code),
+                (f("PyFrameObject", "f_valuestack"), l.f_valuestack),
+                (f("PyFrameObject", stack_field), stack),
+                (f("PyFrameObject", "f_lasti"), l.f_lasti),
+                (f("PyFrameObject", state_field), state),
+                (f("PyGenObject", "gi_frame"), l.gen_frame),
+                (f("PyCodeObject", "co_code"), l.code_code),
+                (f("PyCodeObject", "co_filename"), o.code_filename),
+                (f("PyCodeObject", "co_name"), o.code_qualname),
+                (f("PyCodeObject", "co_firstlineno"), o.code_firstlineno),
+                (f("PyCodeObject", lines), o.code_linetable),
+                ("sizeof(PyCodeObject)".into(), o.code_adaptive),
+                ("sizeof(PyASCIIObject)".into(), o.ascii_size),
+                ("sizeof(PyCompactUnicodeObject)".into(), o.compact_size),
+                (f("PyTypeObject", "tp_dictoffset"), 288),
+                (f("PyDictKeysObject", "dk_size"), 8),
+                (f("PyDictKeysObject", "dk_nentries"), 32),
+                (f("PyDictKeysObject", "dk_indices"), 40),
+                ("sizeof(PyDictKeyEntry)".into(), 24),
+            ];
+            let lib = format!("/root/.pyenv/versions/{version}/lib/libpython3.{minor}.so.1.0");
+            let exprs: Vec<String> = ours.iter().map(|(e, _)| e.clone()).collect();
+            for ((e, want), got) in ours.iter().zip(gdb(&lib, &exprs)) {
+                assert_eq!(got, *want as i64, "3.{minor}: {e}");
+            }
+            // `_asyncio.Task`, in its extension module.
+            let t = o.objects.task;
+            let task: Vec<(String, usize)> = vec![
+                (f("TaskObj", "task_state"), t.state),
+                (f("TaskObj", "task_fut_waiter"), t.fut_waiter),
+                (f("TaskObj", "task_coro"), t.coro),
+                (f("TaskObj", "task_name"), t.name),
+                ("sizeof(TaskObj)".into(), t.size),
+            ];
+            let module = std::fs::read_dir(format!(
+                "/root/.pyenv/versions/{version}/lib/python3.{minor}/lib-dynload"
+            ))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("_asyncio.")
+            })
+            .unwrap();
+            let exprs: Vec<String> = task.iter().map(|(e, _)| e.clone()).collect();
+            for ((e, want), got) in task.iter().zip(gdb(module.to_str().unwrap(), &exprs)) {
+                assert_eq!(got, *want as i64, "3.{minor}: {e}");
+            }
+        }
     }
 }
