@@ -30,7 +30,7 @@ impl FileKey {
     /// The key of an open file (its `fstat`).
     pub(crate) fn of(file: &RegularFile) -> Self {
         let mtime = rustix::fs::fstat(file.fd())
-            .map(|st| (st.st_mtime, st.st_mtime_nsec as u64))
+            .map(|st| (st.st_mtime, st.st_mtime_nsec))
             .unwrap_or_default();
         FileKey {
             dev_ino: file.dev_ino,

@@ -1150,7 +1150,6 @@ mod tests {
             run("version_two", &mut name_of).as_deref(),
             Some("version_two")
         );
-        drop(name_of);
         assert_eq!(s.holders(), 2);
         s.retain_targets(|_| false);
         assert_eq!(s.holders(), 0);
