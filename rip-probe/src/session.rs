@@ -162,6 +162,15 @@ pub(crate) use crate::util::monotonic_ns;
 impl Session {
     /// Opens the target, loads and attaches the programs (and uprobes).
     pub fn attach(opts: &SessionOptions) -> Result<Self> {
+        Self::attach_naming_with(opts, SymbolizerThread::start())
+    }
+
+    /// [`Session::attach`], naming addresses with `symbolizer` (one kept
+    /// across sessions keeps what it parsed of the binaries).
+    pub(crate) fn attach_naming_with(
+        opts: &SessionOptions,
+        symbolizer: SymbolizerThread,
+    ) -> Result<Self> {
         let target = Target::open(opts.pid)?;
         // Reports name kernel frames: kallsyms loads beside the attach.
         symbolize::prime_kernel();
@@ -187,7 +196,6 @@ impl Session {
             timing::phase("attach uprobes", || probe.attach_uprobes(&sites))?;
         }
         let events = probe.take_events()?;
-        let symbolizer = SymbolizerThread::start();
         Ok(Session {
             probe,
             events,
@@ -570,11 +578,21 @@ impl Session {
 /// `rip-probe serve` takes of each target every interval; `--duration 0`
 /// takes the same.
 pub fn snapshot_now(opts: &SessionOptions) -> Result<Report> {
+    snapshot_naming_with(opts, SymbolizerThread::start())
+}
+
+/// [`snapshot_now`], naming addresses with `symbolizer`: `serve` keeps
+/// one across its passes, so that a binary's debug information is parsed
+/// once, not at every snapshot of every process that maps it.
+pub(crate) fn snapshot_naming_with(
+    opts: &SessionOptions,
+    symbolizer: SymbolizerThread,
+) -> Result<Report> {
     let opts = SessionOptions {
         switches: false,
         ..opts.clone()
     };
-    let mut s = Session::attach(&opts)?;
+    let mut s = Session::attach_naming_with(&opts, symbolizer)?;
     s.observe(Duration::ZERO, &mut ())?;
     s.stop_observing()?;
     s.snapshot()

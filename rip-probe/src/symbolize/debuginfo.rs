@@ -20,6 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::held::FileKey;
 use object::{Object, ObjectSection, ObjectSegment};
 
 /// Where debug packages install debug files by build-id.
@@ -58,32 +59,37 @@ impl Split {
     }
 }
 
-/// The separate debug files found so far, by the binary's device and
-/// inode (a binary without any is asked about once).
+/// The separate debug files found so far, by the binary's device, inode,
+/// size and time (a binary without any is asked about once).
 #[derive(Default)]
 pub(crate) struct SplitDebug {
-    by_file: HashMap<(u64, u64), Option<Arc<Split>>>,
+    by_file: HashMap<FileKey, Option<Arc<Split>>>,
     debuginfod: Option<Result<Debuginfod, String>>,
     /// Time spent waiting for debuginfod in this run.
     waited: Duration,
 }
 
 impl SplitDebug {
-    /// The separate debug file of the binary at `path` (whose device and
-    /// inode are `dev_ino`), if it has no DWARF of its own and one is
-    /// found. Problems go to `warn`.
+    /// The separate debug file of the binary at `path` (whose key is
+    /// `key`), if it has no DWARF of its own and one is found. Problems go
+    /// to `warn`.
     pub(crate) fn find(
         &mut self,
         path: &Path,
-        dev_ino: (u64, u64),
+        key: FileKey,
         warn: &mut dyn FnMut(String),
     ) -> Option<Arc<Split>> {
-        if let Some(s) = self.by_file.get(&dev_ino) {
+        if let Some(s) = self.by_file.get(&key) {
             return s.clone();
         }
         let found = self.lookup(path, warn).map(Arc::new);
-        self.by_file.insert(dev_ino, found.clone());
+        self.by_file.insert(key, found.clone());
         found
+    }
+
+    /// Drops what was found for the binary `key` names.
+    pub(crate) fn forget(&mut self, key: &FileKey) {
+        self.by_file.remove(key);
     }
 
     fn lookup(&mut self, path: &Path, warn: &mut dyn FnMut(String)) -> Option<Split> {

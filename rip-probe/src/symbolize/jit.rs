@@ -44,6 +44,11 @@ pub(crate) fn perf_map_name(pid: u32) -> String {
 }
 
 impl JitMaps {
+    /// Drops the maps of the processes `live` says are no longer watched.
+    pub(crate) fn retain(&mut self, live: impl Fn(u32) -> bool) {
+        self.by_pid.retain(|&pid, _| live(pid));
+    }
+
     /// The perf map of process `pid`: `Ok(None)` when it writes none.
     pub(crate) fn get(&mut self, pid: u32) -> Result<Option<Arc<PerfMap>>, String> {
         let name = perf_map_name(pid);

@@ -25,6 +25,7 @@ pub(crate) mod data;
 mod debuginfo;
 pub(crate) mod go_table;
 pub(crate) mod gopclntab;
+pub(crate) mod held;
 mod jit;
 pub(crate) mod locks;
 mod sites;
@@ -32,6 +33,8 @@ pub(crate) mod stacks;
 mod thread;
 
 pub(crate) use thread::{Resolve, SymbolizerThread};
+
+use held::{Cached, FileKey, Holders};
 
 use crate::{
     collect::ring::ModuleMap,
@@ -67,9 +70,15 @@ pub(crate) struct Symbolizer {
     jit: jit::JitMaps,
     /// Separate debug files of binaries shipped without DWARF.
     split: debuginfo::SplitDebug,
-    /// The `.gopclntab` of the binaries seen, by device and inode (`None`:
-    /// not a Go binary, or one whose table cannot be read).
-    go: HashMap<(u64, u64), Option<Arc<gopclntab::GoBinary>>>,
+    /// The `.gopclntab` of the binaries seen, by file key (`None`: not a
+    /// Go binary, or one whose table cannot be read).
+    go: HashMap<FileKey, Option<Arc<gopclntab::GoBinary>>>,
+    /// The live process whose addresses are being named, if any.
+    holder: Option<u32>,
+    /// What each live process's addresses made this symbolizer cache: a
+    /// symbolizer kept across many targets ([`Symbolizer::retain_targets`])
+    /// drops a binary's state once no target it still watches used it.
+    held: Holders<Cached>,
 }
 
 impl Default for Symbolizer {
@@ -93,14 +102,68 @@ impl Symbolizer {
             jit: jit::JitMaps::default(),
             split: debuginfo::SplitDebug::default(),
             go: HashMap::new(),
+            holder: None,
+            held: Holders::default(),
         }
+    }
+
+    /// Notes that the live process being named made this symbolizer
+    /// cache `c`.
+    fn hold(&mut self, c: Cached) {
+        if let Some(pid) = self.holder {
+            self.held.note(pid, c);
+        }
+    }
+
+    /// Forgets the processes `live` says are no longer watched, and drops
+    /// what was cached for binaries none of the others used: blazesym's
+    /// parsed files (by the paths it opened them at), Go and site tables,
+    /// separate debug files, perf maps, binaries a ring named. A
+    /// symbolizer kept across many targets coming and going stays as
+    /// large as what its live targets map.
+    pub(crate) fn retain_targets(&mut self, live: impl Fn(u32) -> bool) {
+        let gone: Vec<u32> = self.held.pids().filter(|&p| !live(p)).collect();
+        for c in self.held.retain(&live) {
+            match c {
+                Cached::Elf(path) => {
+                    let evict = blazesym::symbolize::evict::Evict::from(
+                        blazesym::symbolize::evict::Elf::new(path),
+                    );
+                    // Best effort by blazesym's own word; nothing to say.
+                    let _ = self.blaze.evict(&evict);
+                }
+                Cached::File(key) => {
+                    self.go.remove(&key);
+                    self.sites.forget(&key);
+                    self.split.forget(&key);
+                }
+                Cached::Module(path) => {
+                    self.opened.remove(&path);
+                }
+            }
+        }
+        for pid in gone {
+            let evict = blazesym::symbolize::evict::Evict::from(
+                blazesym::symbolize::evict::Process::new(blazesym::Pid::from(pid)),
+            );
+            let _ = self.blaze.evict(&evict);
+        }
+        self.jit.retain(&live);
+    }
+
+    /// How many processes hold something in this symbolizer.
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> usize {
+        self.held.targets()
     }
 
     /// The Go tables of `file`, read once per file: Go binaries are named
     /// from them (also stripped ones, which keep them for the runtime's
     /// own tracebacks), like DWARF names others, inlined calls included.
     fn go_binary(&mut self, file: &RegularFile, name: &str) -> Option<Arc<gopclntab::GoBinary>> {
-        if let Some(g) = self.go.get(&file.dev_ino) {
+        let key = FileKey::of(file);
+        self.hold(Cached::File(key));
+        if let Some(g) = self.go.get(&key) {
             return g.clone();
         }
         let g = match gopclntab::GoBinary::from_file(file) {
@@ -111,7 +174,7 @@ impl Symbolizer {
                 None
             }
         };
-        self.go.insert(file.dev_ino, g.clone());
+        self.go.insert(key, g.clone());
         g
     }
 
@@ -179,6 +242,10 @@ impl Symbolizer {
     /// (with module and offset when the module is known).
     pub(crate) fn user(&mut self, space: &UserSpace<'_>, addrs: &[u64]) -> HashMap<u64, Frame> {
         let addrs = distinct(addrs);
+        self.holder = match space {
+            UserSpace::Live(pid) | UserSpace::LiveWithModules(pid, _) => Some(*pid),
+            UserSpace::Modules(_) => None,
+        };
         match space {
             UserSpace::Live(pid) => self.live(*pid, &addrs),
             UserSpace::Modules(mods) => self.post_mortem(mods, &addrs),
@@ -306,6 +373,9 @@ impl Symbolizer {
         }
         let pairs = &rest[..];
         let file = crate::collect::procfs::code_path(pid, m);
+        if let Some(path) = &file {
+            self.hold(Cached::Elf(path.clone()));
+        }
         let syms = file.as_ref().and_then(|path| {
             let offsets: Vec<u64> = pairs.iter().map(|p| p.1).collect();
             let src = Source::Elf(Elf::new(path));
@@ -329,15 +399,18 @@ impl Symbolizer {
                 }
             }
         }
-        if let Some(path) = &file {
-            let key = (libc::makedev(m.dev.0, m.dev.1), m.inode);
+        if let Some(path) = &file
+            && let Some(key) = FileKey::at(path)
+        {
             self.split_lines(path, key, &name, pairs, out);
         }
         // A snap's site, from the site table of the very file mapped.
         let Some(file) = mapped else {
             return;
         };
-        match self.sites.get(&file) {
+        let key = FileKey::of(&file);
+        self.hold(Cached::File(key));
+        match self.sites.get(&file, key) {
             Ok(Some(t)) => {
                 for &(a, off) in pairs {
                     if let (Some(site), Some(f)) = (t.table.find(off), out.get_mut(&a)) {
@@ -358,7 +431,7 @@ impl Symbolizer {
     fn split_lines(
         &mut self,
         path: &Path,
-        dev_ino: (u64, u64),
+        key: FileKey,
         name: &str,
         pairs: &[(u64, u64)],
         out: &mut HashMap<u64, Frame>,
@@ -371,12 +444,14 @@ impl Symbolizer {
         if lineless.is_empty() {
             return;
         }
+        self.hold(Cached::File(key));
         let warnings = &mut self.warnings;
-        let Some(split) = self.split.find(path, dev_ino, &mut |w| {
+        let Some(split) = self.split.find(path, key, &mut |w| {
             warnings.insert(w);
         }) else {
             return;
         };
+        self.hold(Cached::Elf(split.path.clone()));
         let (known, virts): (Vec<(u64, u64)>, Vec<u64>) = lineless
             .iter()
             .filter_map(|&(a, off)| Some(((a, off), split.virt(off)?)))
@@ -431,12 +506,17 @@ impl Symbolizer {
                     out.insert(a, module_only(a, &name, off));
                 }
             };
+            self.hold(Cached::Module(module_key(m)));
             let file = self
                 .opened
                 .entry(module_key(m))
                 .or_insert_with(|| open_module(m))
                 .as_ref()
-                .map(RegularFile::proc_path);
+                .map(RegularFile::proc_path)
+                .map_err(String::clone);
+            if let Ok(p) = &file {
+                self.hold(Cached::Elf(p.clone()));
+            }
             let problem = match &file {
                 Ok(p) => check_binary(p, m.build_id.as_deref()),
                 Err(e) => Some(String::clone(e)),
@@ -502,12 +582,13 @@ impl Symbolizer {
             let Some(Ok(opened)) = self.opened.get(&module_key(m)) else {
                 continue;
             };
-            let dev_ino = opened.dev_ino;
-            self.split_lines(&file, dev_ino, &name, &pairs, &mut out);
+            let key = FileKey::of(opened);
+            self.hold(Cached::File(key));
+            self.split_lines(&file, key, &name, &pairs, &mut out);
             let Some(Ok(opened)) = self.opened.get(&module_key(m)) else {
                 continue;
             };
-            let table = match self.sites.get(opened) {
+            let table = match self.sites.get(opened, key) {
                 Ok(Some(t)) => t,
                 Ok(None) => continue,
                 Err(e) => {
@@ -1007,6 +1088,102 @@ mod tests {
         let w = s.take_warnings().join("\n");
         assert!(w.contains("FIFO"), "{w}");
         assert!(!w.contains("root") && !w.contains("SECRET"), "{w}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A program at `path` built from one C function named `name`,
+    /// started: its pid and the function's address, as it prints them.
+    fn program_named(dir: &Path, path: &Path, name: &str) -> (std::process::Child, u64) {
+        use std::io::BufRead;
+        let src = dir.join("one.c");
+        std::fs::write(
+            &src,
+            "#include <stdio.h>\n#include <unistd.h>\n\
+             __attribute__((noinline)) void NAME(void) { pause(); }\n\
+             int main(void) { printf(\"%p\\n\", (void *)NAME); fflush(stdout); NAME(); }\n",
+        )
+        .unwrap();
+        // Built beside, then written over `path` in place: the same
+        // device and inode, other contents.
+        let built = dir.join("built");
+        let cc = std::process::Command::new("cc")
+            .args(["-O0", "-g", &format!("-DNAME={name}"), "-o"])
+            .arg(&built)
+            .arg(&src)
+            .status()
+            .expect("cc runs");
+        assert!(cc.success());
+        std::fs::write(path, std::fs::read(&built).unwrap()).unwrap();
+        // Another test's fork may hold the write descriptor for a moment
+        // (until it execs): the file is busy then.
+        let mut tries = 0;
+        let mut child = loop {
+            match std::process::Command::new(path)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+            {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r.unwrap(),
+            }
+        };
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        (child, addr)
+    }
+
+    /// One symbolizer kept across targets (as serve keeps it) names a
+    /// program rewritten in place at the same path (same inode) by its new
+    /// contents, whether or not the old target's state was dropped; and a
+    /// target gone leaves nothing held.
+    #[test]
+    fn a_kept_symbolizer_names_a_rewritten_binary_by_its_new_contents() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("rip-sym-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("app");
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut s = Symbolizer::new();
+        let mut name_of = |pid: u32, addr: u64| {
+            s.user(&UserSpace::Live(pid), &[addr])[&addr]
+                .function
+                .clone()
+        };
+        let run = |name: &str, s_name: &mut dyn FnMut(u32, u64) -> Option<String>| {
+            let (mut child, addr) = program_named(&dir, &path, name);
+            let got = s_name(child.id(), addr);
+            child.kill().unwrap();
+            child.wait().unwrap();
+            got
+        };
+        assert_eq!(
+            run("version_one", &mut name_of).as_deref(),
+            Some("version_one")
+        );
+        // Not dropped: the new contents have another key.
+        assert_eq!(
+            run("version_two", &mut name_of).as_deref(),
+            Some("version_two")
+        );
+        assert_eq!(s.holders(), 2);
+        s.retain_targets(|_| false);
+        assert_eq!(s.holders(), 0);
+        let mut name_of = |pid: u32, addr: u64| {
+            s.user(&UserSpace::Live(pid), &[addr])[&addr]
+                .function
+                .clone()
+        };
+        assert_eq!(
+            run("version_three", &mut name_of).as_deref(),
+            Some("version_three")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -2,8 +2,8 @@
 //! file, line and label of every snap, without debug information and in
 //! stripped binaries.
 //!
-//! Each binary's table is parsed once per symbolizer (keyed by device and
-//! inode of the opened file), its addresses turned into file offsets (what
+//! Each binary's table is parsed once per symbolizer (keyed by device,
+//! inode, size and time of the opened file), its addresses turned into file offsets (what
 //! both a ring's module table and /proc/PID/maps give for an address), and
 //! looked up by binary search.
 
@@ -15,6 +15,7 @@ use librip::{
 };
 use object::{Object, ObjectSection, ObjectSegment, read::ReadCache};
 
+use super::held::FileKey;
 use crate::model::Frame;
 
 /// A binary's site table, keyed by file offset, with its build-id.
@@ -28,16 +29,17 @@ pub struct Loaded {
 /// Site tables of the binaries seen so far.
 #[derive(Default)]
 pub struct SiteCache {
-    tables: HashMap<(u64, u64), Option<Loaded>>,
+    tables: HashMap<FileKey, Option<Loaded>>,
 }
 
 impl SiteCache {
-    /// The site table of `file` (parsed on first use). `Ok(None)`: the
-    /// binary has none (not built with librip, or not ELF); `Err`: it has
-    /// a malformed one, reported once (later calls give `Ok(None)`).
-    pub fn get(&mut self, file: &RegularFile) -> Result<Option<&Loaded>, String> {
+    /// The site table of `file`, whose key is `key` (parsed on first
+    /// use). `Ok(None)`: the binary has none (not built with librip, or
+    /// not ELF); `Err`: it has a malformed one, reported once (later calls
+    /// give `Ok(None)`).
+    pub fn get(&mut self, file: &RegularFile, key: FileKey) -> Result<Option<&Loaded>, String> {
         let mut err = None;
-        let entry = self.tables.entry(file.dev_ino).or_insert_with(|| {
+        let entry = self.tables.entry(key).or_insert_with(|| {
             load(file).unwrap_or_else(|e| {
                 err = Some(e);
                 None
@@ -47,6 +49,11 @@ impl SiteCache {
             Some(e) => Err(e),
             None => Ok(entry.as_ref()),
         }
+    }
+
+    /// Drops the table of the file `key` names.
+    pub fn forget(&mut self, key: &FileKey) {
+        self.tables.remove(key);
     }
 }
 

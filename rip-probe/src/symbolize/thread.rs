@@ -32,7 +32,10 @@ impl Resolve for Symbolizer {
 
 /// A [`Symbolizer`] living on its own thread (blazesym's symbolizer cannot
 /// move between threads), so that a session can have it load kallsyms and
-/// the target's debug information while it observes.
+/// the target's debug information while it observes. A clone sends to
+/// the same thread: `serve` keeps one for all its targets, each session
+/// using it in turn.
+#[derive(Clone)]
 pub(crate) struct SymbolizerThread {
     jobs: std::sync::mpsc::Sender<Job>,
 }
@@ -48,6 +51,9 @@ enum Job {
     ),
     Kernel(Vec<u64>, std::sync::mpsc::Sender<HashMap<u64, Frame>>),
     Warnings(std::sync::mpsc::Sender<Vec<String>>),
+    /// The processes still watched, sorted: what only others used is
+    /// dropped ([`Symbolizer::retain_targets`]).
+    Retain(Vec<u32>),
 }
 
 enum UserSpaceOwned {
@@ -84,6 +90,10 @@ impl SymbolizerThread {
                         reply.send(s.user(&UserSpace::LiveWithModules(pid, &m), &addrs))
                     }
                     Job::Kernel(addrs, reply) => reply.send(s.kernel(&addrs)),
+                    Job::Retain(live) => {
+                        s.retain_targets(|p| live.binary_search(&p).is_ok());
+                        Ok(())
+                    }
                     Job::Warnings(reply) => reply
                         .send(s.take_warnings())
                         .map_err(|_| std::sync::mpsc::SendError(HashMap::new())),
@@ -100,6 +110,13 @@ impl SymbolizerThread {
     pub(crate) fn warm_up(&self, binaries: impl FnOnce() -> Vec<PathBuf> + Send + 'static) {
         // A closed channel means the thread is gone; asks then get nothing.
         let _ = self.jobs.send(Job::WarmUp(Box::new(binaries)));
+    }
+
+    /// Has the thread drop what it cached for binaries that none of the
+    /// processes `live` (sorted) used.
+    pub(crate) fn retain_targets(&self, live: Vec<u32>) {
+        // A closed channel means the thread is gone, and its caches too.
+        let _ = self.jobs.send(Job::Retain(live));
     }
 
     fn ask<T: Default>(&self, job: impl FnOnce(std::sync::mpsc::Sender<T>) -> Job) -> T {

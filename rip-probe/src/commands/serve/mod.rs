@@ -36,7 +36,8 @@ use crate::{
         serve::{ProcessMetrics, ServeMetrics},
     },
     render,
-    session::{SessionOptions, snapshot_now},
+    session::{SessionOptions, snapshot_naming_with},
+    symbolize::SymbolizerThread,
     util::interrupt,
 };
 
@@ -139,6 +140,11 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
     let thresholds: Vec<u64> = a.blocked_over.iter().map(|d| d.as_nanos() as u64).collect();
     let stuck_ns = a.stuck.as_nanos() as u64;
     let mut kept: BTreeMap<u32, Kept> = BTreeMap::new();
+    // One symbolizer for every target and pass: a binary's debug
+    // information (decompressed, indexed) is parsed once while some
+    // target maps it, not again at every snapshot; what only targets now
+    // gone used is dropped at each listing.
+    let symbols = SymbolizerThread::start();
     let mut totals = ServeMetrics::default();
     // The last pid snapshotted: the next pass starts after it.
     let mut cursor = 0u32;
@@ -156,6 +162,7 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
             }
         };
         kept.retain(|pid, _| listed.pids.binary_search(pid).is_ok());
+        symbols.retain_targets(listed.pids.clone());
         totals.targets = listed.pids.len() as u64;
         if let Some(i) = incidents.as_mut() {
             let gone: Vec<u32> = i.open_pids().filter(|p| !kept.contains_key(p)).collect();
@@ -187,7 +194,7 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
             opts.stacks = !a.no_stacks;
             opts.warm_up = false;
             let t0 = Instant::now();
-            let snap = snapshot_now(&opts);
+            let snap = snapshot_naming_with(&opts, symbols.clone());
             let k = kept.entry(pid).or_default();
             k.metrics.pid = pid;
             k.metrics.snapshot_ns = t0.elapsed().as_nanos() as u64;
@@ -224,9 +231,9 @@ pub(crate) fn run(a: &ServeArgs, out: &mut Sink) -> Result<()> {
             }
             // Scrapes see each snapshot as it is taken.
             publish(&metrics, &kept, &totals, exporter.as_ref());
-            // Each target's symbols were parsed for its report and freed
-            // with its session: handed back to the system, so that memory
-            // stays flat over many targets.
+            // What each snapshot allocated and freed (its kernel tables,
+            // its stacks): handed back to the system, so that memory stays
+            // flat over many targets.
             #[cfg(target_env = "gnu")]
             // SAFETY: malloc_trim has no preconditions.
             unsafe {
