@@ -1,8 +1,9 @@
 //! What a Go executable says of its runtime, read from the file (never
 //! from the process): the Go version (`.go.buildinfo`), where the
-//! runtime's roots are (`runtime.allgs`, `runtime.allglen`,
-//! `runtime.waitReasonStrings`: from the symbol table), and the layout of
-//! its structures (from DWARF, else the version's table).
+//! runtime's roots are (`runtime.allgs`, `runtime.semtable`,
+//! `runtime.waitReasonStrings`: from the symbol table; the first two from
+//! the runtime's code in a stripped binary), and the layout of its
+//! structures (from DWARF, else the version's table).
 
 use std::{borrow::Cow, collections::HashSet, io::Read, path::Path};
 
