@@ -186,8 +186,15 @@ fn stacks_named(r: &Value, go: &str) {
         );
     }
     for (reason, by, parks_in) in runtime_goroutines(go) {
-        let g = the_goroutine(r, by);
-        assert_eq!(g["go"]["wait_reason"], reason);
+        // runtime.gcenable starts two: one per reason.
+        let gs: Vec<&Value> = r["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["go"]["created_by"]["function"] == by && t["go"]["wait_reason"] == reason)
+            .collect();
+        assert_eq!(gs.len(), 1, "{go}: {reason}");
+        let g = gs[0];
         assert!(
             functions(g).iter().any(|f| f == parks_in),
             "{go}: {reason}: {:?}",
