@@ -225,6 +225,53 @@ fn check_stripped(go: &Path) {
         assert!(t["go"]["stack_note"].is_null(), "walked to its end: {t}");
     }
     assert_eq!(recv[0]["go"]["waits_on"]["kind"], "channel");
+    // sync's waiters by their semaphore, from the runtime's semaphore
+    // table (found in the code of the stripped binary): the mutex's all on
+    // one, the wait group's on another, each inside the global the
+    // unstripped build's symbol table names, at the same place in its
+    // section (the sections move by a few bytes without the symbols).
+    let full = build(go, &[], &format!("{v}-default"));
+    for (func, global) in [("main.locker", "main.mu"), ("main.waiter", "main.wg")] {
+        let w = one_object(&r, func, "semaphore");
+        let addrs = w["addrs"].as_array().unwrap();
+        assert_eq!(addrs.len(), 1, "{v} stripped: {func}: {w}");
+        let at = addrs[0].as_u64().unwrap();
+        let (section, off) = section_offset(&exe, at)
+            .unwrap_or_else(|| panic!("{v} stripped: {func}: {at:#x} in no section"));
+        let (sym, size) = symbol(&full, global);
+        let (sym_section, sym_off) = section_offset(&full, sym).unwrap();
+        assert_eq!(section, sym_section, "{v} stripped: {func}");
+        assert!(
+            (sym_off..sym_off + size).contains(&off),
+            "{v} stripped: {func} waits at {section}+{off:#x}, {global} is {sym_section}+{sym_off:#x} ({size} bytes)"
+        );
+    }
+    assert_ne!(
+        one_object(&r, "main.locker", "semaphore"),
+        one_object(&r, "main.waiter", "semaphore")
+    );
+}
+
+/// The section of executable `exe` holding address `at`, and the offset in it.
+fn section_offset(exe: &Path, at: u64) -> Option<(String, u64)> {
+    use object::{Object, ObjectSection};
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.sections()
+        .filter(|s| s.address() != 0)
+        .find(|s| (s.address()..s.address() + s.size()).contains(&at))
+        .map(|s| (s.name().unwrap_or("?").to_string(), at - s.address()))
+}
+
+/// The address and size of symbol `name` of executable `exe`.
+fn symbol(exe: &Path, name: &str) -> (u64, u64) {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.symbols()
+        .find(|s| s.name() == Ok(name))
+        .map(|s| (s.address(), s.size()))
+        .unwrap_or_else(|| panic!("{}: no symbol {name}", exe.display()))
 }
 
 fn check(go: &Path, flags: &[&str], tag: &str) {

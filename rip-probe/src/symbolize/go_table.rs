@@ -43,7 +43,7 @@ mod tests {
         process::Command,
     };
 
-    use object::{Object, ObjectSymbol};
+    use object::{Object, ObjectSection, ObjectSymbol};
 
     use super::*;
     use crate::collect::runtime::go::{binary, layout};
@@ -162,6 +162,17 @@ mod tests {
             let pcln = GoBinary::from_bytes(&full).unwrap().unwrap();
             assert_eq!(binary::allgs_from_code(&file, &pcln), symbol, "{v}");
             assert!(symbol.is_some());
+            // So is the semaphore table found in the semaphore functions'
+            // code, whose size is the one every version has.
+            let semtable = file
+                .symbols()
+                .find(|s| s.name() == Ok("runtime.semtable"))
+                .map(|s| (s.address(), s.size()));
+            assert_eq!(
+                binary::semtable_from_code(&file, &pcln).map(|a| (a, binary::SEMTABLE_SIZE)),
+                semtable,
+                "{v}: runtime.semtable"
+            );
             // Stripped: no symbols, no DWARF, and still the roots and the
             // table's layout.
             let stripped = build(&go, &["-ldflags=-s -w"], &dir.join("stripped"));
@@ -170,11 +181,88 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert!(s.allgs.is_some(), "{}: allgs from code", s.version);
+            assert!(s.semtable.is_some(), "{}: semtable from code", s.version);
             assert_eq!(s.layout, Ok(table));
             assert!(s.wait_reasons.is_none(), "stripped: no symbol");
             eprintln!("{v}: table, wait reasons and roots checked");
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// esbuild's Linux executables from npm that `cargo xtask setup`
+    /// installs (xtask's `GO_RELEASES`): real programs built by the Go
+    /// releases no toolchain of which installs here, stripped as shipped.
+    /// `(path, the Go that built it)`.
+    const RELEASES: &[(&str, &str)] = &[
+        (
+            "/opt/rip-go/esbuild/0.14.10/package/bin/esbuild",
+            "go1.17.5",
+        ),
+        (
+            "/opt/rip-go/esbuild/0.14.39/package/bin/esbuild",
+            "go1.18.1",
+        ),
+        (
+            "/opt/rip-go/esbuild/0.17.19/package/bin/esbuild",
+            "go1.20.4",
+        ),
+    ];
+
+    /// The stripped binaries of Go 1.17, 1.18 and 1.20: their version read,
+    /// every function named from their pclntab (1.17's is the 1.16 format),
+    /// the roots found in their code, a layout table for each, and the wait
+    /// reasons of that table all among the binary's strings.
+    #[test]
+    fn releases_without_a_toolchain_are_read_from_their_code() {
+        for (path, go) in RELEASES {
+            let data = std::fs::read(path)
+                .unwrap_or_else(|e| panic!("{path}: {e}: run `cargo xtask setup`"));
+            let pcln = GoBinary::from_bytes(&data).unwrap().expect("a Go binary");
+            assert_eq!(pcln.go_version(), Some(*go), "{path}");
+            assert!(pcln.len() > 1000, "{path}: {} functions", pcln.len());
+            for name in [
+                "runtime.goexit",
+                "runtime.forEachG",
+                "runtime.semacquire1",
+                "runtime.semrelease1",
+                "main.main",
+            ] {
+                assert!(pcln.func_by_name(name).is_some(), "{go}: {name}");
+            }
+            let b = binary::GoBinary::parse(&data, Some(&pcln))
+                .unwrap()
+                .expect("a Go binary");
+            assert_eq!(&b.version, go);
+            assert_eq!(b.layout, Ok(layout::table(go).unwrap()), "{go}");
+            assert!(b.allgs.is_some(), "{go}: allgs from code");
+            let file = object::File::parse(&*data).unwrap();
+            let (at, size) = b.semtable.expect("semtable from code");
+            assert_eq!(size, binary::SEMTABLE_SIZE);
+            // In writable data, 64-byte aligned like every root.
+            let bss = file
+                .sections()
+                .find(|s| (s.address()..s.address() + s.size()).contains(&at))
+                .expect("a section holds it");
+            assert!(
+                matches!(bss.name(), Ok(".bss" | ".noptrbss" | ".data")),
+                "{go}: {:?}",
+                bss.name()
+            );
+            assert_eq!(at % 32, 0, "{go}: {at:#x}");
+            let reasons = layout::reasons(go).expect("wait reasons");
+            let has = |s: &str| data.windows(s.len()).any(|w| w == s.as_bytes());
+            for r in reasons.iter().filter(|r| !r.is_empty()) {
+                assert!(has(r), "{go}: {r:?} is not among its strings");
+            }
+            // 1.20 says a Mutex's wait in its own words; 1.17 and 1.18 do
+            // not have them.
+            assert_eq!(
+                reasons.contains(&"sync.Mutex.Lock"),
+                *go == "go1.20.4",
+                "{go}"
+            );
+            eprintln!("{go}: table, roots and wait reasons checked");
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! What a Go executable says of its runtime, read from the file (never
 //! from the process): the Go version (`.go.buildinfo`), where the
-//! runtime's roots are (`runtime.allgs`, `runtime.allglen`,
-//! `runtime.waitReasonStrings`: from the symbol table), and the layout of
-//! its structures (from DWARF, else the version's table).
+//! runtime's roots are (`runtime.allgs`, `runtime.semtable`,
+//! `runtime.waitReasonStrings`: from the symbol table; the first two from
+//! the runtime's code in a stripped binary), and the layout of its
+//! structures (from DWARF, else the version's table).
 
 use std::{borrow::Cow, collections::HashSet, io::Read, path::Path};
 
@@ -71,6 +72,11 @@ impl GoBinary {
         if allgs.is_none() {
             allgs = table.and_then(|t| allgs_from_code(&file, t));
         }
+        if semtable.is_none() {
+            semtable = table
+                .and_then(|t| semtable_from_code(&file, t))
+                .map(|a| (a, SEMTABLE_SIZE));
+        }
         let layout = match dwarf_members(&file) {
             Some(m) => layout::from_dwarf(&m),
             None => layout::table(&version).ok_or_else(|| {
@@ -107,6 +113,47 @@ pub(crate) fn allgs_from_code(file: &object::File<'_>, table: &dyn FuncTable) ->
         .filter(|&n| n < 1 << 16)?;
     let code = read_vaddr(file, entry, len)?;
     code::allgs(&code::rip_targets(&code, entry))
+}
+
+/// Bytes of `runtime.semtable` in every supported version: `semTabSize`
+/// (251) roots, each padded to a 64-byte cache line on amd64.
+pub(crate) const SEMTABLE_SIZE: u64 = 251 * 64;
+
+/// The runtime's functions that index `runtime.semtable` by a semaphore's
+/// address (`sync.Mutex`, `WaitGroup` and `RWMutex` sleep and wake through
+/// them, `semroot`/`rootFor` inlined into each).
+const SEMTABLE_USERS: &[&str] = &["runtime.semacquire1", "runtime.semrelease1"];
+
+/// `runtime.semtable`, from the code of the runtime's semaphore functions
+/// where the function table says they are: the one address both take with
+/// a RIP-relative `lea` that lies in writable data with room for the
+/// whole table.
+pub(crate) fn semtable_from_code(file: &object::File<'_>, table: &dyn FuncTable) -> Option<u64> {
+    let per_function = SEMTABLE_USERS
+        .iter()
+        .map(|name| {
+            let (entry, end) = table.func_range(name)?;
+            let len = usize::try_from(end.checked_sub(entry)?)
+                .ok()
+                .filter(|&n| n < 1 << 16)?;
+            let code = read_vaddr(file, entry, len)?;
+            Some(code::lea_targets(&code, entry))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let writable = |a: u64| {
+        file.sections().any(|s| {
+            let flags = match s.flags() {
+                object::SectionFlags::Elf { sh_flags } => sh_flags,
+                _ => 0,
+            };
+            let alloc_write = u64::from(object::elf::SHF_ALLOC | object::elf::SHF_WRITE);
+            flags & alloc_write == alloc_write
+                && a >= s.address()
+                && a.checked_add(SEMTABLE_SIZE)
+                    .is_some_and(|e| e <= s.address() + s.size())
+        })
+    };
+    code::semtable(&per_function, writable)
 }
 
 /// The Go version in `.go.buildinfo` (`go1.19.8`), or `None`: not Go.

@@ -188,8 +188,15 @@ pub(crate) fn source(l: &Layout, version: &str) -> String {
     )
 }
 
-/// Go 1.19 on amd64 (`gobuf` with `ret`, no `g.syscallbp`), checked
-/// against its DWARF.
+/// Go 1.17 to 1.20 on amd64 (`gobuf` with `ret`, no `g.syscallbp`),
+/// checked against the DWARF of 1.19.8. The `g`, `m`, `gobuf` and `sudog`
+/// of 1.17, 1.18 and 1.20 (their runtime2.go) hold the same fields, of the
+/// same sizes, in the same order up to `g.labels`: only names and atomic
+/// wrappers differ (`runnableStamp` became `trackingStamp` in 1.19,
+/// `atomicstatus` an `atomic.Uint32` and `goid` a `uint64` in 1.20). No
+/// toolchain of theirs installs here to build with DWARF: their tables are
+/// checked on the stripped binaries of esbuild each built (`go_table`'s
+/// tests) and read live (tests/tests/go_releases.rs).
 const GO_1_19: Layout = Layout {
     stack_lo: 0,
     stack_hi: 8,
@@ -326,12 +333,12 @@ const GO_1_27: Layout = Layout {
 /// The layout of Go `version` (`go1.19.8`), for binaries without DWARF:
 /// only the minor versions whose table was checked against that
 /// version's DWARF (`symbolize::go_table`'s test, which prints the table
-/// of a version it finds none for). Go 1.17, 1.18 and 1.20 could not be
-/// checked (no toolchain of theirs in the registries): their stripped
-/// binaries are refused, not guessed at.
+/// of a version it finds none for), or, for 1.17, 1.18 and 1.20, derived
+/// from their runtime's source and checked on real binaries they built.
+/// Older and newer versions are refused, not guessed at.
 pub(crate) fn table(version: &str) -> Option<Layout> {
     match minor(version)? {
-        19 => Some(GO_1_19),
+        17..=20 => Some(GO_1_19),
         21 | 22 => Some(GO_1_21),
         23 | 24 => Some(GO_1_23),
         25 => Some(GO_1_25),
@@ -342,7 +349,7 @@ pub(crate) fn table(version: &str) -> Option<Layout> {
 
 /// The minor versions [`table`] has a checked layout for, as the
 /// refusal of another names them.
-pub(crate) const TABLES: &str = "go1.19, go1.21 to go1.27";
+pub(crate) const TABLES: &str = "go1.17 to go1.27";
 
 /// The minor version of a Go version string: `go1.19.8` → 19.
 pub(crate) fn minor(version: &str) -> Option<u32> {
@@ -404,8 +411,9 @@ const REASONS_1_19: &[&str] = &[
     "debug call",
 ];
 
-/// Go 1.21's wait reasons, by number (its `waitReasonStrings`, read from
-/// a 1.21.13 binary).
+/// Go 1.20's and 1.21's wait reasons, by number (1.21's
+/// `waitReasonStrings`, read from a 1.21.13 binary; 1.20's runtime2.go
+/// lists the same, `sync.Mutex.Lock` among them since 1.20).
 const REASONS_1_21: &[&str] = &[
     "",
     "GC assist marking",
@@ -737,7 +745,7 @@ const REASONS_1_27: &[&str] = &[
 pub(crate) fn reasons(version: &str) -> Option<&'static [&'static str]> {
     match minor(version)? {
         17..=19 => Some(REASONS_1_19),
-        21 => Some(REASONS_1_21),
+        20 | 21 => Some(REASONS_1_21),
         22 => Some(REASONS_1_22),
         23 => Some(REASONS_1_23),
         24 => Some(REASONS_1_24),
@@ -793,7 +801,10 @@ mod tests {
         assert_eq!(table("go1.19.8"), Some(GO_1_19));
         assert_eq!(table("go1.27.3"), Some(GO_1_27));
         assert_eq!(table("go1.22.10"), Some(GO_1_21));
-        assert_eq!(table("go1.20.3"), None, "never guessed");
+        assert_eq!(table("go1.17.5"), Some(GO_1_19));
+        assert_eq!(table("go1.18.1"), Some(GO_1_19));
+        assert_eq!(table("go1.20.4"), Some(GO_1_19));
+        assert_eq!(table("go1.16.15"), None, "never guessed");
         assert_eq!(table("go1.28.0"), None, "never guessed");
         assert_eq!(g_read(&GO_1_19), GO_1_19.g_read);
         assert_eq!(g_read(&GO_1_27), GO_1_27.g_read);
