@@ -14,8 +14,12 @@
 /* Bytes of an entry, and the return addresses it holds. */
 #define RIP_ALLOC_ENTRY_SIZE 256
 #define RIP_ALLOC_FRAMES 24
-/* Entries an address may be placed in, from its hash on. */
-#define RIP_ALLOC_PROBE 16
+/* Entries an address may be placed in, from its hash on. 64: with every
+ * allocation recorded and the table half full, linear probing still
+ * found 16 entries in a row taken for about one allocation in 2,000 (a
+ * leak then counted short); a free looks no further than the entry it
+ * finds, which is nearly always among the first few. */
+#define RIP_ALLOC_PROBE 64
 
 /* Words of the region header that change while the writer runs. */
 #define RIP_ALLOC_HDR_SAMPLED 5
