@@ -17,14 +17,26 @@ fn main() {
     // The malloc family itself only with the feature: a Rust program that
     // links librip (rip-probe reads rings through it) keeps its allocator.
     let sampler = env::var_os("CARGO_FEATURE_SAMPLER").is_some();
-    if sampler {
-        c.file(dir.join("csrc/alloc_interpose.c"));
-    }
     c.include(dir.join("include"))
         .opt_level(2)
         .warnings(true)
         .extra_warnings(true)
         .compile("rip_c");
+    if sampler {
+        // Without a frame pointer (which cc adds to builds with debug
+        // info): a call that is not sampled is then a bare tail call to
+        // the real function, with no frame set up and torn down around it
+        // on every malloc and free of the program.
+        cc::Build::new()
+            .file(dir.join("csrc/alloc_interpose.c"))
+            .include(dir.join("include"))
+            .opt_level(2)
+            .force_frame_pointer(false)
+            .flag("-fomit-frame-pointer")
+            .warnings(true)
+            .extra_warnings(true)
+            .compile("rip_c_interpose");
+    }
 
     // The cdylib's version script lists only Rust symbols; these C ones are
     // part of the ABI too (a second version script is merged with it).

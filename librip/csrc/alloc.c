@@ -17,8 +17,10 @@
  * free, live and whole, or marked "writing" (the reader counts it torn).
  *
  * free() of an allocation that was never sampled must stay cheap: a
- * private array of per-bucket counts of live sampled addresses answers
- * "certainly not sampled" with one load for nearly every free.
+ * private bit per group of buckets, set while the group counts a live
+ * sampled address, answers "certainly not sampled" with one load from
+ * 256 bytes for nearly every free; the per-bucket counts behind it, then
+ * the table, are read only when the bit is set.
  *
  * Everything here may run inside malloc: it never allocates, never locks
  * and calls only the unwinder, whose own mallocs the per-thread guard
@@ -51,9 +53,11 @@ static uint64_t *ra_header;
 static uint64_t ra_mask;
 static uint64_t ra_mean;
 
-/* Per-bucket counts of live sampled addresses (private memory). */
+/* Per-bucket counts of live sampled addresses, and the hint bits over
+ * them (private memory; alloc.h). */
 uint8_t rip_alloc_filter[1u << RIP_ALLOC_FILTER_BITS];
 #define ra_filter rip_alloc_filter
+uint64_t rip_alloc_hint[RIP_ALLOC_HINT_WORDS] __attribute__((aligned(64)));
 
 /* Bytes left before this thread's next sample (0: not drawn yet). */
 __thread int64_t rip_alloc_left __attribute__((tls_model("initial-exec")));
@@ -168,12 +172,40 @@ int rip_alloc_should_sample(size_t size) { return rip_alloc_sample_now(size); }
  * at most, above the allocator's caller. */
 #define RA_OWN_FRAMES 8
 
-/* Adds `d` to a bucket's count unless it is saturated (then it stays). */
+/* Whether any bucket of `slot`'s group counts a live address. */
+static int group_counts(unsigned slot)
+{
+    unsigned first = slot & ~((1u << RIP_ALLOC_GROUP_SHIFT) - 1);
+    for (unsigned i = 0; i < 1u << RIP_ALLOC_GROUP_SHIFT; i++)
+        if (__atomic_load_n(&ra_filter[first + i], __ATOMIC_SEQ_CST) != 0)
+            return 1;
+    return 0;
+}
+
+/* Adds `d` to a bucket's count unless it is saturated (then it stays),
+ * then sets its group's hint bit to whether the group counts anything.
+ * Every step is sequentially consistent and each hint change bumps its
+ * word's version: a change computed from counts read before another
+ * thread's count change fails its compare-and-swap when that thread's own
+ * change came first, or is followed by it. So once a sampler has set the
+ * bit (before its malloc returns), only a change that read the counts
+ * after the address was forgotten clears it: no free of a live sampled
+ * address is ever let through (which would leave a false leak). */
 static void filter_add(unsigned slot, int d)
 {
-    uint8_t c = __atomic_load_n(&ra_filter[slot], __ATOMIC_RELAXED);
+    uint8_t c = __atomic_load_n(&ra_filter[slot], __ATOMIC_SEQ_CST);
     while (c != 255 && !__atomic_compare_exchange_n(&ra_filter[slot], &c, (uint8_t)(c + d), 1,
-                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+                                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    unsigned group = slot >> RIP_ALLOC_GROUP_SHIFT;
+    uint64_t *word = &rip_alloc_hint[group >> 5];
+    uint64_t bit = 1ULL << (group & 31);
+    uint64_t w = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+    for (;;) {
+        uint64_t bits = group_counts(slot) ? (w | bit) : (w & ~bit);
+        uint64_t next = (bits & 0xffffffffULL) | (((w >> 32) + 1) << 32);
+        if (__atomic_compare_exchange_n(word, &w, next, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return;
     }
 }
 
@@ -260,6 +292,8 @@ void rip_alloc_forget(void *ptr)
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
     if (entries == 0 || ptr == 0)
         return;
+    if (!rip_alloc_maybe_sampled(ptr))
+        return;
     unsigned fs = filter_slot(addr);
     if (__atomic_load_n(&ra_filter[fs], __ATOMIC_RELAXED) == 0)
         return;
@@ -290,6 +324,7 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     ra_mask = capacity - 1;
     ra_mean = mean ? mean : 1;
     memset(ra_filter, 0, sizeof ra_filter);
+    memset(rip_alloc_hint, 0, sizeof rip_alloc_hint);
     __atomic_store_n(&ra_entries, region + RIP_ALLOC_HEADER_SIZE / 8, __ATOMIC_RELEASE);
 }
 

@@ -37,7 +37,31 @@ struct real {
     size_t (*usable)(void *);
 };
 
-static struct real real;
+/* Until resolve() has found them, `real` holds the *_early functions
+ * below, which find them first: the common paths call through `real`
+ * without asking whether it is too early. */
+static void *malloc_early(size_t);
+static void *calloc_early(size_t, size_t);
+static void *realloc_early(void *, size_t);
+static void free_early(void *);
+static int posix_memalign_early(void **, size_t, size_t);
+static void *aligned_alloc_early(size_t, size_t);
+static void *memalign_early(size_t, size_t);
+static void *valloc_early(size_t);
+static void *pvalloc_early(size_t);
+
+static struct real real = {
+    .malloc = malloc_early,
+    .calloc = calloc_early,
+    .realloc = realloc_early,
+    .free = free_early,
+    .posix_memalign = posix_memalign_early,
+    .aligned_alloc = aligned_alloc_early,
+    .memalign = memalign_early,
+    .valloc = valloc_early,
+    .pvalloc = pvalloc_early,
+    .usable = 0,
+};
 static int resolved;
 static int resolving;
 
@@ -45,9 +69,10 @@ static int resolving;
 static char bootstrap[16384] __attribute__((aligned(64)));
 static size_t bootstrap_used;
 
-static int in_bootstrap(const void *p)
+static inline int in_bootstrap(const void *p)
 {
-    return (const char *)p >= bootstrap && (const char *)p < bootstrap + sizeof bootstrap;
+    /* One comparison: below the buffer wraps to a large difference. */
+    return (uintptr_t)p - (uintptr_t)bootstrap < sizeof bootstrap;
 }
 
 static void *bootstrap_alloc(size_t size, size_t align)
@@ -88,25 +113,29 @@ static void resolve(void)
     __atomic_store_n(&resolved, 1, __ATOMIC_RELEASE);
 }
 
-/* Calls made while resolving go to the bootstrap buffer. */
-#define RESOLVE_OR(fallback)                                                                       \
-    do {                                                                                           \
-        if (__builtin_expect(!resolved, 0)) {                                                      \
-            if (resolving)                                                                         \
-                return fallback;                                                                   \
-            resolve();                                                                             \
-        }                                                                                          \
-    } while (0)
-
-/* The sampler's view: one countdown per call, the rest only for samples.
- * Inlined, so that __builtin_return_address(0) is the interposed
- * function's: the allocator's caller, where the recorded stack starts. */
-#define note(p, requested) note_from((p), (requested), (uintptr_t)__builtin_return_address(0))
-
-static inline __attribute__((always_inline)) void *note_from(void *p, size_t requested,
-                                                              uintptr_t caller)
+/* Before the first call has found the real functions: finds them, or
+ * says 0 while they are being found (dlsym's own calls go to the bootstrap
+ * buffer). */
+static __attribute__((noinline, cold)) int resolve_now(void)
 {
-    if (__builtin_expect(rip_alloc_sample_now(requested), 0) && p != 0) {
+    if (resolving)
+        return 0;
+    resolve();
+    return 1;
+}
+
+/* The caller of the interposed function: where the recorded stack starts. */
+#define CALLER ((uintptr_t)__builtin_return_address(0))
+
+/* The sampler's view of every call is the countdown alone
+ * (rip_alloc_countdown), taken before the real call: it depends only on
+ * the size asked for. So the call that is not sampled is a tail call to
+ * the real function, and everything else (the first calls, a crossed
+ * countdown) is a tail call to an out-of-line function: no frame of ours,
+ * no register saved on the common path. */
+static __attribute__((noinline, cold)) void *noted(void *p, size_t requested, uintptr_t caller)
+{
+    if (p != 0) {
         rip_alloc_busy = 1;
         size_t size = real.usable ? real.usable(p) : requested;
         rip_alloc_busy = 0;
@@ -115,84 +144,173 @@ static inline __attribute__((always_inline)) void *note_from(void *p, size_t req
     return p;
 }
 
+/* `name`'s paths off the common one: before the real functions are known
+ * (`fallback` while they are being found), and past the countdown, where
+ * the sampler decides (a failed allocation draws the next distance and
+ * records nothing: a sample lost, never a false one). `args` are the
+ * call's arguments, `size` the bytes asked for. */
+#define SLOW_PATHS(type, name, params, args, size, fallback)                                       \
+    static __attribute__((noinline, cold)) type name##_past(params, uintptr_t caller)              \
+    {                                                                                              \
+        if (!rip_alloc_should_sample_slow(size))                                                   \
+            return real.name args;                                                                 \
+        return noted(real.name args, size, caller);                                                \
+    }                                                                                              \
+    static __attribute__((noinline, cold)) type name##_early(params)                               \
+    {                                                                                              \
+        if (!resolve_now())                                                                        \
+            return fallback;                                                                       \
+        return real.name args;                                                                     \
+    }
+
+/* The common path of `name`: the real function (or, too early, its
+ * *_early stand-in) unless the countdown crossed. */
+#define COMMON_PATH(name, args, size, caller_args)                                                 \
+    do {                                                                                           \
+        if (__builtin_expect(!rip_alloc_countdown(size), 1))                                       \
+            return real.name args;                                                                 \
+        return name##_past caller_args;                                                            \
+    } while (0)
+
+#define P1(t1, a1) t1 a1
+#define P2(t1, a1, t2, a2) t1 a1, t2 a2
+
+SLOW_PATHS(void *, malloc, P1(size_t, size), (size), size, bootstrap_alloc(size, 16))
+
 __attribute__((visibility("default"))) void *malloc(size_t size)
 {
-    RESOLVE_OR(bootstrap_alloc(size, 16));
-    return note(real.malloc(size), size);
+    COMMON_PATH(malloc, (size), size, (size, CALLER));
 }
+
+/* calloc's bytes: SIZE_MAX when n * size overflows (the real calloc fails). */
+static inline size_t calloc_total(size_t n, size_t size)
+{
+    size_t total;
+    return __builtin_mul_overflow(n, size, &total) ? SIZE_MAX : total;
+}
+
+SLOW_PATHS(void *, calloc, P2(size_t, n, size_t, size), (n, size), calloc_total(n, size),
+           calloc_total(n, size) == SIZE_MAX ? 0 : bootstrap_alloc(n * size, 16))
 
 __attribute__((visibility("default"))) void *calloc(size_t n, size_t size)
 {
-    size_t total;
-    if (__builtin_mul_overflow(n, size, &total))
-        total = SIZE_MAX;
-    RESOLVE_OR(total == SIZE_MAX ? 0 : bootstrap_alloc(total, 16));
-    return note(real.calloc(n, size), total);
+    COMMON_PATH(calloc, (n, size), calloc_total(n, size), (n, size, CALLER));
+}
+
+/* free of an address the hint lets through. */
+static __attribute__((noinline, cold)) void free_slow(void *p)
+{
+    rip_alloc_forget(p);
+    if (!in_bootstrap(p))
+        real.free(p);
+}
+
+/* free before the real functions are known. */
+static __attribute__((noinline, cold)) void free_early(void *p)
+{
+    if (p == 0 || !resolve_now())
+        return;
+    real.free(p);
 }
 
 __attribute__((visibility("default"))) void free(void *p)
 {
-    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0))
-        rip_alloc_forget(p);
-    if (__builtin_expect(!resolved || in_bootstrap(p), 0)) {
-        if (p == 0 || in_bootstrap(p))
-            return;
-        resolve();
-    }
+    if (__builtin_expect(rip_alloc_maybe_sampled(p) || in_bootstrap(p), 0))
+        return free_slow(p);
     real.free(p);
+}
+
+/* realloc of a block from the bootstrap buffer: a copy (it is never freed). */
+static __attribute__((noinline, cold)) void *bootstrap_realloc(void *p, size_t size)
+{
+    void *q = malloc(size);
+    if (q) {
+        size_t room = (size_t)(bootstrap + sizeof bootstrap - (char *)p);
+        memcpy(q, p, size < room ? size : room);
+    }
+    return q;
+}
+
+SLOW_PATHS(void *, realloc, P2(void *, p, size_t, size), (p, size), size,
+           bootstrap_alloc(size, 16))
+
+/* realloc whose old block may be sampled: forgotten first, since once the
+ * real realloc returns another thread may be given the old address and
+ * sample it. A failed realloc leaves the old block unsampled (a sample
+ * lost, never a false one). */
+static __attribute__((noinline, cold)) void *realloc_forgetting(void *p, size_t size,
+                                                                 uintptr_t caller)
+{
+    rip_alloc_forget(p);
+    if (size == 0 || !rip_alloc_countdown(size))
+        return real.realloc(p, size);
+    return realloc_past(p, size, caller);
 }
 
 __attribute__((visibility("default"))) void *realloc(void *p, size_t size)
 {
-    if (in_bootstrap(p)) {
-        void *q = malloc(size);
-        if (q) {
-            size_t room = (size_t)(bootstrap + sizeof bootstrap - (char *)p);
-            memcpy(q, p, size < room ? size : room);
-        }
-        return q;
-    }
-    RESOLVE_OR(bootstrap_alloc(size, 16));
-    /* Forgotten first: once the real realloc returns, another thread may
-     * be given the old address and sample it. A failed realloc leaves the
-     * old block unsampled (a sample lost, never a false one). */
-    if (rip_alloc_maybe_sampled(p))
-        rip_alloc_forget(p);
-    void *q = real.realloc(p, size);
-    return size ? note(q, size) : q;
+    if (__builtin_expect(in_bootstrap(p), 0))
+        return bootstrap_realloc(p, size);
+    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0))
+        return realloc_forgetting(p, size, CALLER);
+    if (__builtin_expect(size == 0 || !rip_alloc_countdown(size), 1))
+        return real.realloc(p, size);
+    return realloc_past(p, size, CALLER);
+}
+
+static __attribute__((noinline, cold)) int posix_memalign_early(void **out, size_t align,
+                                                                 size_t size)
+{
+    if (!resolve_now())
+        return (*out = bootstrap_alloc(size, align)) ? 0 : ENOMEM;
+    return real.posix_memalign(out, align, size);
+}
+
+static __attribute__((noinline, cold)) int posix_memalign_past(void **out, size_t align,
+                                                                size_t size, uintptr_t caller)
+{
+    int r = real.posix_memalign(out, align, size);
+    if (rip_alloc_should_sample_slow(size) && r == 0)
+        noted(*out, size, caller);
+    return r;
 }
 
 __attribute__((visibility("default"))) int posix_memalign(void **out, size_t align, size_t size)
 {
-    RESOLVE_OR((*out = bootstrap_alloc(size, align)) ? 0 : ENOMEM);
-    int r = real.posix_memalign(out, align, size);
-    if (r == 0)
-        note(*out, size);
-    return r;
+    if (__builtin_expect(!rip_alloc_countdown(size), 1))
+        return real.posix_memalign(out, align, size);
+    return posix_memalign_past(out, align, size, CALLER);
 }
+
+SLOW_PATHS(void *, aligned_alloc, P2(size_t, align, size_t, size), (align, size), size,
+           bootstrap_alloc(size, align))
 
 __attribute__((visibility("default"))) void *aligned_alloc(size_t align, size_t size)
 {
-    RESOLVE_OR(bootstrap_alloc(size, align));
-    return note(real.aligned_alloc(align, size), size);
+    COMMON_PATH(aligned_alloc, (align, size), size, (align, size, CALLER));
 }
+
+SLOW_PATHS(void *, memalign, P2(size_t, align, size_t, size), (align, size), size,
+           bootstrap_alloc(size, align))
 
 __attribute__((visibility("default"))) void *memalign(size_t align, size_t size)
 {
-    RESOLVE_OR(bootstrap_alloc(size, align));
-    return note(real.memalign(align, size), size);
+    COMMON_PATH(memalign, (align, size), size, (align, size, CALLER));
 }
+
+SLOW_PATHS(void *, valloc, P1(size_t, size), (size), size, bootstrap_alloc(size, 4096))
 
 __attribute__((visibility("default"))) void *valloc(size_t size)
 {
-    RESOLVE_OR(bootstrap_alloc(size, 4096));
-    return note(real.valloc(size), size);
+    COMMON_PATH(valloc, (size), size, (size, CALLER));
 }
+
+SLOW_PATHS(void *, pvalloc, P1(size_t, size), (size), size,
+           bootstrap_alloc((size + 4095) & ~(size_t)4095, 4096))
 
 __attribute__((visibility("default"))) void *pvalloc(size_t size)
 {
-    RESOLVE_OR(bootstrap_alloc((size + 4095) & ~(size_t)4095, 4096));
-    return note(real.pvalloc(size), size);
+    COMMON_PATH(pvalloc, (size), size, (size, CALLER));
 }
 
 __attribute__((visibility("default"))) size_t malloc_usable_size(void *p)

@@ -149,7 +149,7 @@ pub mod alloc {
     /// Return addresses an entry holds.
     pub const FRAMES: u32 = 24;
     /// Entries an address may be placed in, from its hash on.
-    pub const PROBE: u32 = 16;
+    pub const PROBE: u32 = 64;
     /// Entries of a table when none are asked for.
     pub const DEFAULT_CAPACITY: u32 = 16384;
     /// The most entries a table may have (a power of two).

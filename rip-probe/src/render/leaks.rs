@@ -106,9 +106,16 @@ fn sampler_header(r: &LeaksReport, sm: &HeapSampler, w: &mut dyn Write) -> io::R
             bytes(bytes_total)
         )?;
     } else {
+        // Exact only when every recorded allocation found its entry.
+        let missing = sm.dropped + u64::from(sm.torn);
+        let exact = if missing == 0 {
+            "(exact)".to_string()
+        } else {
+            format!("(at least: {missing} not in the table)")
+        };
         writeln!(
             w,
-            "heap from librip's sampler, every allocation recorded: {} live allocation{}, {} (exact)",
+            "heap from librip's sampler, every allocation recorded: {} live allocation{}, {} {exact}",
             sm.live_samples,
             s(sm.live_samples),
             bytes(sm.sampled_bytes)
@@ -503,5 +510,43 @@ mod report_tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains(": nothing outstanding"), "{text}");
         assert!(text.contains("no resource acquired in the window is still held"));
+    }
+
+    /// Every allocation recorded is called exact only when each found its
+    /// entry: allocations the full table dropped make it a lower bound.
+    #[test]
+    fn every_call_counts_are_exact_only_when_none_was_dropped() {
+        let text = |dropped: u64, torn: u32| {
+            let mut r = report();
+            r.sampler = Some(HeapSampler {
+                ring: "/dev/shm/x.ring".into(),
+                mean_bytes: 1,
+                estimated: false,
+                sampled: 1000,
+                freed: 800,
+                dropped,
+                torn,
+                live_samples: 200,
+                sampled_bytes: 200 * 1024,
+            });
+            let mut out = Vec::new();
+            leaks_text(&r, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let whole = text(0, 0);
+        assert!(
+            whole.contains("every allocation recorded: 200 live allocations, 200.0 KiB (exact)"),
+            "{whole}"
+        );
+        for (dropped, torn, want) in [(7, 0, 7), (0, 2, 2), (3, 1, 4)] {
+            let short = text(dropped, torn);
+            assert!(
+                short.contains(&format!(
+                    "200 live allocations, 200.0 KiB (at least: {want} not in the table)"
+                )),
+                "{short}"
+            );
+            assert!(!short.contains("(exact)"), "{short}");
+        }
     }
 }

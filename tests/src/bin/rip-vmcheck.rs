@@ -26,6 +26,14 @@ use serde_json::Value;
 /// The workload's source: the `SNAP:` markers give the expected lines.
 const STUCK_SRC: &str = include_str!("../../c/vm_stuck.c");
 const UNINSTRUMENTED_SRC: &str = include_str!("../../c/uninstrumented.c");
+/// What `tests/c/heap_leaks.c` loses per round: blocks of bytes from
+/// `leak_here` (malloc) and from `leak_zeroed` (calloc).
+const HEAP_LEAKS: [(&str, &str, u64, u64); 2] = [
+    ("leak_here", "malloc", 40, 1000),
+    ("leak_zeroed", "calloc", 10, 1000),
+];
+/// Rounds of `heap_leaks` the `leaks` check traces.
+const HEAP_ROUNDS: u64 = 3;
 /// How long any one rip-probe or workload run may take (TCG is slow).
 const CMD_TIMEOUT: Duration = Duration::from_secs(90);
 /// The names rip's BPF programs carry in the kernel.
@@ -133,6 +141,7 @@ fn main() {
     report("pidns", check_pidns(&paths));
     report("cleanup", check_cleanup(&paths));
     report("bulk", check_bulk(&paths));
+    report("leaks", check_leaks(&paths));
     report("dmesg", check_dmesg(kmsg_start));
     println!("RIPDONE");
     std::process::exit(i32::from(failed));
@@ -582,6 +591,184 @@ fn check_bulk(paths: &Paths) -> Result<String> {
     Ok(format!(
         "{refused}{count} functions by {how}: attach {attach_ms:.0} ms, attach+100 ms window+detach {:.1} s",
         whole.as_secs_f64()
+    ))
+}
+
+/// `rip-probe leaks --pid` with the heap's uprobes on the static
+/// `heap_leaks` (glibc's malloc family inside the executable, -O2 without
+/// frame pointers): over three rounds, exactly the blocks each leaking
+/// function lost are outstanding under it, from the right call, and
+/// nothing under `balanced_heap`, whose thousand calls a round through the
+/// whole family were each followed (no event lost).
+fn check_leaks(paths: &Paths) -> Result<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let exe = paths.uninstrumented.with_file_name("heap_leaks");
+    let child = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))?;
+    let mut w = Workload {
+        lines: Vec::new(),
+        child,
+    };
+    let mut stdin = w.child.stdin.take().context("piped")?;
+    let (tx, said) = std::sync::mpsc::channel::<String>();
+    let out = BufReader::new(w.child.stdout.take().context("piped")?);
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let expect = |what: &str| -> Result<()> {
+        let l = said
+            .recv_timeout(CMD_TIMEOUT)
+            .with_context(|| format!("heap_leaks did not say `{what}`"))?;
+        ensure!(l == what, "heap_leaks said {l:?}, not {what:?}");
+        Ok(())
+    };
+    expect("ready")?;
+
+    // rip-probe's phases on stderr (RIP_PROBE_TIMING): the window is open
+    // once `attach leaks` is said.
+    let mut probe = Command::new(&paths.probe)
+        .args(["leaks", "--pid", &w.pid().to_string(), "--json"])
+        .env("RIP_PROBE_TIMING", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start rip-probe leaks")?;
+    let json = {
+        let mut o = probe.stdout.take().context("piped")?;
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = o.read_to_string(&mut s);
+            s
+        })
+    };
+    let (etx, errs) = std::sync::mpsc::channel::<String>();
+    let err = BufReader::new(probe.stderr.take().context("piped")?);
+    std::thread::spawn(move || {
+        for l in err.lines().map_while(Result::ok) {
+            let _ = etx.send(l);
+        }
+    });
+    let mut notes = Vec::new();
+    let attached = loop {
+        match errs.recv_timeout(CMD_TIMEOUT) {
+            Ok(l) if l.starts_with("rip-probe timing: attach leaks: ") => break true,
+            Ok(l) => notes.push(l),
+            Err(_) => break false,
+        }
+    };
+    // SIGTERM ends the window as Ctrl-C does (a shell that started this
+    // suite in the background may have left SIGINT ignored).
+    let stop = |probe: &mut Child| {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(probe.id() as i32, libc::SIGTERM) };
+    };
+    if !attached {
+        let _ = probe.kill();
+        let _ = probe.wait();
+        bail!(
+            "rip-probe leaks never opened its window: {}",
+            notes.last().map_or("", String::as_str)
+        );
+    }
+    for _ in 0..HEAP_ROUNDS {
+        writeln!(stdin, "go")?;
+        stdin.flush()?;
+        if let Err(e) = expect("done") {
+            stop(&mut probe);
+            let _ = probe.wait();
+            return Err(e);
+        }
+    }
+    stop(&mut probe);
+    let deadline = Instant::now() + CMD_TIMEOUT;
+    let status = loop {
+        if let Some(s) = probe.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = probe.kill();
+            let _ = probe.wait();
+            bail!("rip-probe leaks did not end in {CMD_TIMEOUT:?} after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    notes.extend(errs.try_iter());
+    for l in notes
+        .iter()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("rip-probe timing: "))
+    {
+        println!("RIPNOTE leaks {l}");
+    }
+    ensure!(
+        status.success(),
+        "rip-probe leaks: {status}: {}",
+        notes.last().map_or("", String::as_str)
+    );
+    let out = json.join().unwrap_or_default();
+    let r = rip_tests::inline_stacks(
+        serde_json::from_str(&out).context("rip-probe leaks --json: not JSON")?,
+    );
+    let heap = &r["traced"]["heap"];
+    ensure!(heap.is_object(), "the heap was not traced: {}", r["traced"]);
+    let lost = &r["lost"];
+    ensure!(
+        lost["events"] == 0 && lost["heap_calls"] == 0,
+        "events lost: {lost}"
+    );
+    let functions = |s: &Value| -> Vec<String> {
+        s["frames"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .filter_map(|f| f["function"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let blocks: Vec<&Value> = r["stacks"]
+        .as_array()
+        .context("no stacks")?
+        .iter()
+        .filter(|s| s["kind"] == "heap")
+        .collect();
+    let mut found = Vec::new();
+    for (func, call, count, bytes) in HEAP_LEAKS {
+        let under: Vec<&&Value> = blocks
+            .iter()
+            .filter(|s| functions(s).iter().any(|f| f == func))
+            .collect();
+        let n: u64 = under.iter().filter_map(|s| s["count"].as_u64()).sum();
+        let b: u64 = under.iter().filter_map(|s| s["bytes"].as_u64()).sum();
+        ensure!(
+            (n, b) == (count * HEAP_ROUNDS, count * bytes * HEAP_ROUNDS),
+            "under {func}: {n} blocks, {b} bytes; {} and {} lost",
+            count * HEAP_ROUNDS,
+            count * bytes * HEAP_ROUNDS
+        );
+        ensure!(
+            under.iter().all(|s| s["call"] == call),
+            "{func}'s blocks not all from {call}"
+        );
+        found.push(format!("{n} from {func} ({call})"));
+    }
+    ensure!(
+        !blocks
+            .iter()
+            .any(|s| functions(s).iter().any(|f| f == "balanced_heap")),
+        "a false leak under balanced_heap"
+    );
+    Ok(format!(
+        "{} through {}: {}, none under balanced_heap, {} allocator calls followed",
+        heap["name"].as_str().unwrap_or("?"),
+        heap["functions"].as_array().map_or(0, Vec::len),
+        found.join(", "),
+        heap["calls"].as_u64().unwrap_or(0)
     ))
 }
 

@@ -91,6 +91,7 @@ pub fn run_vmtest(opts: &Options) -> Result<()> {
                 "many_functions",
                 &uninstrumented.with_file_name("many_functions"),
             ),
+            ("heap_leaks", &uninstrumented.with_file_name("heap_leaks")),
         ],
     )?;
     eprintln!(
@@ -241,7 +242,18 @@ fn workloads(stage: &Path, dir: &Path) -> Result<(PathBuf, PathBuf)> {
             .arg(c.join("many_functions.c")),
         "cc -static many_functions.c",
     )?;
-    for exe in [&stuck, &uninstrumented, &many] {
+    // The heap's uprobes go on glibc's malloc family inside the
+    // executable; -O2 without frame pointers, as Debian builds it (its
+    // stacks come from the CFI).
+    let heap = dir.join("heap_leaks");
+    exec(
+        Command::new("cc")
+            .args(["-static", "-O2", "-g", "-fomit-frame-pointer", "-o"])
+            .arg(&heap)
+            .arg(c.join("heap_leaks.c")),
+        "cc -static heap_leaks.c",
+    )?;
+    for exe in [&stuck, &uninstrumented, &many, &heap] {
         crate::dist::check_static(exe)?;
     }
     Ok((stuck, uninstrumented))
