@@ -484,9 +484,7 @@ fn lock_read(
     }
     let at_rest = lock == 0 && owner == 0;
     let held_by_thread = taken && (1..PID_MAX_LIMIT).contains(&owner);
-    LockRead::Settled(
-        (at_rest || held_by_thread).then_some((uaddr, LockKind::Mutex, Some(flavor))),
-    )
+    LockRead::Settled((at_rest || held_by_thread).then_some((uaddr, LockKind::Mutex, Some(flavor))))
 }
 
 /// What thread `tid` is now, seen from process `pid`: one of its threads,
