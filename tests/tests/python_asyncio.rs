@@ -248,7 +248,9 @@ fn check(python: &str, version: &str) {
     assert!(
         folded
             .lines()
-            .any(|l| l.contains(";asyncio task;wait_event;Event.wait ") && l.ends_with(" 5")),
+            .any(|l| l.contains(";asyncio task;wait_event (tasks.py:")
+                && l.contains(";Event.wait (locks.py:")
+                && l.ends_with(" 5")),
         "{folded}"
     );
 }
