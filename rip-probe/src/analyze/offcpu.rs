@@ -222,7 +222,17 @@ pub(crate) fn fill(fig: &mut OffCpuReport, data: &OffCpuData, names: &Names) {
                     let named: Vec<Frame> = py.iter().map(super::python::frame).collect();
                     match super::python::merged(&native, py, &named) {
                         Ok(m) => (m.into(), None),
-                        Err(e) => (native, Some(e)),
+                        // The thread did not run between its stack and its
+                        // chain: its native stack was unwound short.
+                        Err(_) => (
+                            native,
+                            Some(format!(
+                                "its native stack does not have one {} frame per run of its \
+                                 Python frames ({} runs; unwound short?): shown native",
+                                super::python::EVAL,
+                                py.iter().filter(|f| f.entry).count()
+                            )),
+                        ),
                     }
                 }
             };
@@ -464,8 +474,11 @@ mod tests {
         };
         assert!(note(key(vec![Some(chain.clone())], 3)).contains("read in 1 of its 3"));
         assert!(
-            note(key(vec![Some(chain.clone()), Some(vec![py(0x71, 4, true)])], 2))
-                .contains("different Python frames")
+            note(key(
+                vec![Some(chain.clone()), Some(vec![py(0x71, 4, true)])],
+                2
+            ))
+            .contains("different Python frames")
         );
         assert!(note(key(vec![None], 1)).contains("changed at every read"));
         assert!(note(key(vec![], 1)).contains("not read"));

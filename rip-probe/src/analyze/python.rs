@@ -602,7 +602,9 @@ mod tests {
         let a = by(0xa0);
         assert_eq!((a.kind.as_str(), &a.waiters[..]), ("Lock", &[1, 2, 3][..]));
         assert_eq!(a.held, Some(true));
-        assert!(matches!(&a.owner, Owner::NotRecorded { reason } if reason.contains("records no owner")));
+        assert!(
+            matches!(&a.owner, Owner::NotRecorded { reason } if reason.contains("records no owner"))
+        );
         let b = by(0xb0);
         assert_eq!((&b.waiters[..], b.count), (&[4, 5][..], Some(2)));
         assert_eq!(b.owner, Owner::Thread { tid: 6 });
