@@ -122,7 +122,7 @@ pub(crate) fn locks(report: &mut Report, snap: &Snapshot) {
     }
     let mut out: Vec<PythonLock> = by_object
         .into_iter()
-        .map(|(object, waits)| judge(object, &waits, &tid_of))
+        .map(|(at, waits)| judge(at, &waits, &tid_of))
         .collect();
     out.sort_by(|a, b| {
         b.waiters
@@ -175,7 +175,7 @@ fn object_of(w: &LockWait) -> u64 {
 }
 
 /// One object's waiters, and who holds it as far as its reads agree.
-fn judge(object: u64, waits: &[&LockWait], tid_of: &HashMap<u64, u64>) -> PythonLock {
+fn judge(at: u64, waits: &[&LockWait], tid_of: &HashMap<u64, u64>) -> PythonLock {
     let first = waits[0];
     let mut waiters: Vec<u64> = waits.iter().map(|w| w.tid).collect();
     waiters.sort_unstable();
@@ -294,7 +294,7 @@ fn judge(object: u64, waits: &[&LockWait], tid_of: &HashMap<u64, u64>) -> Python
         }
     };
     PythonLock {
-        object,
+        object: at,
         kind,
         name,
         waiters,
