@@ -91,6 +91,36 @@ pub struct Python {
     /// GIL's own condition variable or mutex, or blocked in `take_gil`
     /// (see [`PythonThread::gil_wait`]); never the holder.
     pub gil_waiters: Vec<u64>,
+    /// The `threading` objects threads wait on, each once with its
+    /// waiters, most waiters first.
+    pub locks: Vec<PythonLock>,
+}
+
+/// A `threading` object (a `Lock`, `RLock`, `Condition`, `Semaphore`, …)
+/// threads wait on, and who holds it where the object records it.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct PythonLock {
+    /// The object's address (what `id()` says in the program).
+    pub object: u64,
+    /// Its class: `Lock`, `RLock` (the `_thread` locks), or the
+    /// `threading` class the waiters wait in (`Condition`, `Semaphore`,
+    /// `BoundedSemaphore`, `Event`, …).
+    pub kind: String,
+    /// Its global name in the module of the frame that waits on it, when
+    /// one names it.
+    pub name: Option<String>,
+    /// The waiters' tids, ascending.
+    pub waiters: Vec<u64>,
+    /// Held (a `Lock`, an `RLock`; a `Condition`'s lock), when two reads
+    /// agree.
+    pub held: Option<bool>,
+    /// Who holds it: an `RLock`'s owner (or a `Condition`'s, whose lock
+    /// is an `RLock`), when two reads agree on a thread of the
+    /// interpreter that does not wait for it; otherwise why not (a `Lock`
+    /// records no owner).
+    pub owner: Owner,
+    /// An owned `RLock`'s recursion count.
+    pub count: Option<u64>,
 }
 
 /// What CPython says of one thread.
@@ -119,6 +149,9 @@ pub struct PythonThread {
     /// word), or blocked with `take_gil` on its native stack. Absent when
     /// nothing read says it waits for it.
     pub gil_wait: Option<String>,
+    /// The `threading` object it waits on (its `object` in
+    /// [`Python::locks`]), when it sleeps on one.
+    pub waits_on: Option<u64>,
 }
 
 /// Rewrites every frame of `stacks` with `f`, once per distinct shared

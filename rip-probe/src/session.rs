@@ -486,7 +486,9 @@ impl Session {
         // Python frames are read while the native stacks are unwound, at
         // the same moment of the blocked threads.
         let python = match (&maps, self.target.lost()) {
-            (Some(m), None) => timing::phase("read python", || read_python(pid, view, m)),
+            (Some(m), None) => timing::phase("read python", || {
+                read_python(pid, view, m, &futex_waits(&tasks))
+            }),
             _ => None,
         };
         let locks = self.collect_locks(&tasks);
@@ -563,6 +565,11 @@ impl Session {
         if let (Some(l), false) = (&locks, lost_now) {
             timing::phase("locks", || lock_waits(&mut report, l, &lock_names));
         }
+        // Python's locks after: a waiter's `threading` object replaces the
+        // futex word its wait was judged by.
+        if let (Some(Ok(snap)), false) = (&python, lost_now) {
+            analyze::python::locks(&mut report, snap);
+        }
         self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
     }
@@ -599,15 +606,28 @@ pub(crate) fn snapshot_naming_with(
 }
 
 /// The CPython interpreter of process `pid` (its files seen through
-/// `/proc/VIEW`), read (`Err`: one was found but is not read, and why);
-/// `None` when it runs none.
+/// `/proc/VIEW`), read with the locks of the threads of `futex` (tid →
+/// the futex it sleeps on) (`Err`: one was found but is not read, and
+/// why); `None` when it runs none.
 fn read_python(
     pid: u32,
     view: u32,
     maps: &ProcessMaps,
+    futex: &HashMap<u64, u64>,
 ) -> Option<std::result::Result<crate::collect::runtime::python::Snapshot, String>> {
     use crate::collect::{memory::ProcessMemory, runtime::python::Python};
-    Some(Python::detect(view, maps)?.map(|p| p.read(&ProcessMemory::new(pid))))
+    Some(Python::detect(view, maps)?.map(|p| p.read(&ProcessMemory::new(pid), futex)))
+}
+
+/// The futex each blocked thread of `tasks` sleeps on, by tid (a
+/// `futex` wait's address: its first argument).
+fn futex_waits(tasks: &[rip_ebpf::TaskRecord]) -> HashMap<u64, u64> {
+    tasks
+        .iter()
+        .filter(|t| correlate::thread_state(t.state, t.on_cpu).is_blocked())
+        .filter(|t| t.regs.syscall_nr == collect::locks::SYS_FUTEX)
+        .map(|t| (u64::from(t.tid), t.regs.args[0]))
+        .collect()
 }
 
 /// How often a session's window drains its programs and looks at the

@@ -266,6 +266,7 @@ fn offcpu_report() -> OffCpuReport {
             preempted: false,
             tids: vec![43, 44],
             frames: vec![f.clone(), f.clone()].into(),
+            python_note: Some("its Python frames were read in 1 of its 100 off-CPU periods".into()),
             unwound: true,
             kernel_stack: vec![f.clone()].into(),
             snap: Some(f.clone()),

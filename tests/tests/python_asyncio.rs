@@ -273,7 +273,9 @@ fn check(python: &str, version: &str) {
     assert!(
         folded
             .lines()
-            .any(|l| l.contains(&format!(";asyncio task;wait_event;{wait} ")) && l.ends_with(" 5")),
+            .any(|l| l.contains(";asyncio task;wait_event (tasks.py:")
+                && l.contains(&format!(";{wait} (locks.py:"))
+                && l.ends_with(" 5")),
         "{folded}"
     );
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::{
-    collect::offcpu::OffCpuData,
+    collect::{offcpu::OffCpuData, runtime::python::PyFrame},
     model::{
         Frame,
         offcpu::{OffCpuReport, OffCpuStack, Periods, SnapOffCpu, ThreadOffCpu},
@@ -25,6 +25,69 @@ struct StackKey {
     kernel: Vec<u64>,
     snap: u64,
     preempted: bool,
+    python: PyKey,
+}
+
+/// The Python frames a stack's periods ran, as far as what was read
+/// while they ran says.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum PyKey {
+    /// Not a Python stack (or the process runs no CPython).
+    None,
+    /// Every period of it was read, with this chain (code, line, entry
+    /// of each frame, innermost first; the frames in [`PyChains`]).
+    Frames(Vec<(u64, Option<u32>, bool)>),
+    /// Why its Python frames are not shown.
+    Note(String),
+}
+
+/// The Python chains of [`PyKey::Frames`], by their identity.
+type PyChains = HashMap<Vec<(u64, Option<u32>, bool)>, Vec<PyFrame>>;
+
+/// What the Python reads of one key (`reads`, one per period read) say
+/// of its `count` periods, whose native stack is `native`.
+fn python_key(
+    reads: Option<&Vec<Option<Vec<PyFrame>>>>,
+    count: u64,
+    native: Option<&Arc<[Frame]>>,
+    chains: &mut PyChains,
+) -> PyKey {
+    let runs_python = native.is_some_and(|n| {
+        n.iter()
+            .any(|f| f.function.as_deref() == Some(super::python::EVAL))
+    });
+    let reads = reads.map_or(&[][..], |r| &r[..]);
+    if reads.is_empty() {
+        return if runs_python {
+            PyKey::Note(
+                "its Python frames were not read while it was off the CPU (its periods ended \
+                 before a read): shown native"
+                    .into(),
+            )
+        } else {
+            PyKey::None
+        };
+    }
+    if (reads.len() as u64) < count {
+        return PyKey::Note(format!(
+            "its Python frames were read in {} of its {count} off-CPU periods: shown native",
+            reads.len()
+        ));
+    }
+    let Some(Some(first)) = reads.first() else {
+        return PyKey::Note("its Python frames changed at every read: shown native".into());
+    };
+    if reads.iter().any(|r| r.as_ref() != Some(first)) {
+        return PyKey::Note(
+            "its off-CPU periods ran different Python frames (or one changed at every read): \
+             shown native"
+                .into(),
+        );
+    }
+    let id: Vec<(u64, Option<u32>, bool)> =
+        first.iter().map(|f| (f.code, f.line, f.entry)).collect();
+    chains.entry(id.clone()).or_insert_with(|| first.clone());
+    PyKey::Frames(id)
 }
 
 #[derive(Default)]
@@ -59,8 +122,18 @@ pub(crate) fn fill(fig: &mut OffCpuReport, data: &OffCpuData, names: &Names) {
         count: data.stats.short,
         ns: data.stats.short_ns,
     };
+    let mut chains = PyChains::new();
     for (key, total) in &data.totals {
         let (user, unwound) = data.user_stack(key);
+        let python = match &data.python {
+            Some(reads) => python_key(
+                reads.get(key),
+                total.count,
+                names.user.get(&user),
+                &mut chains,
+            ),
+            None => PyKey::None,
+        };
         if !unwound {
             not_unwound_ns += total.ns;
         }
@@ -77,6 +150,7 @@ pub(crate) fn fill(fig: &mut OffCpuReport, data: &OffCpuData, names: &Names) {
                 kernel,
                 snap: key.snap,
                 preempted,
+                python,
             })
             .or_default();
         s.ns += total.ns;
@@ -129,20 +203,46 @@ pub(crate) fn fill(fig: &mut OffCpuReport, data: &OffCpuData, names: &Names) {
                         .collect()
                 })
                 .clone();
+            let native = names.user.get(&k.user).cloned().unwrap_or_else(|| {
+                k.user
+                    .iter()
+                    .map(|&addr| Frame {
+                        addr,
+                        ..Frame::default()
+                    })
+                    .collect()
+            });
+            // Its Python frames in place of the evaluation frames that
+            // ran them, when every period of it was read running them.
+            let (frames, python_note) = match &k.python {
+                PyKey::None => (native, None),
+                PyKey::Note(n) => (native, Some(n.clone())),
+                PyKey::Frames(id) => {
+                    let py = &chains[id];
+                    let named: Vec<Frame> = py.iter().map(super::python::frame).collect();
+                    match super::python::merged(&native, py, &named) {
+                        Ok(m) => (m.into(), None),
+                        // The thread did not run between its stack and its
+                        // chain: its native stack was unwound short.
+                        Err(_) => (
+                            native,
+                            Some(format!(
+                                "its native stack does not have one {} frame per run of its \
+                                 Python frames ({} runs; unwound short?): shown native",
+                                super::python::EVAL,
+                                py.iter().filter(|f| f.entry).count()
+                            )),
+                        ),
+                    }
+                }
+            };
             OffCpuStack {
                 off_cpu_ns: s.ns,
                 count: s.count,
                 preempted: k.preempted,
                 tids: s.tids.into_iter().collect(),
-                frames: names.user.get(&k.user).cloned().unwrap_or_else(|| {
-                    k.user
-                        .iter()
-                        .map(|&addr| Frame {
-                            addr,
-                            ..Frame::default()
-                        })
-                        .collect()
-                }),
+                frames,
+                python_note,
                 unwound: k.unwound,
                 kernel_stack,
                 snap: (k.snap != 0).then(|| snap_frame(&names.snaps, k.snap)),
@@ -334,6 +434,62 @@ mod tests {
     /// the time of both; a stack never unwound is shown by where the
     /// thread entered the kernel, and said so; the totals add up by
     /// thread, by preemption and by snap; every name is the one given.
+    fn py(code: u64, line: u32, entry: bool) -> PyFrame {
+        PyFrame {
+            frame: 0x9000 + code,
+            code,
+            function: Some(format!("f{code:x}")),
+            file: Some("app.py".into()),
+            line: Some(line),
+            entry,
+        }
+    }
+
+    /// A stack shows Python frames only when every one of its periods was
+    /// read running the same ones; otherwise it stays native and says why.
+    #[test]
+    fn python_frames_only_where_every_period_was_read_running_them() {
+        let native: Arc<[Frame]> = Arc::from(vec![
+            named(0x10, "sem_wait"),
+            named(0x20, crate::analyze::python::EVAL),
+        ]);
+        let chain = vec![py(0x70, 3, false), py(0x80, 9, true)];
+        let mut chains = PyChains::new();
+        let key = |reads: Vec<Option<Vec<PyFrame>>>, count| {
+            let mut chains = PyChains::new();
+            python_key(Some(&reads), count, Some(&native), &mut chains)
+        };
+        let PyKey::Frames(id) = python_key(
+            Some(&vec![Some(chain.clone()), Some(chain.clone())]),
+            2,
+            Some(&native),
+            &mut chains,
+        ) else {
+            panic!("two periods read alike are shown with their frames");
+        };
+        assert_eq!(chains[&id], chain);
+        let note = |k: PyKey| match k {
+            PyKey::Note(n) => n,
+            _ => panic!("not a note"),
+        };
+        assert!(note(key(vec![Some(chain.clone())], 3)).contains("read in 1 of its 3"));
+        assert!(
+            note(key(
+                vec![Some(chain.clone()), Some(vec![py(0x71, 4, true)])],
+                2
+            ))
+            .contains("different Python frames")
+        );
+        assert!(note(key(vec![None], 1)).contains("changed at every read"));
+        assert!(note(key(vec![], 1)).contains("not read"));
+        // A stack that runs no Python code says nothing.
+        let plain: Arc<[Frame]> = Arc::from(vec![named(0x10, "read")]);
+        assert!(matches!(
+            python_key(None, 1, Some(&plain), &mut chains),
+            PyKey::None
+        ));
+    }
+
     #[test]
     fn a_report_is_made_from_sums_and_names_alone() {
         let read_a: Arc<[u64]> = Arc::from(vec![0x100, 0x900]);

@@ -4,15 +4,24 @@
 //! stack, and who holds the GIL. Computed from what collection read;
 //! nothing here reads the process.
 
-use std::sync::Arc;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use crate::{
-    collect::runtime::python::{GilState, PyFrame, Snapshot},
-    model::{Frame, Python, PythonThread, Report},
+    collect::runtime::python::{
+        GilState, PyFrame, Snapshot,
+        locks::{LockRead, LockType, LockWait, PyLock},
+    },
+    model::{
+        Frame, LockChange, LockKind, Owner, Python, PythonLock, PythonThread, Report, RuntimeWait,
+        WaitsFor,
+    },
 };
 
 /// The native function that runs a run of Python frames.
-const EVAL: &str = "_PyEval_EvalFrameDefault";
+pub(crate) const EVAL: &str = "_PyEval_EvalFrameDefault";
 
 /// Sets each thread's [`PythonThread`] from `snap`, merges its Python
 /// frames into its native stack where the two agree, and says who holds
@@ -49,6 +58,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
                 note: Some("its Python frames changed at every read".into()),
                 holds_gil,
                 gil_wait,
+                waits_on: None,
             });
             continue;
         };
@@ -81,6 +91,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
             note,
             holds_gil,
             gil_wait,
+            waits_on: None,
         });
     }
     gil_waiters.sort_unstable();
@@ -94,7 +105,203 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         .into(),
         gil_holder: holder.map(|p| p.tid),
         gil_waiters,
+        locks: Vec::new(),
     });
+}
+
+/// Groups the threads waiting on `threading` objects by object (from
+/// `snap.locks`, what collection read), says who holds each where the
+/// object records it, and makes each waiter's [`WaitsFor`] say so. Run
+/// after [`merge`] and after the futex waits were judged (their words
+/// fit no glibc lock, or are a semaphore's that records no owner).
+pub(crate) fn locks(report: &mut Report, snap: &Snapshot) {
+    let tid_of: HashMap<u64, u64> = snap.threads.iter().map(|t| (t.ident, t.tid)).collect();
+    let mut by_object: BTreeMap<u64, Vec<&LockWait>> = BTreeMap::new();
+    for w in &snap.locks {
+        by_object.entry(object_of(w)).or_default().push(w);
+    }
+    let mut out: Vec<PythonLock> = by_object
+        .into_iter()
+        .map(|(at, waits)| judge(at, &waits, &tid_of))
+        .collect();
+    out.sort_by(|a, b| {
+        b.waiters
+            .len()
+            .cmp(&a.waiters.len())
+            .then(a.object.cmp(&b.object))
+    });
+    let by_tid: HashMap<u64, &PythonLock> = out
+        .iter()
+        .flat_map(|l| l.waiters.iter().map(move |&t| (t, l)))
+        .collect();
+    for t in &mut report.threads {
+        let Some(l) = by_tid.get(&t.tid) else {
+            continue;
+        };
+        if let Some(p) = &mut t.python {
+            p.waits_on = Some(l.object);
+        }
+        let Some(futex) = snap.locks.iter().find(|w| w.tid == t.tid).map(|w| w.futex) else {
+            continue;
+        };
+        t.waits_for = Some(WaitsFor {
+            lock: l.object,
+            futex,
+            symbol: Some(lock_words(l)),
+            kind: LockKind::Runtime,
+            mutex: None,
+            runtime: Some(RuntimeWait::PythonLock),
+            owner: l.owner.clone(),
+            owner_tid: l.owner.tid(),
+        });
+    }
+    if let Some(py) = &mut report.python {
+        py.locks = out;
+    }
+}
+
+/// `threading.RLock rlock at 0x7f…`: what a waiter waits on, in words.
+pub(crate) fn lock_words(l: &PythonLock) -> String {
+    match &l.name {
+        Some(n) => format!("threading.{} {n} at {:#x}", l.kind, l.object),
+        None => format!("threading.{} at {:#x}", l.kind, l.object),
+    }
+}
+
+/// The object a thread waits on: the `threading` object it waits
+/// through, else the lock itself.
+fn object_of(w: &LockWait) -> u64 {
+    w.through.as_ref().map_or(w.lock.addr, |t| t.addr)
+}
+
+/// One object's waiters, and who holds it as far as its reads agree.
+fn judge(at: u64, waits: &[&LockWait], tid_of: &HashMap<u64, u64>) -> PythonLock {
+    let first = waits[0];
+    let mut waiters: Vec<u64> = waits.iter().map(|w| w.tid).collect();
+    waiters.sort_unstable();
+    let name = waits.iter().find_map(|w| w.name.clone());
+    let not_recorded = |reason: &str| Owner::NotRecorded {
+        reason: reason.into(),
+    };
+    // Every read of the lock that says who holds it, by every waiter:
+    // they must all agree.
+    let agreed = |lock: &dyn Fn(&LockWait) -> Option<&PyLock>| -> Result<LockRead, Owner> {
+        let mut reads = waits
+            .iter()
+            .filter_map(|w| lock(w))
+            .flat_map(|l| l.reads.iter());
+        let one = reads.next().copied().flatten();
+        let Some(one) = one else {
+            return Err(Owner::Unknown {
+                reason: "its state could not be read".into(),
+            });
+        };
+        if reads.all(|r| *r == Some(one)) {
+            Ok(one)
+        } else {
+            Err(Owner::Changing {
+                cause: LockChange::ReadsDisagree,
+            })
+        }
+    };
+    // An RLock's owner, from reads that agree.
+    let rlock_owner = |read: LockRead, free: Owner| -> (Owner, Option<u64>) {
+        if !read.held {
+            return (free, None);
+        }
+        match tid_of.get(&read.owner) {
+            // Its owner would not wait: it counts a relock. A stale read.
+            Some(tid) if waiters.contains(tid) => (
+                Owner::Changing {
+                    cause: LockChange::OwnerWaitsForIt,
+                },
+                None,
+            ),
+            Some(&tid) => (
+                Owner::Thread {
+                    tid: u32::try_from(tid).unwrap_or(u32::MAX),
+                },
+                Some(read.count),
+            ),
+            None => (
+                Owner::Unknown {
+                    reason: format!(
+                        "its owner's ident {:#x} is no thread state of the interpreter",
+                        read.owner
+                    ),
+                },
+                None,
+            ),
+        }
+    };
+    let (kind, held, owner, count) = match &first.through {
+        None => match first.lock.kind {
+            LockType::Lock => {
+                let held = agreed(&|w| Some(&w.lock)).ok().map(|r| r.held);
+                (
+                    "Lock".to_string(),
+                    held,
+                    not_recorded("a threading.Lock records no owner"),
+                    None,
+                )
+            }
+            LockType::RLock => match agreed(&|w| Some(&w.lock)) {
+                Ok(r) => {
+                    let free = Owner::Unknown {
+                        reason: "read free twice while threads wait on it: changing hands".into(),
+                    };
+                    let (owner, count) = rlock_owner(r, free);
+                    ("RLock".to_string(), Some(r.held), owner, count)
+                }
+                Err(why) => ("RLock".to_string(), None, why, None),
+            },
+        },
+        Some(t) if t.class == "Condition" => match &t.lock {
+            Some(l) if l.kind == LockType::RLock => {
+                match agreed(&|w| w.through.as_ref().and_then(|t| t.lock.as_ref())) {
+                    Ok(r) => {
+                        let free = not_recorded(
+                            "its lock, an RLock, is free (read twice): its waiters wait to be notified",
+                        );
+                        let (owner, count) = rlock_owner(r, free);
+                        (t.class.clone(), Some(r.held), owner, count)
+                    }
+                    Err(why) => (t.class.clone(), None, why, None),
+                }
+            }
+            Some(_) => (
+                t.class.clone(),
+                None,
+                not_recorded("its lock is a threading.Lock, which records no owner"),
+                None,
+            ),
+            None => (
+                t.class.clone(),
+                None,
+                Owner::Unknown {
+                    reason: "its lock could not be read".into(),
+                },
+                None,
+            ),
+        },
+        Some(t) => {
+            let reason = if t.class.contains("Semaphore") {
+                "a semaphore records no owner".to_string()
+            } else {
+                format!("a threading.{} records no owner", t.class)
+            };
+            (t.class.clone(), None, not_recorded(&reason), None)
+        }
+    };
+    PythonLock {
+        object: at,
+        kind,
+        name,
+        waiters,
+        held,
+        owner,
+        count,
+    }
 }
 
 /// The function in which a thread waits to take the GIL (3.11–3.13).
@@ -133,7 +340,7 @@ fn gil_wait(t: &crate::model::Thread, snap: &Snapshot) -> Option<String> {
 }
 
 /// The model's frame of a Python frame.
-fn frame(p: &PyFrame) -> Frame {
+pub(crate) fn frame(p: &PyFrame) -> Frame {
     Frame {
         addr: p.code,
         function: p.function.clone(),
@@ -147,7 +354,11 @@ fn frame(p: &PyFrame) -> Frame {
 /// `native` with each `_PyEval_EvalFrameDefault` frame replaced by the
 /// run of Python frames it executes (innermost first both), or why not:
 /// the counts must match, else the thread moved between the two reads.
-fn merged(native: &Arc<[Frame]>, py: &[PyFrame], frames: &[Frame]) -> Result<Vec<Frame>, String> {
+pub(crate) fn merged(
+    native: &Arc<[Frame]>,
+    py: &[PyFrame],
+    frames: &[Frame],
+) -> Result<Vec<Frame>, String> {
     let evals = native
         .iter()
         .filter(|f| f.function.as_deref() == Some(EVAL))
@@ -235,6 +446,7 @@ mod tests {
             gil,
             gil_waits: None,
             asyncio: None,
+            locks: Vec::new(),
         };
         merge(&mut r, &snap);
         r
@@ -307,6 +519,116 @@ mod tests {
         assert_eq!(names(&p.frames), ["worker", "Thread._bootstrap"]);
         let py = r.python.unwrap();
         assert_eq!((py.gil.as_str(), py.gil_holder), ("changing", None));
+    }
+
+    fn wait(tid: u64, lock: u64, kind: LockType, reads: [Option<LockRead>; 2]) -> LockWait {
+        LockWait {
+            tid,
+            futex: 0x1000 + tid,
+            lock: PyLock {
+                addr: lock,
+                kind,
+                reads,
+            },
+            through: None,
+            name: None,
+        }
+    }
+
+    fn owned(owner: u64, count: u64) -> Option<LockRead> {
+        Some(LockRead {
+            held: owner != 0,
+            owner,
+            count,
+        })
+    }
+
+    /// Threads: 1-3 wait on a Lock, 4 and 5 on an RLock owned by 6 (ident
+    /// 0x66), 7 on an RLock whose two reads disagree, 8 on an RLock that
+    /// names itself as owner.
+    fn lock_report() -> Report {
+        let mut r = report(vec![], None, GilState::Free);
+        r.threads.clear();
+        for tid in 1..=8 {
+            r.threads.push(Thread::new(
+                tid,
+                "python3".into(),
+                "comm",
+                ThreadState::Sleeping,
+            ));
+        }
+        let threads = (1..=8)
+            .map(|tid| PyThread {
+                tid,
+                ident: 0x60 + tid,
+                tstate: 0x5000 + tid,
+                frames: Some(Vec::new()),
+                name: None,
+            })
+            .collect();
+        let held = Some(LockRead {
+            held: true,
+            owner: 0,
+            count: 0,
+        });
+        let snap = Snapshot {
+            version: "3.11".into(),
+            threads,
+            gil: GilState::Free,
+            gil_waits: None,
+            asyncio: None,
+            locks: vec![
+                wait(1, 0xa0, LockType::Lock, [held, held]),
+                wait(2, 0xa0, LockType::Lock, [held, held]),
+                wait(3, 0xa0, LockType::Lock, [held, held]),
+                wait(4, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
+                wait(5, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
+                wait(7, 0xc0, LockType::RLock, [owned(0x66, 1), owned(0x65, 1)]),
+                wait(8, 0xd0, LockType::RLock, [owned(0x68, 1), owned(0x68, 1)]),
+            ],
+        };
+        merge(&mut r, &snap);
+        locks(&mut r, &snap);
+        r
+    }
+
+    #[test]
+    fn waiters_are_grouped_by_object_and_an_rlock_owner_needs_reads_that_agree() {
+        let r = lock_report();
+        let py = r.python.as_ref().unwrap();
+        let by = |o: u64| py.locks.iter().find(|l| l.object == o).unwrap();
+        // Most waiters first.
+        assert_eq!(py.locks[0].object, 0xa0);
+        let a = by(0xa0);
+        assert_eq!((a.kind.as_str(), &a.waiters[..]), ("Lock", &[1, 2, 3][..]));
+        assert_eq!(a.held, Some(true));
+        assert!(
+            matches!(&a.owner, Owner::NotRecorded { reason } if reason.contains("records no owner"))
+        );
+        let b = by(0xb0);
+        assert_eq!((&b.waiters[..], b.count), (&[4, 5][..], Some(2)));
+        assert_eq!(b.owner, Owner::Thread { tid: 6 });
+        assert_eq!(
+            by(0xc0).owner,
+            Owner::Changing {
+                cause: LockChange::ReadsDisagree
+            }
+        );
+        // An RLock's owner never waits for it: a stale read.
+        assert_eq!(
+            by(0xd0).owner,
+            Owner::Changing {
+                cause: LockChange::OwnerWaitsForIt
+            }
+        );
+        // Each waiter's wait names the object and its owner.
+        let t4 = r.threads.iter().find(|t| t.tid == 4).unwrap();
+        let w = t4.waits_for.as_ref().unwrap();
+        assert_eq!((w.lock, w.owner_tid), (0xb0, Some(6)));
+        assert_eq!(w.runtime, Some(RuntimeWait::PythonLock));
+        assert_eq!(t4.python.as_ref().unwrap().waits_on, Some(0xb0));
+        let t6 = r.threads.iter().find(|t| t.tid == 6).unwrap();
+        assert!(t6.waits_for.is_none());
     }
 
     #[test]

@@ -19,8 +19,10 @@ use rip_ebpf::offcpu::{
 
 use super::{
     kernel::offcpu::OffCpuProbe,
+    memory::ProcessMemory,
     namespaces::TidMap,
     procfs,
+    runtime::python::{PyFrame, Python},
     stacks::{Stacks, unwind},
 };
 use crate::{collect::Result, discover::maps::ProcessMaps, util::monotonic_ns};
@@ -44,6 +46,10 @@ pub struct OffCpuData {
     /// The window, ns: from just before the program was attached to just
     /// after it was detached, so that every period summed lies inside it.
     pub window_ns: u64,
+    /// The Python frame chains read while periods ran, by the key each
+    /// period is summed under, one per period read (`None`: its chain
+    /// changed at every read), when the process runs CPython.
+    pub(crate) python: Option<HashMap<OffKey, Vec<Option<Vec<PyFrame>>>>>,
 }
 
 impl OffCpuData {
@@ -86,6 +92,19 @@ pub struct OffCpuCollector {
     /// Stacks unwound since [`Self::take_new_stacks`] was last called.
     fresh: Vec<Arc<[u64]>>,
     slots: Vec<u64>,
+    python: Option<PythonPeriods>,
+}
+
+/// The Python frames of the periods that run, read while they run.
+struct PythonPeriods {
+    python: Python,
+    mem: ProcessMemory,
+    /// Periods shorter than this are not summed: a read counts only once
+    /// its period has lasted that long.
+    min_block_ns: u64,
+    /// Periods already read: (tid, start).
+    seen: std::collections::HashSet<(u32, u64)>,
+    reads: HashMap<OffKey, Vec<Option<Vec<PyFrame>>>>,
 }
 
 impl OffCpuCollector {
@@ -101,7 +120,64 @@ impl OffCpuCollector {
             user: HashMap::new(),
             fresh: Vec::new(),
             slots: Vec::new(),
+            python: None,
         }
+    }
+
+    /// Reads the Python frames of process `pid`'s threads (it runs
+    /// `python`) while their off-CPU periods run ([`Self::read_python`]),
+    /// for the periods of at least `min_block_ns`.
+    pub(crate) fn watch_python(&mut self, python: Python, pid: u32, min_block_ns: u64) {
+        self.python = Some(PythonPeriods {
+            python,
+            mem: ProcessMemory::new(pid),
+            min_block_ns,
+            seen: Default::default(),
+            reads: HashMap::new(),
+        });
+    }
+
+    /// Reads the Python frame chain of each thread whose off-CPU period
+    /// started since the last call, and keeps it for that period's key
+    /// only when the same period still runs after the read (the thread
+    /// did not run in between, so the chain is the one it left the CPU
+    /// with) and has lasted long enough to be summed. A period that ended
+    /// before it was read has no read: its key is left native.
+    pub fn read_python(&mut self) -> Result<()> {
+        let Some(p) = &mut self.python else {
+            return Ok(());
+        };
+        let new: Vec<(u32, OffStart)> = self
+            .probe
+            .starts()?
+            .into_iter()
+            .filter(|(tid, s)| s.start_ns != 0 && !p.seen.contains(&(*tid, s.start_ns)))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let frames = p.python.thread_frames(&p.mem);
+        let again: HashMap<u32, OffStart> = self.probe.starts()?.into_iter().collect();
+        let now = monotonic_ns();
+        for (tid, start) in new {
+            let Some(chain) = frames.get(&u64::from(tid)) else {
+                // No thread state: not a Python thread.
+                p.seen.insert((tid, start.start_ns));
+                continue;
+            };
+            if again.get(&tid) != Some(&start) {
+                // It ran in between: the period read is over.
+                p.seen.insert((tid, start.start_ns));
+                continue;
+            }
+            if now.saturating_sub(start.start_ns) < p.min_block_ns {
+                // Not summed yet, maybe never: read again next time.
+                continue;
+            }
+            p.seen.insert((tid, start.start_ns));
+            p.reads.entry(start.key).or_default().push(chain.clone());
+        }
+        Ok(())
     }
 
     /// Charges the threads of process `pid` asleep at the window's start
@@ -228,6 +304,8 @@ impl OffCpuCollector {
     /// A thread's last switch, as it exits, starts no period: it is
     /// charged until it exits.
     pub fn finish(mut self, pid: u32, min_block_ns: u64) -> Result<OffCpuData> {
+        // The periods still running, read before they are cut.
+        self.read_python()?;
         self.probe.detach()?;
         // The window ends once the detach has returned: no period summed
         // ends after it, so none reaches outside the window.
@@ -237,6 +315,7 @@ impl OffCpuCollector {
         self.probe.refresh_ids()?;
         let window_ns = end_ns.saturating_sub(self.attached_ns);
         self.serve()?;
+        let python = self.python.take().map(|p| p.reads);
         // Two keys may become one (threads whose ids in rip-probe's pid
         // namespace were never learnt are all 0): add, never overwrite.
         let mut totals: HashMap<OffKey, OffTotal> = HashMap::new();
@@ -276,6 +355,7 @@ impl OffCpuCollector {
             stats: self.probe.stats()?,
             whole_window,
             window_ns,
+            python,
         })
     }
 }

@@ -25,6 +25,7 @@ use crate::{
         },
         offcpu::{OffCpuCollector, OffCpuData, snap_slots},
         procfs,
+        runtime::python::Python,
         stacks::Stacks,
     },
     discover::{Target, read_proc},
@@ -100,6 +101,19 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
         OffCpuProbe::attach(a.pid, threads, opts, None)
     })?;
     let mut collector = OffCpuCollector::new(probe, stacks);
+    // A CPython program's stacks are shown with their Python frames,
+    // read while each period runs.
+    let python = crate::discover::maps::ProcessMaps::open(target.view_pid())
+        .ok()
+        .and_then(|m| Python::detect(target.view_pid(), &m));
+    let python_not_read = match python {
+        Some(Ok(python)) => {
+            collector.watch_python(python, a.pid, opts.min_block_ns);
+            None
+        }
+        Some(Err(why)) => Some(format!("{why}: its stacks are shown native")),
+        None => None,
+    };
     if !snaps.is_empty() {
         collector.set_snap_slots(&snaps)?;
     }
@@ -114,6 +128,7 @@ pub(crate) fn run(a: &OffCpuArgs, out: &mut Sink) -> Result<()> {
     let lost = observed.lost().cloned();
 
     let mut warnings: Vec<String> = observed.interrupted_note().into_iter().collect();
+    warnings.extend(python_not_read);
     if let Some(l) = &lost {
         warnings.push(format!(
             "{} after {}: the times are up to then",
@@ -190,6 +205,7 @@ struct Summing<'a> {
 impl Watch for Summing<'_> {
     fn tick(&mut self, _elapsed: Duration) -> Result<()> {
         self.c.serve()?;
+        self.c.read_python()?;
         if self.named.elapsed() >= NAME_EVERY {
             // Named while the process runs: its binaries are read through
             // /proc/PID, gone once it exits.

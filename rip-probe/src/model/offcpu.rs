@@ -65,8 +65,14 @@ pub struct OffCpuStack {
     /// The threads (ids) whose time this is.
     pub tids: Vec<u32>,
     /// The user stack, innermost first. Empty when the registers could not
-    /// be read.
+    /// be read. A CPython thread's Python frames are in it, in place of
+    /// the `_PyEval_EvalFrameDefault` frames that ran them, when every
+    /// period of the stack was read running them (see `python_note`).
     pub frames: Arc<[Frame]>,
+    /// Why a stack that runs Python code shows its native frames only
+    /// (its periods were not all read while they ran, or ran different
+    /// Python frames, or the counts differ).
+    pub python_note: Option<String>,
     /// False when the stack was never unwound (its copy was lost): `frames`
     /// then holds only where the thread entered the kernel.
     pub unwound: bool,

@@ -23,8 +23,19 @@ pub(super) fn clean(s: &str) -> String {
 }
 
 /// The names of a user frame, outermost first: the function, then the
-/// functions inlined in it; else module+offset, else the address.
+/// functions inlined in it; else module+offset, else the address. A
+/// Python frame is its function with its file's name and line.
 pub(super) fn names(f: &Frame, out: &mut Vec<String>) {
+    // A Python frame as py-spy names it: `function (file.py:LINE)`.
+    if let (true, Some(func)) = (f.python, &f.function) {
+        let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+        out.push(clean(&match (file, f.line) {
+            (Some(file), Some(line)) => format!("{func} ({file}:{line})"),
+            (Some(file), None) => format!("{func} ({file})"),
+            _ => func.clone(),
+        }));
+        return;
+    }
     match (&f.function, &f.module, f.module_offset) {
         (Some(func), _, _) => out.push(clean(func)),
         (None, Some(m), Some(off)) => {

@@ -578,6 +578,7 @@ mod tests {
             preempted,
             tids: vec![11, 12],
             frames: Arc::from(frames),
+            python_note: None,
             unwound: true,
             kernel_stack: Arc::from(Vec::new()),
             snap: None,

@@ -562,6 +562,9 @@ pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<
 fn lock_words(w: &WaitsFor) -> String {
     let name = w.symbol.clone().unwrap_or_else(|| format!("{:#x}", w.lock));
     match w.runtime {
+        // A CPython waiter whose `threading` object was found is named by
+        // it (`threading.RLock rlock at 0x…`), not by its futex.
+        Some(RuntimeWait::PythonLock) if w.lock != w.futex => name,
         Some(rt) => format!("{} (futex {name})", runtime_words(rt)),
         None => format!("{} {name}", w.kind.as_str()),
     }

@@ -318,6 +318,7 @@ pub fn full_report_with_python() -> Report {
             note: Some("not merged".into()),
             holds_gil: true,
             gil_wait: Some("blocked with take_gil on its native stack".into()),
+            waits_on: Some(0x7f00_0000_3000),
         });
     }
     // An asyncio task awaiting another task, and its group.
@@ -378,6 +379,15 @@ pub fn full_report_with_python() -> Report {
         gil: "held".into(),
         gil_holder: Some(2),
         gil_waiters: vec![3],
+        locks: vec![PythonLock {
+            object: 0x7f00_0000_3000,
+            kind: "RLock".into(),
+            name: Some("table_lock".into()),
+            waiters: vec![2, 3],
+            held: Some(true),
+            owner: Owner::Thread { tid: 1 },
+            count: Some(2),
+        }],
     });
     r
 }

@@ -12,6 +12,7 @@
 pub(crate) mod asyncio;
 pub(crate) use asyncio::Asyncio;
 pub mod decode;
+pub(crate) mod locks;
 mod objects;
 mod offsets;
 
@@ -105,6 +106,9 @@ pub(crate) struct Snapshot {
     pub(crate) gil_waits: Option<std::ops::Range<u64>>,
     /// The main interpreter's asyncio tasks, when it imported asyncio.
     pub(crate) asyncio: Option<asyncio::Tasks>,
+    /// The `threading` locks the threads asleep on a futex wait on, each
+    /// read twice.
+    pub(crate) locks: Vec<locks::LockWait>,
 }
 
 impl Python {
@@ -191,8 +195,9 @@ impl Python {
     }
 
     /// Reads every thread state and its frames, and the GIL before and
-    /// after.
-    pub(crate) fn read(&self, mem: &impl Memory) -> Snapshot {
+    /// after; and the lock each thread of `futex` (tid → the futex address
+    /// the kernel says it sleeps on) waits on.
+    pub(crate) fn read(&self, mem: &impl Memory, futex: &HashMap<u64, u64>) -> Snapshot {
         let (gil, gil_at) = self.gil(mem);
         let mut names = Names::default();
         let mut threads = Vec::new();
@@ -245,11 +250,15 @@ impl Python {
             }
         }
         let asyncio = interp.and_then(|i| heap.asyncio_tasks(i, &mut names));
+        // Fresh reads: what asyncio's pass cached is of another moment.
+        heap.pass(false);
+        let locks = locks::read(&mut heap, &self.version, &threads, futex);
         let (again, _) = self.gil(mem);
         Snapshot {
             version: self.version.clone(),
             threads,
             asyncio,
+            locks,
             gil_waits: gil_at.map(|at| at + offsets::GIL_TAKE.start..at + offsets::GIL_TAKE.end),
             gil: if gil == again {
                 gil
@@ -257,6 +266,32 @@ impl Python {
                 GilState::Changing
             },
         }
+    }
+
+    /// Each thread's frame chain alone, by tid (`None`: two reads never
+    /// agreed): what a window that takes stacks as threads go off the CPU
+    /// reads beside each stack.
+    pub(crate) fn thread_frames(&self, mem: &impl Memory) -> HashMap<u64, Option<Vec<PyFrame>>> {
+        let mut names = Names::default();
+        let o = &self.offsets;
+        let mut out = HashMap::new();
+        for tstate in self.thread_states(mem) {
+            let Ok(tid) = mem.read_u64(tstate + o.tstate_native_thread_id) else {
+                continue;
+            };
+            let mut last = None;
+            let mut frames = None;
+            for _ in 0..READS {
+                let now = self.frames(mem, tstate, &mut names);
+                if now.is_some() && now == last {
+                    frames = now;
+                    break;
+                }
+                last = now;
+            }
+            out.insert(tid, frames);
+        }
+        out
     }
 
     /// The thread states of every interpreter.

@@ -1,0 +1,310 @@
+//! CPython's `threading` locks read from outside, for real: a program
+//! this test writes parks 5 threads in `Lock.acquire` on one lock and 3 on
+//! another, holds an `RLock` (twice, recursively) in a thread asleep in
+//! `time.sleep` while 2 threads wait for it, parks one thread in
+//! `Condition.wait`, holds another `Condition`'s `RLock` while a thread
+//! waits to enter it, and parks one in `Semaphore.acquire`. `rip-probe
+//! --pid` must group the waiters by the object they wait on, with exact
+//! waiters, name the `RLock`'s and the held `Condition`'s owner by tid
+//! (two reads agree), and say that a `Lock` and a semaphore record no
+//! owner, in JSON and text, on Debian's 3.11 (waiters of one lock sleep on
+//! its `sem_t`), on a shared 3.12, and on Debian's 3.13 (each `Lock`
+//! waiter parks on a futex of its own in CPython's parking lot).
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use rip_tests::{TempDir, bpf_tests_enabled, rip_probe_json, rip_probe_ok};
+use serde_json::Value;
+
+const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+const PROGRAM: &str = r#"
+import threading, time
+lock_a = threading.Lock(); lock_a.acquire()
+lock_b = threading.Lock(); lock_b.acquire()
+rlock = threading.RLock()
+cond = threading.Condition()
+busy = threading.Condition()
+sem = threading.Semaphore(0)
+held = threading.Event()
+busy_held = threading.Event()
+tids = {}
+def wait_a():
+    lock_a.acquire()
+def wait_b():
+    lock_b.acquire()
+def rlock_holder():
+    with rlock:
+        with rlock:
+            held.set()
+            time.sleep(100000)
+def rlock_waiter():
+    held.wait()
+    rlock.acquire()
+def cond_waiter():
+    with cond:
+        cond.wait()
+def busy_holder():
+    with busy:
+        busy_held.set()
+        time.sleep(100000)
+def busy_waiter():
+    busy_held.wait()
+    with busy:
+        pass
+def sem_waiter():
+    sem.acquire()
+def run(name, f):
+    tids[name] = threading.get_native_id()
+    f()
+roles = ([("a-%d" % i, wait_a) for i in range(5)] + [("b-%d" % i, wait_b) for i in range(3)]
+         + [("rholder", rlock_holder), ("rw-0", rlock_waiter), ("rw-1", rlock_waiter),
+            ("cond-w", cond_waiter), ("bholder", busy_holder), ("busy-w", busy_waiter),
+            ("sem-w", sem_waiter)])
+for name, f in roles:
+    threading.Thread(target=run, args=(name, f), name=name, daemon=True).start()
+while len(tids) < len(roles):
+    time.sleep(0.01)
+for name, tid in tids.items():
+    print(name, tid, flush=True)
+for name in ["lock_a", "lock_b", "rlock", "cond", "busy", "sem"]:
+    print("id", name, id(globals()[name]), flush=True)
+print("ready", flush=True)
+time.sleep(100000)
+"#;
+
+/// The Python program, killed on drop.
+struct Program(Child);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the program printed: each role's tid, each object's `id()`.
+struct Started {
+    program: Program,
+    tids: HashMap<String, u64>,
+    ids: HashMap<String, u64>,
+}
+
+fn start(python: &str, dir: &TempDir) -> Started {
+    assert!(
+        std::path::Path::new(python).exists(),
+        "{python} is missing: run `cargo xtask setup`"
+    );
+    let script = dir.join("locks.py");
+    std::fs::write(&script, PROGRAM).unwrap();
+    let mut child = Program(
+        Command::new(python)
+            .arg(&script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{python}: {e}")),
+    );
+    let (mut tids, mut ids) = (HashMap::new(), HashMap::new());
+    let out = BufReader::new(child.0.stdout.take().unwrap());
+    for line in out.lines() {
+        let line = line.unwrap();
+        if line == "ready" {
+            return Started {
+                program: child,
+                tids,
+                ids,
+            };
+        }
+        let words: Vec<&str> = line.split(' ').collect();
+        match words[..] {
+            ["id", name, id] => ids.insert(name.to_string(), id.parse().unwrap()),
+            [name, tid] => tids.insert(name.to_string(), tid.parse().unwrap()),
+            _ => panic!("{line}"),
+        };
+    }
+    panic!("{python} ended before it was ready");
+}
+
+/// The object each waiter must be seen waiting on: (object's name, its
+/// `threading` class, the waiters' roles).
+const GROUPS: [(&str, &str, &[&str]); 6] = [
+    ("lock_a", "Lock", &["a-0", "a-1", "a-2", "a-3", "a-4"]),
+    ("lock_b", "Lock", &["b-0", "b-1", "b-2"]),
+    ("rlock", "RLock", &["rw-0", "rw-1"]),
+    ("cond", "Condition", &["cond-w"]),
+    ("busy", "Condition", &["busy-w"]),
+    ("sem", "Semaphore", &["sem-w"]),
+];
+
+/// The report's Python lock of object `id`.
+fn lock(report: &Value, id: u64) -> Option<&Value> {
+    report["python"]["locks"]
+        .as_array()?
+        .iter()
+        .find(|l| l["object"] == id)
+}
+
+fn waiters(l: &Value) -> Vec<u64> {
+    l["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect()
+}
+
+/// The report once every waiter is seen on its object: polled, since a
+/// thread printed its tid before it reached its wait.
+fn settled(pid: u32, s: &Started) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = rip_probe_json(
+            CLI,
+            &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+        );
+        let all = GROUPS.iter().all(|(name, _, roles)| {
+            lock(&report, s.ids[*name]).is_some_and(|l| {
+                let w = waiters(l);
+                roles.iter().all(|r| w.contains(&s.tids[*r]))
+            })
+        });
+        if all {
+            return report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiters were never all seen on their objects: {}",
+            report["python"]
+        );
+    }
+}
+
+fn check(python: &str, version: &str) {
+    let dir = TempDir::new("/tmp", "rip-python-locks");
+    let s = start(python, &dir);
+    let pid = s.program.0.id();
+    let report = settled(pid, &s);
+    assert_eq!(report["python"]["version"], version);
+    let py = &report["python"];
+    // One entry per object waited on, and no other.
+    assert_eq!(py["locks"].as_array().unwrap().len(), GROUPS.len(), "{py}");
+    for (name, kind, roles) in GROUPS {
+        let l = lock(&report, s.ids[name]).unwrap();
+        let mut expected: Vec<u64> = roles.iter().map(|r| s.tids[*r]).collect();
+        expected.sort_unstable();
+        assert_eq!(waiters(l), expected, "{name}: {l}");
+        assert_eq!(l["kind"], kind, "{l}");
+        assert_eq!(l["name"], name, "{l}");
+        for r in roles {
+            let t = report["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["tid"] == s.tids[*r])
+                .unwrap();
+            assert_eq!(t["python"]["waits_on"], s.ids[name], "{r}: {t}");
+            assert_eq!(t["waits_for"]["lock"], s.ids[name], "{r}: {t}");
+            assert_eq!(t["waits_for"]["runtime"], "python_lock", "{r}: {t}");
+        }
+    }
+    let owner = |name: &str| &lock(&report, s.ids[name]).unwrap()["owner"];
+    // A Lock records no owner: none is named, and the report says so.
+    for name in ["lock_a", "lock_b"] {
+        let l = lock(&report, s.ids[name]).unwrap();
+        assert_eq!(owner(name)["status"], "not_recorded", "{l}");
+        assert!(
+            owner(name)["reason"]
+                .as_str()
+                .unwrap()
+                .contains("threading.Lock records no owner"),
+            "{l}"
+        );
+        assert_eq!(l["held"], true, "{l}");
+    }
+    // The RLock's owner: the sleeper holding it twice.
+    let rl = lock(&report, s.ids["rlock"]).unwrap();
+    assert_eq!(owner("rlock")["status"], "thread", "{rl}");
+    assert_eq!(owner("rlock")["tid"], s.tids["rholder"], "{rl}");
+    assert_eq!(rl["count"], 2, "{rl}");
+    for r in ["rw-0", "rw-1"] {
+        let t = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"] == s.tids[r])
+            .unwrap();
+        assert_eq!(t["waits_for"]["owner_tid"], s.tids["rholder"], "{t}");
+    }
+    // A Condition whose RLock is held: its holder; one whose RLock is
+    // free (its waiter released it in wait()): no owner.
+    let busy = lock(&report, s.ids["busy"]).unwrap();
+    assert_eq!(owner("busy")["tid"], s.tids["bholder"], "{busy}");
+    assert_eq!(busy["held"], true, "{busy}");
+    let cond = lock(&report, s.ids["cond"]).unwrap();
+    assert_eq!(cond["held"], false, "{cond}");
+    assert!(cond["owner"]["tid"].is_null(), "{cond}");
+    assert_eq!(owner("sem")["status"], "not_recorded");
+    // Text: one line per object, with its waiters.
+    let text = rip_probe_ok(CLI, &["--pid", &pid.to_string(), "--duration", "0"]);
+    let line = |what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no line with {what}: {text}"))
+            .to_string()
+    };
+    assert!(
+        line(&format!("threading.Lock lock_a at {:#x}", s.ids["lock_a"]))
+            .starts_with("  5 threads wait for threading.Lock lock_a"),
+        "{text}"
+    );
+    assert!(
+        line(&format!("threading.Lock lock_b at {:#x}", s.ids["lock_b"]))
+            .contains("3 threads wait for threading.Lock lock_b at 0x")
+            && line("lock_b at").ends_with("a threading.Lock records no owner"),
+        "{text}"
+    );
+    assert!(
+        line("threading.RLock rlock at").contains(&format!(
+            "2 threads wait for threading.RLock rlock at {:#x} held by {} (rholder)",
+            s.ids["rlock"], s.tids["rholder"]
+        )),
+        "{text}"
+    );
+    assert!(
+        line("threading.Semaphore sem at").contains("a semaphore records no owner"),
+        "{text}"
+    );
+}
+
+/// Debian's python3.11: each lock a `sem_t`.
+#[test]
+fn locks_by_object_3_11() {
+    if !bpf_tests_enabled("locks_by_object_3_11") {
+        return;
+    }
+    check("/usr/bin/python3.11", "3.11");
+}
+
+/// CPython 3.12 built with `--enable-shared`.
+#[test]
+fn locks_by_object_3_12() {
+    if !bpf_tests_enabled("locks_by_object_3_12") {
+        return;
+    }
+    check("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+}
+
+/// Debian's 3.13: a `Lock` is a `PyMutex`, its waiters parked apart.
+#[test]
+fn locks_by_object_3_13() {
+    if !bpf_tests_enabled("locks_by_object_3_13") {
+        return;
+    }
+    check(rip_tests::PYTHON_3_13, "3.13");
+}
