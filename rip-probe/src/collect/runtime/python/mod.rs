@@ -276,7 +276,16 @@ impl Python {
         let o = &self.offsets;
         let mut out = HashMap::new();
         for tstate in self.thread_states(mem) {
-            let Ok(tid) = mem.read_u64(tstate + o.tstate_native_thread_id) else {
+            // Before 3.11, from the C library's thread descriptor only:
+            // `threading`'s names are not read here.
+            let tid = match o.tstate_native_thread_id {
+                Some(at) => mem.read_u64(tstate + at).ok(),
+                None => mem
+                    .read_u64(tstate + o.tstate_thread_id)
+                    .ok()
+                    .and_then(|ident| pthread_tid(mem, ident)),
+            };
+            let Some(tid) = tid.filter(|&t| t != 0) else {
                 continue;
             };
             let mut last = None;
