@@ -9,7 +9,6 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    io::BufRead,
     path::{Path, PathBuf},
     sync::{Arc, Mutex, OnceLock, mpsc},
 };
@@ -206,22 +205,12 @@ impl Symbolizer {
             .collect()
     }
 
-    /// Loads what symbolizing will need for a live process — kallsyms and
-    /// the debug information of its executable and libraries — ahead of
-    /// time, so a session can do it while it observes instead of after.
+    /// Loads what symbolizing will need for a live process — the debug
+    /// information of its executable and libraries — ahead of time, so a
+    /// session can do it while it observes instead of after. (kallsyms is
+    /// already loading: every session primes it as it attaches, see
+    /// [`prime_kernel`].)
     pub(crate) fn warm_up(&mut self, binaries: &[PathBuf]) {
-        // One kernel address is enough to have blazesym load kallsyms: read
-        // lines until the first (the file is megabytes; root sees real
-        // addresses from the first line).
-        if let Ok(f) = std::fs::File::open("/proc/kallsyms")
-            && let Some(addr) = std::io::BufReader::new(f)
-                .lines()
-                .map_while(std::result::Result::ok)
-                .filter_map(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
-                .find(|&a| a != 0)
-        {
-            let _ = self.kernel(&[addr]);
-        }
         // Symbolizing one address of each binary (its entry point) the way
         // reports do makes blazesym open it and index its DWARF units.
         for b in binaries {
