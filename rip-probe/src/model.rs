@@ -763,6 +763,18 @@ pub enum Origin {
     Asyncio,
 }
 
+impl Origin {
+    /// The runtime's name, as the JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Librip => "librip",
+            Origin::Tokio => "tokio",
+            Origin::Go => "go",
+            Origin::Asyncio => "asyncio",
+        }
+    }
+}
+
 /// A coroutine's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -1111,6 +1123,19 @@ pub(crate) fn short_path(p: &str) -> String {
 }
 
 /// Reports for the unit tests of the stages that compute from one.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Origin::as_str` says what the JSON says.
+    #[test]
+    fn an_origins_word_is_its_json_name() {
+        for o in [Origin::Librip, Origin::Tokio, Origin::Go, Origin::Asyncio] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests_support {
     use super::*;

@@ -10,6 +10,7 @@ use std::{
 
 use librip::reader::{RingFile, Slot};
 
+pub mod pprof;
 pub mod user_stacks;
 
 /// Set to `1` to skip the tests that load BPF programs (for unprivileged

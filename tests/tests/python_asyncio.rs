@@ -9,11 +9,16 @@
 
 use std::{
     io::{BufRead, BufReader},
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use rip_tests::{TempDir, bpf_tests_enabled, rip_probe_json, rip_probe_ok};
+use rip_tests::{
+    TempDir, bpf_tests_enabled,
+    pprof::{pprof_top, pprof_top_of},
+    rip_probe_json, rip_probe_ok,
+};
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
@@ -146,12 +151,20 @@ fn settled(report: &Value, version: &str) -> bool {
 
 /// The report once every task is parked at its await: polled, since the
 /// readers connect over a few turns of the loop after `ready`.
-fn settled_report(pid: u32, version: &str) -> Value {
+fn settled_report(pid: u32, version: &str, pprof: &Path) -> Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let report = rip_probe_json(
             CLI,
-            &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+            &[
+                "--pid",
+                &pid.to_string(),
+                "--duration",
+                "0",
+                "--json",
+                "--pprof",
+                pprof.to_str().unwrap(),
+            ],
         );
         if settled(&report, version) {
             return report;
@@ -168,7 +181,8 @@ fn check(python: &str, version: &str) {
     let dir = TempDir::new("/tmp", "rip-python-asyncio");
     let program = start(python, &dir);
     let pid = program.0.id();
-    let report = settled_report(pid, version);
+    let pprof = dir.join("tasks.pb.gz");
+    let report = settled_report(pid, version, &pprof);
     assert_eq!(report["python"]["version"], version, "{report}");
     let tasks: Vec<&Value> = report["tasks"]
         .as_array()
@@ -242,6 +256,35 @@ fn check(python: &str, version: &str) {
     assert_eq!(on.len(), 5, "{events}");
     assert!(on.iter().all(|o| o["kind"] == "future" && o["count"] == 1));
 
+    // The same report's pprof profile, read by go tool pprof: one `tasks`
+    // sample per task, its stack the await chain; the awaiters of the
+    // target task focused on by the future they await.
+    let (rows, total) = pprof_top(&pprof, "tasks", "count");
+    assert_eq!(total, tasks.len() as u64, "{rows:?}");
+    for (function, count) in [
+        ("wait_event", 5),
+        ("queue_getter", 3),
+        ("sleeper", 4),
+        ("reader", 2),
+        ("awaiter", 3),
+        ("target", 1),
+        ("main", 1),
+    ] {
+        assert_eq!(
+            rows.get(function).map(|r| r.1),
+            Some(count),
+            "{function}: {rows:?}"
+        );
+    }
+    let wait = rip_tests::python_function(version, "Event.wait");
+    assert_eq!(rows.get(&wait).map(|r| r.0), Some(5), "{rows:?}");
+    // A string to match, not a number: pprof reads a bare `0x…` as a
+    // numeric range.
+    let hex = format!("{target_id:#x}");
+    let focus = format!("-tagfocus=awaits=[{}]{}", &hex[..1], &hex[1..]);
+    let (focused, _) = pprof_top_of(&pprof, "tasks", "count", &[&focus]);
+    assert_eq!(focused.values().map(|r| r.0).sum::<u64>(), 3, "{focused:?}");
+
     // Text: the section, one sentence per group with its count and chain
     // outermost first, the awaited task.
     let text = rip_probe_ok(CLI, &["--pid", &pid.to_string(), "--duration", "0"]);
@@ -254,7 +297,6 @@ fn check(python: &str, version: &str) {
         .lines()
         .find(|l| l.contains("5 tasks awaiting"))
         .unwrap();
-    let wait = rip_tests::python_function(version, "Event.wait");
     assert!(
         line.contains("tasks.py:4 wait_event → ") && line.ends_with(&format!(" {wait}")),
         "{line}"

@@ -14,7 +14,7 @@ use prost::Message;
 
 use super::protos::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 use crate::model::{
-    Frame, ProcessInfo, Report,
+    Coroutine, Frame, ProcessInfo, Report,
     calls::CallsReport,
     leaks::{LeaksReport, ResourceKind},
     offcpu::OffCpuReport,
@@ -347,23 +347,47 @@ pub fn offcpu_profile(r: &OffCpuReport, build_ids: &BuildIds) -> Profile {
 ///
 /// A Go program's goroutines are samples beside the threads, one per
 /// goroutine (`goroutines/count`, with how long it has waited at least,
-/// `waiting/nanoseconds`; both 0 in the threads' samples, and the
-/// threads' 0 in theirs): its stack (a goroutine on a thread has none of
+/// `waiting/nanoseconds`): its stack (a goroutine on a thread has none of
 /// its own: its location, else `[no user stack]`), labels `goroutine`
 /// (its id), `state` (`running`, `runnable`, `waiting`, `syscall`),
 /// `wait_reason` in the runtime's words, `tid` on a thread, and its
 /// pprof labels as the program set them.
+///
+/// The other runtimes' coroutines (asyncio tasks, librip coroutines and
+/// tokio tasks) are samples of their own, one per task (`tasks/count`,
+/// with how long it has been idle, `idle/nanoseconds`, where the runtime
+/// records it: asyncio does not): its stack (an asyncio task's await
+/// chain, innermost first; else its last snap), labels `task` (its id),
+/// `origin`, `name`, `state` (`polling`, `idle`, `exited`), `tid` while a
+/// thread polls it, and `awaits` (the address of the future an asyncio
+/// task awaits, so tasks waiting on one future can be focused on
+/// together).
+///
+/// Each kind of sample holds 0 in the other kinds' values, so each
+/// value's total stays its own.
 pub fn threads_profile(r: &Report, build_ids: &BuildIds) -> Profile {
     let goroutines: Vec<_> = r
         .tasks
         .iter()
         .filter_map(|t| t.go.as_ref().map(|g| (t, g)))
         .collect();
+    let others: Vec<_> = r.tasks.iter().filter(|t| t.go.is_none()).collect();
     let mut types = vec![("threads", "count"), ("blocked", "nanoseconds")];
+    let go_at = types.len();
     if !goroutines.is_empty() {
         types.extend([("goroutines", "count"), ("waiting", "nanoseconds")]);
     }
-    let zeros = types.len() - 2;
+    let tasks_at = types.len();
+    if !others.is_empty() {
+        types.extend([("tasks", "count"), ("idle", "nanoseconds")]);
+    }
+    // A sample's values: `count` and `ns` at `at`, 0 elsewhere.
+    let values = |at: usize, count: i64, ns: i64| {
+        let mut v = vec![0; types.len()];
+        v[at] = count;
+        v[at + 1] = ns;
+        v
+    };
     let mut b = Builder::new(&r.process, &types, "threads", build_ids);
     for t in &r.threads {
         let user: Vec<Frame> = match (&t.location, t.frames.is_empty()) {
@@ -383,21 +407,24 @@ pub fn threads_profile(r: &Report, build_ids: &BuildIds) -> Profile {
             labels.push(b.label_str("blocked", if bl.exact { "exact" } else { "at least" }));
         }
         let blocked = t.blocked.as_ref().map_or(0, |bl| clamp(bl.ns));
-        let mut values = vec![1, blocked];
-        values.resize(2 + zeros, 0);
-        b.sample(locs, values, labels);
+        b.sample(locs, values(0, 1, blocked), labels);
     }
-    // Goroutines share stacks by the thousand: each made locations once.
+    // Goroutines and tasks share stacks by the thousand: each made its
+    // locations once.
     let mut stacks: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut shared = |b: &mut Builder<'_>, frames: &std::sync::Arc<[Frame]>, t: &Coroutine| match (
+        frames.is_empty(),
+        &t.location,
+    ) {
+        (true, Some(l)) => b.stack(&[], std::slice::from_ref(&l.frame)),
+        (true, None) => b.stack(&[], &[]),
+        (false, _) => stacks
+            .entry(frames.as_ptr() as *const u8 as usize)
+            .or_insert_with(|| b.stack(&[], frames))
+            .clone(),
+    };
     for (t, g) in goroutines {
-        let locs = match (g.stack.is_empty(), &t.location) {
-            (true, Some(l)) => b.stack(&[], std::slice::from_ref(&l.frame)),
-            (true, None) => b.stack(&[], &[]),
-            (false, _) => stacks
-                .entry(g.stack.as_ptr() as usize)
-                .or_insert_with(|| b.stack(&[], &g.stack))
-                .clone(),
-        };
+        let locs = shared(&mut b, &g.stack, t);
         let mut labels = vec![
             b.label_num("goroutine", clamp(t.id)),
             b.label_str("state", g.status.as_str()),
@@ -412,7 +439,30 @@ pub fn threads_profile(r: &Report, build_ids: &BuildIds) -> Profile {
             labels.push(b.label_str(&l.key, &l.value));
         }
         let waited = t.idle_ns.or(t.polling_ns).map_or(0, clamp);
-        b.sample(locs, vec![0, 0, 1, waited], labels);
+        b.sample(locs, values(go_at, 1, waited), labels);
+    }
+    let no_frames: std::sync::Arc<[Frame]> = std::sync::Arc::from(Vec::new());
+    for t in others {
+        let frames = t.python.as_ref().map_or(&no_frames, |p| &p.frames);
+        let locs = shared(&mut b, frames, t);
+        let mut labels = vec![
+            b.label_num("task", clamp(t.id)),
+            b.label_str("origin", t.origin.as_str()),
+            b.label_str("state", t.state.as_str()),
+        ];
+        if !t.name.is_empty() {
+            labels.push(b.label_str("name", &t.name));
+        }
+        if let Some(tid) = t.polling_tid {
+            labels.push(b.label_num("tid", i64::from(tid)));
+        }
+        if let Some(a) = t.python.as_ref().and_then(|p| p.awaits.as_ref()) {
+            for addr in &a.addrs {
+                labels.push(b.label_str("awaits", &format!("{addr:#x}")));
+            }
+        }
+        let idle = t.idle_ns.map_or(0, clamp);
+        b.sample(locs, values(tasks_at, 1, idle), labels);
     }
     b.finish(r.window_ns, &r.warnings)
 }
@@ -548,7 +598,8 @@ mod tests {
 
     use super::*;
     use crate::model::{
-        InlinedFrame, ProcessInfo,
+        AsyncioState, CoroutineState, GoWaitKind, GoWaitsOn, InlinedFrame, Origin, ProcessInfo,
+        PythonTask,
         offcpu::{OffCpuStack, Periods},
     };
 
@@ -681,5 +732,126 @@ mod tests {
             .map(|l| (s(l.key), s(l.str)))
             .collect();
         assert_eq!(labels, [("state", "preempted")]);
+    }
+    fn task(id: u64, origin: Origin, frames: &Arc<[Frame]>, idle_ns: Option<u64>) -> Coroutine {
+        Coroutine {
+            origin,
+            id,
+            generation: 0,
+            name: format!("t{id}"),
+            state: CoroutineState::Idle,
+            polling_tid: None,
+            polls: 0,
+            idle_ns,
+            polling_ns: None,
+            lower_bound: false,
+            since_unix_ns: None,
+            created_unix_ns: None,
+            location: Some(crate::model::Location {
+                source: crate::model::LocationSource::Ring,
+                seq: Some(1),
+                ago_ns: None,
+                frame: frame(0x40_1300, "snap_site", 3),
+            }),
+            history: Vec::new(),
+            go: None,
+            python: (origin == Origin::Asyncio).then(|| PythonTask {
+                state: AsyncioState::Pending,
+                frames: frames.clone(),
+                awaits: Some(GoWaitsOn {
+                    kind: GoWaitKind::Future,
+                    addrs: vec![0xf00],
+                    name: None,
+                }),
+                changing: false,
+            }),
+        }
+    }
+
+    /// `--pid --pprof` of a process with asyncio and tokio tasks: one
+    /// `tasks` sample per task beside the threads' values (0 there), its
+    /// stack the await chain (an asyncio task) or its last snap (a
+    /// tokio task), labelled with its runtime, name, state and the future
+    /// it awaits; shared chains made into locations once.
+    #[test]
+    fn tasks_are_samples_of_their_own_in_the_threads_profile() {
+        let chain: Arc<[Frame]> = Arc::from(vec![
+            frame(0x40_1000, "Event.wait", 9),
+            frame(0x40_1100, "wait_event", 4),
+        ]);
+        let none: Arc<[Frame]> = Arc::from(Vec::new());
+        let mut r = crate::model::tests_support::report(Vec::new());
+        r.tasks = vec![
+            task(1, Origin::Asyncio, &chain, None),
+            task(2, Origin::Asyncio, &chain, None),
+            task(3, Origin::Tokio, &none, Some(5_000)),
+        ];
+        let p = threads_profile(&r, &BuildIds::new());
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        let types: Vec<(&str, &str)> = p
+            .sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("threads", "count"),
+                ("blocked", "nanoseconds"),
+                ("tasks", "count"),
+                ("idle", "nanoseconds")
+            ]
+        );
+        let values: Vec<Vec<i64>> = p.sample.iter().map(|x| x.value.clone()).collect();
+        assert_eq!(
+            values,
+            [vec![0, 0, 1, 0], vec![0, 0, 1, 0], vec![0, 0, 1, 5_000]]
+        );
+        assert_eq!(p.sample[0].location_id, p.sample[1].location_id);
+        assert_eq!(p.sample[0].location_id.len(), 2);
+        let leaf = |x: &Sample| {
+            let l = &p.location[x.location_id[0] as usize - 1];
+            s(p.function[l.line[0].function_id as usize - 1].name).to_string()
+        };
+        assert_eq!(leaf(&p.sample[0]), "Event.wait");
+        assert_eq!(leaf(&p.sample[2]), "snap_site");
+        let labels = |x: &Sample| -> Vec<(String, String)> {
+            x.label
+                .iter()
+                .map(|l| {
+                    let v = if l.str != 0 {
+                        s(l.str).to_string()
+                    } else {
+                        l.num.to_string()
+                    };
+                    (s(l.key).to_string(), v)
+                })
+                .collect()
+        };
+        let want = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            labels(&p.sample[0]),
+            want(&[
+                ("task", "1"),
+                ("origin", "asyncio"),
+                ("state", "idle"),
+                ("name", "t1"),
+                ("awaits", "0xf00")
+            ])
+        );
+        assert_eq!(
+            labels(&p.sample[2]),
+            want(&[
+                ("task", "3"),
+                ("origin", "tokio"),
+                ("state", "idle"),
+                ("name", "t3")
+            ])
+        );
     }
 }
