@@ -705,18 +705,6 @@ fn string(mem: &impl Memory, o: &Offsets, addr: u64) -> Option<String> {
     h.decode(&data)
 }
 
-/// The model's frame of a Python frame: `addr` is its code object's.
-pub(crate) fn frame(p: &PyFrame) -> crate::model::Frame {
-    crate::model::Frame {
-        addr: p.code,
-        function: p.function.clone(),
-        file: p.file.clone(),
-        line: p.line,
-        python: true,
-        ..crate::model::Frame::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::io;
