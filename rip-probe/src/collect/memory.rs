@@ -67,6 +67,18 @@ impl Memory for ProcessMemory {
     }
 }
 
+/// Where each region of `at` goes in a buffer holding them end to end;
+/// `None` when they do not fit in `len` bytes.
+fn starts(at: &[(u64, usize)], len: usize) -> Option<Vec<usize>> {
+    let mut starts = Vec::with_capacity(at.len());
+    let mut off = 0usize;
+    for &(_, n) in at {
+        starts.push(off);
+        off = off.checked_add(n)?;
+    }
+    (off <= len).then_some(starts)
+}
+
 /// Regions per `process_vm_readv` at most (the kernel's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
@@ -77,17 +89,9 @@ const IOV_MAX: usize = 1024;
 /// that region is marked unread and the next call starts after it.
 pub(crate) fn read_scattered(pid: u32, at: &[(u64, usize)], into: &mut [u8]) -> Vec<bool> {
     let mut ok = vec![false; at.len()];
-    let total: usize = at.iter().map(|&(_, n)| n).sum();
-    if total > into.len() {
+    let Some(starts) = starts(at, into.len()) else {
         return ok;
-    }
-    // Where each region goes in `into`.
-    let mut starts = Vec::with_capacity(at.len());
-    let mut off = 0usize;
-    for &(_, n) in at {
-        starts.push(off);
-        off += n;
-    }
+    };
     let base = into.as_mut_ptr();
     let mut i = 0;
     while i < at.len() {
@@ -164,16 +168,9 @@ pub(crate) fn read_coalesced(
     max: u64,
 ) -> Vec<bool> {
     let mut ok = vec![false; at.len()];
-    let total: usize = at.iter().map(|&(_, n)| n).sum();
-    if total > into.len() {
+    let Some(starts) = starts(at, into.len()) else {
         return ok;
-    }
-    let mut starts = Vec::with_capacity(at.len());
-    let mut off = 0usize;
-    for &(_, n) in at {
-        starts.push(off);
-        off += n;
-    }
+    };
     let mut order: Vec<usize> = (0..at.len()).collect();
     order.sort_unstable_by_key(|&i| at[i].0);
     // Merged regions `(start, end)`, and which merged region each

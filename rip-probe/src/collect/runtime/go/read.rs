@@ -6,12 +6,7 @@
 //! registers differ before and after its stack was read is read again,
 //! then marked torn (its stack dropped) rather than printed wrong.
 
-use std::{
-    borrow::Cow,
-    cell::Cell,
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::{borrow::Cow, cell::Cell, collections::HashMap, sync::Arc};
 
 use super::layout::{Layout, Status, status};
 use crate::collect::memory::{Memory, read_coalesced};
@@ -207,7 +202,7 @@ const AHEAD_MERGED: u64 = 4096;
 /// The goroutines' stacks (return addresses), each distinct one once:
 /// goroutines parked at one place share it.
 #[derive(Default)]
-struct Stacks(HashSet<Arc<[u64]>>);
+struct Stacks(foldhash::HashSet<Arc<[u64]>>);
 
 impl Stacks {
     fn intern(&mut self, pcs: &[u64]) -> Arc<[u64]> {

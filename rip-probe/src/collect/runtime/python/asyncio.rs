@@ -112,22 +112,25 @@ pub(crate) struct Tasks {
 struct Reading<'n> {
     names: &'n mut Names,
     /// Await chains made into frames, each distinct one once.
-    chains: HashMap<Vec<(u64, Option<u32>)>, Arc<[Frame]>>,
+    chains: foldhash::HashMap<Vec<(u64, Option<u32>)>, Arc<[Frame]>>,
     /// Decode the task (names, lines, frames), not only trace it.
     decode: bool,
     trace: Vec<u64>,
     /// The chain being read, outermost first: (code, line).
     chain: Vec<(u64, Option<u32>)>,
+    /// The head of the coroutine being read (its frame's fixed part).
+    head: Vec<u8>,
 }
 
 impl<'n> Reading<'n> {
     fn new(names: &'n mut Names) -> Self {
         Reading {
             names,
-            chains: HashMap::new(),
+            chains: Default::default(),
             decode: true,
             trace: Vec::new(),
             chain: Vec::new(),
+            head: Vec::new(),
         }
     }
 
@@ -345,13 +348,30 @@ impl<M: Memory> Heap<'_, M> {
     /// Follows the await chain from the coroutine `coro` into `r.chain`
     /// (and what the task awaits into `task`, when the task itself does
     /// not say).
-    fn chain(&mut self, mut obj: u64, task: &mut RawTask, r: &mut Reading<'_>) -> Option<()> {
+    fn chain(&mut self, obj: u64, task: &mut RawTask, r: &mut Reading<'_>) -> Option<()> {
         let o = self.o;
         if let Some(l) = &o.legacy {
             return self.legacy_chain(l, obj, task, r);
         }
         let ob = &o.objects;
-        let mut head = vec![0u8; (ob.gen_iframe + ob.frame_localsplus) as usize];
+        let mut head = std::mem::take(&mut r.head);
+        head.resize((ob.gen_iframe + ob.frame_localsplus) as usize, 0);
+        let walked = self.walk_chain(obj, &mut head, task, r);
+        r.head = head;
+        walked
+    }
+
+    /// [`Self::chain`] from 3.11 on, reading each coroutine's head into
+    /// `head`.
+    fn walk_chain(
+        &mut self,
+        mut obj: u64,
+        head: &mut [u8],
+        task: &mut RawTask,
+        r: &mut Reading<'_>,
+    ) -> Option<()> {
+        let o = self.o;
+        let ob = &o.objects;
         for _ in 0..MAX_CHAIN {
             let ty = self.type_of(obj);
             r.trace.extend([obj, ty.as_ref().map_or(0, |t| t.0)]);
@@ -367,7 +387,7 @@ impl<M: Memory> Heap<'_, M> {
                 _ => return Some(()),
             }
             let frame = obj + ob.gen_iframe;
-            self.read(obj, &mut head).ok()?;
+            self.read(obj, head).ok()?;
             let state = head[ob.gen_frame_state as usize] as i8;
             r.trace.push(state as u64);
             if state == ob.frame_created || state > FRAME_EXECUTING {

@@ -649,7 +649,7 @@ struct Code {
 /// Code objects and strings already read, by address.
 #[derive(Default)]
 struct Names {
-    code: HashMap<u64, std::rc::Rc<Code>>,
+    code: foldhash::HashMap<u64, std::rc::Rc<Code>>,
 }
 
 /// Longest line table read.

@@ -3,12 +3,7 @@
 //! (its managed dict or values), sets, module dicts. What asyncio's tasks
 //! and `threading`'s names are found through.
 
-use std::{
-    cell::RefCell,
-    collections::{HashMap, HashSet},
-    io,
-    rc::Rc,
-};
+use std::{cell::RefCell, collections::HashSet, io, rc::Rc};
 
 use super::{
     offsets::{Keys, Long, Managed, Offsets},
@@ -40,7 +35,7 @@ const SET_MASK: usize = 32;
 type Page = (Rc<Vec<u8>>, usize);
 
 /// Pages read in one pass, by address (`None`: unreadable).
-type PageCache = HashMap<u64, Option<Page>>;
+type PageCache = foldhash::HashMap<u64, Option<Page>>;
 
 /// Objects of the interpreter read from outside, with caches of what
 /// does not change while they are read (types, strings).
@@ -49,8 +44,8 @@ pub(super) struct Heap<'a, M: Memory> {
     pub(super) o: &'a Offsets,
     /// Type names by type address (and whether the type is, or derives
     /// from, `_asyncio.Task`).
-    types: HashMap<u64, (Option<Rc<str>>, bool)>,
-    strings: HashMap<u64, Option<String>>,
+    types: foldhash::HashMap<u64, (Option<Rc<str>>, bool)>,
+    strings: foldhash::HashMap<u64, Option<String>>,
     /// While a pass over many objects runs: the pages it read, by address
     /// (`None`: unreadable), so that objects sharing a page cost one
     /// system call.
@@ -112,8 +107,8 @@ impl<'a, M: Memory> Heap<'a, M> {
         Heap {
             mem,
             o,
-            types: HashMap::new(),
-            strings: HashMap::new(),
+            types: Default::default(),
+            strings: Default::default(),
             pages: None,
             last: RefCell::new(None),
             spare: RefCell::new(None),
@@ -124,7 +119,7 @@ impl<'a, M: Memory> Heap<'a, M> {
     /// the process's memory as the pass saw it (`false`: reads go to the
     /// process each time again).
     pub(super) fn pass(&mut self, cached: bool) {
-        self.pages = cached.then(|| RefCell::new(HashMap::new()));
+        self.pages = cached.then(|| RefCell::new(PageCache::default()));
         *self.last.borrow_mut() = None;
     }
 
