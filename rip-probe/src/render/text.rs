@@ -963,28 +963,29 @@ mod tests {
             python: None,
         };
         assert!(matches!(terminal_safe(&clean), Cow::Borrowed(_)));
-        let bad = "\x1b[2J".to_string();
-        let dirty: Vec<Box<dyn Fn(&mut Report)>> = vec![
-            Box::new(|r| r.process.exe = Some(bad.clone())),
-            Box::new(|r| r.process.comm = Some(bad.clone())),
-            Box::new(|r| r.warnings.push(bad.clone())),
-            Box::new(|r| r.threads[0].name = bad.clone()),
-            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().text = bad.clone()),
-            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().args[0].text = bad.clone()),
-            Box::new(|r| r.threads[0].kernel_stack = vec![frame(&bad)].into()),
-            Box::new(|r| r.threads[0].frames = vec![frame(&bad)].into()),
-            Box::new(|r| r.tasks[0].name = bad.clone()),
-            Box::new(|r| r.tasks[0].location.as_mut().unwrap().frame.file = Some(bad.clone())),
-            Box::new(|r| r.groups[0].wait = Some(bad.clone())),
-            Box::new(|r| r.task_groups[0].created_by = Some(bad.clone())),
+        const BAD: &str = "\x1b[2J";
+        type Dirty<'a> = Box<dyn Fn(&mut Report) + 'a>;
+        let dirty: Vec<Dirty<'_>> = vec![
+            Box::new(|r| r.process.exe = Some(BAD.to_string())),
+            Box::new(|r| r.process.comm = Some(BAD.to_string())),
+            Box::new(|r| r.warnings.push(BAD.to_string())),
+            Box::new(|r| r.threads[0].name = BAD.to_string()),
+            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().text = BAD.to_string()),
+            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().args[0].text = BAD.to_string()),
+            Box::new(|r| r.threads[0].kernel_stack = vec![frame(BAD)].into()),
+            Box::new(|r| r.threads[0].frames = vec![frame(BAD)].into()),
+            Box::new(|r| r.tasks[0].name = BAD.to_string()),
+            Box::new(|r| r.tasks[0].location.as_mut().unwrap().frame.file = Some(BAD.to_string())),
+            Box::new(|r| r.groups[0].wait = Some(BAD.to_string())),
+            Box::new(|r| r.task_groups[0].created_by = Some(BAD.to_string())),
             Box::new(|r| {
                 r.task_groups[0].labels = vec![GoLabel {
                     key: "k".into(),
-                    value: bad.clone(),
+                    value: BAD.to_string(),
                 }]
                 .into()
             }),
-            Box::new(|r| r.task_groups[0].frames = vec![frame(&bad)].into()),
+            Box::new(|r| r.task_groups[0].frames = vec![frame(BAD)].into()),
         ];
         for (i, make) in dirty.iter().enumerate() {
             let mut r = clean.clone();

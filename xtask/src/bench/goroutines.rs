@@ -12,7 +12,7 @@
 use std::{
     fmt::Write as _,
     fs::File,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader},
     path::Path,
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     time::Instant,

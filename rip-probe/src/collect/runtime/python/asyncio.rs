@@ -102,6 +102,10 @@ pub(crate) struct Tasks {
     pub(crate) note: Option<String>,
 }
 
+/// An await chain as read, outermost first: each frame's code object and
+/// line.
+type Chain = Vec<(u64, Option<u32>)>;
+
 /// One read of tasks: the words each read depended on (its trace), and,
 /// when decoding, what the task says. Two reads of a task whose traces
 /// agree say the same: the trace holds every field read, every object's
@@ -112,12 +116,12 @@ pub(crate) struct Tasks {
 struct Reading<'n> {
     names: &'n mut Names,
     /// Await chains made into frames, each distinct one once.
-    chains: foldhash::HashMap<Vec<(u64, Option<u32>)>, Arc<[Frame]>>,
+    chains: foldhash::HashMap<Chain, Arc<[Frame]>>,
     /// Decode the task (names, lines, frames), not only trace it.
     decode: bool,
     trace: Vec<u64>,
-    /// The chain being read, outermost first: (code, line).
-    chain: Vec<(u64, Option<u32>)>,
+    /// The chain being read.
+    chain: Chain,
     /// The head of the coroutine being read (its frame's fixed part).
     head: Vec<u8>,
 }
