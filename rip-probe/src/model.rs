@@ -25,7 +25,7 @@ pub use hist::Bucket;
 pub use stacks::StackTable;
 
 /// Version of the JSON schema (`docs/JSON.md`).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// A whole report: one process (live) or one ring file (post-mortem).
 ///
@@ -619,7 +619,11 @@ pub struct PythonTask {
     pub state: AsyncioState,
     /// The await chain, innermost first: the frame of each coroutine the
     /// task awaits through, from the innermost `await` out to the task's
-    /// own coroutine (empty for a task done, or changing).
+    /// own coroutine (empty for a task done, or changing). Tasks awaiting
+    /// at one place share one list; in JSON, its index in
+    /// [`Report::stacks`].
+    #[serde(serialize_with = "stacks::stack_id")]
+    #[schemars(with = "u32")]
     pub frames: Arc<[Frame]>,
     /// The future (or task) it awaits: `task_fut_waiter`, or the future
     /// its innermost coroutine awaits.
@@ -656,12 +660,17 @@ pub struct Goroutine {
     pub wait_reason: Option<String>,
     /// Its stack, innermost first, from the registers the runtime saved
     /// when it last left its thread (empty: running, or torn).
+    /// Goroutines parked at one place share one list; in JSON, its index
+    /// in [`Report::stacks`].
+    #[serde(serialize_with = "stacks::stack_id")]
+    #[schemars(with = "u32")]
     pub stack: Arc<[Frame]>,
     /// Why the stack is shorter than the goroutine's (running, in a
     /// system call, a frame the walk could not follow), if it is.
     pub stack_note: Option<String>,
     /// The `go` statement that created it (its function and line).
-    pub created_by: Option<Frame>,
+    /// Goroutines made by one `go` statement share it.
+    pub created_by: Option<Arc<Frame>>,
     /// The channel(s) or semaphore it waits on, as the runtime records it.
     pub waits_on: Option<GoWaitsOn>,
     /// Its pprof labels (`pprof.Do`, `pprof.SetGoroutineLabels`), sorted

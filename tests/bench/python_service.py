@@ -2,8 +2,12 @@
 # (half wait for a threading.Lock that one more thread holds across
 # time.sleep, the rest sleep) and TASKS asyncio tasks awaiting one
 # asyncio.Event on the main thread's loop. Prints "ready" once every
-# thread and task has started, then waits to be killed.
+# thread and task has started, then waits to be killed. One more thread
+# ticks every millisecond and records how late its ticks come (the pause
+# a reader of the process causes); each line read from stdin is answered
+# with the longest delay since the line before ("late N us").
 import asyncio
+import select
 import sys
 import threading
 import time
@@ -32,6 +36,23 @@ def sleeper():
     time.sleep(1e9)
 
 
+def ticker():
+    # The tick is the wait for a line on stdin, at most 1 ms.
+    late = 0.0
+    while True:
+        t0 = time.monotonic()
+        ready, _, _ = select.select([sys.stdin], [], [], 0.001)
+        waited = time.monotonic() - t0
+        if ready:
+            if not sys.stdin.readline():
+                return
+            print(f"late {int(late * 1e6)} us", flush=True)
+            late = 0.0
+        else:
+            late = max(late, waited - 0.001)
+
+
+threading.Thread(target=ticker, name="ticker", daemon=True).start()
 threading.Thread(target=holder, name="holder", daemon=True).start()
 held.wait()
 for i in range(threads):

@@ -621,9 +621,10 @@ pub fn rip_probe_json(exe: &str, args: &[&str]) -> serde_json::Value {
 }
 
 /// A `--json` report (or a `--cgroup` report's each) with every thread's
-/// `kernel_stack` and `frames`, and every group's `frames`, replaced by
-/// the stack they name in the report's `stacks` table: tests read a
-/// thread's stack where it belongs. An index the table does not hold
+/// `kernel_stack` and `frames`, every group's `frames`, every goroutine's
+/// `go.stack` and every asyncio task's `python.frames` replaced by the
+/// stack they name in the report's `stacks` table: tests read a thread's
+/// (or task's) stack where it belongs. An index the table does not hold
 /// fails the test.
 pub fn inline_stacks(mut report: serde_json::Value) -> serde_json::Value {
     fn inline(r: &mut serde_json::Value) {
@@ -644,6 +645,21 @@ pub fn inline_stacks(mut report: serde_json::Value) -> serde_json::Value {
                     .get(id as usize)
                     .unwrap_or_else(|| panic!("{list}: {field} {id}: not in the stack table"));
                 item[field] = stack.clone();
+            }
+        }
+        for task in r["tasks"].as_array_mut().into_iter().flatten() {
+            for (object, field) in [("go", "stack"), ("python", "frames")] {
+                let Some(id) = task
+                    .get(object)
+                    .and_then(|o| o.get(field))
+                    .and_then(serde_json::Value::as_u64)
+                else {
+                    continue;
+                };
+                let stack = stacks.get(id as usize).unwrap_or_else(|| {
+                    panic!("tasks: {object}.{field} {id}: not in the stack table")
+                });
+                task[object][field] = stack.clone();
             }
         }
         r["stacks"] = serde_json::Value::Array(stacks);

@@ -143,7 +143,7 @@ fn group_goroutines(tasks: &[Coroutine]) -> Vec<Group> {
                     frames: g.stack.clone(),
                     stack_samples: None,
                     max_ns: None,
-                    created_by: g.created_by.as_ref().map(Frame::describe),
+                    created_by: g.created_by.as_deref().map(Frame::describe),
                     waits_on: Vec::new(),
                     labels: g.labels.clone(),
                 },
@@ -250,15 +250,23 @@ impl ChannelWaiters {
 /// members await and how many await each, so tasks awaiting one future
 /// (another task, say) are seen together. Most populated first.
 fn group_asyncio(tasks: &[Coroutine]) -> Vec<Group> {
-    type Key = (CoroutineState, bool, Vec<Place>);
-    let mut map: HashMap<Key, (Group, HashMap<GoWaitsOn, usize>)> = HashMap::new();
+    // Chains by number: tasks awaiting at one place share one (collect
+    // made it once), so each is made a list of places once.
+    type Key = (CoroutineState, bool, usize);
+    let mut places: HashMap<Vec<Place>, usize> = HashMap::new();
+    let mut by_chain: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut map: HashMap<Key, (Group, Vec<&GoWaitsOn>)> = HashMap::new();
     for t in tasks {
         let Some(p) = &t.python else { continue };
-        let key = (
-            t.state,
-            p.changing,
-            p.frames.iter().map(Place::of).collect(),
-        );
+        let chain = *by_chain
+            .entry((p.frames.as_ptr() as usize, p.frames.len()))
+            .or_insert_with(|| {
+                let n = places.len();
+                *places
+                    .entry(p.frames.iter().map(Place::of).collect())
+                    .or_insert(n)
+            });
+        let key = (t.state, p.changing, chain);
         let (group, objects) = map.entry(key).or_insert_with(|| {
             (
                 Group {
@@ -278,32 +286,47 @@ fn group_asyncio(tasks: &[Coroutine]) -> Vec<Group> {
                     waits_on: Vec::new(),
                     labels: Default::default(),
                 },
-                HashMap::new(),
+                Vec::new(),
             )
         });
         group.count += 1;
         group.ids.push(t.id);
-        if let Some(w) = &p.awaits {
-            *objects.entry(w.clone()).or_default() += 1;
-        }
+        objects.extend(p.awaits.as_ref());
     }
     let v = map
         .into_values()
         .map(|(mut g, objects)| {
-            let mut w: Vec<WaitedOn> = objects
-                .into_iter()
-                .map(|(what, count)| WaitedOn {
-                    object: what,
-                    count,
-                    channel_peers: None,
-                })
-                .collect();
-            w.sort_by(|a, b| b.count.cmp(&a.count).then(a.object.cmp(&b.object)));
-            g.waits_on = w;
+            g.waits_on = count_objects(objects);
             g
         })
         .collect();
     sorted(v)
+}
+
+/// The objects awaited, each with how many await it: most awaited
+/// first, then in the objects' order. Sorted rather than counted in a
+/// map: tasks by the hundred thousand may each await a future of their
+/// own, and their first address tells most of them apart cheaply.
+fn count_objects(mut objects: Vec<&GoWaitsOn>) -> Vec<WaitedOn> {
+    objects.sort_unstable_by(|a, b| {
+        (a.kind, a.addrs.first())
+            .cmp(&(b.kind, b.addrs.first()))
+            .then_with(|| a.cmp(b))
+    });
+    let mut w: Vec<WaitedOn> = Vec::new();
+    for o in objects {
+        match w.last_mut() {
+            Some(last) if last.object == *o => last.count += 1,
+            _ => w.push(WaitedOn {
+                object: o.clone(),
+                count: 1,
+                channel_peers: None,
+            }),
+        }
+    }
+    // Stable: equal counts keep the objects' order.
+    w.sort_by_key(|o| std::cmp::Reverse(o.count));
+    w
 }
 
 #[cfg(test)]

@@ -67,6 +67,18 @@ impl Memory for ProcessMemory {
     }
 }
 
+/// Where each region of `at` goes in a buffer holding them end to end;
+/// `None` when they do not fit in `len` bytes.
+fn starts(at: &[(u64, usize)], len: usize) -> Option<Vec<usize>> {
+    let mut starts = Vec::with_capacity(at.len());
+    let mut off = 0usize;
+    for &(_, n) in at {
+        starts.push(off);
+        off = off.checked_add(n)?;
+    }
+    (off <= len).then_some(starts)
+}
+
 /// Regions per `process_vm_readv` at most (the kernel's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
@@ -77,17 +89,9 @@ const IOV_MAX: usize = 1024;
 /// that region is marked unread and the next call starts after it.
 pub(crate) fn read_scattered(pid: u32, at: &[(u64, usize)], into: &mut [u8]) -> Vec<bool> {
     let mut ok = vec![false; at.len()];
-    let total: usize = at.iter().map(|&(_, n)| n).sum();
-    if total > into.len() {
+    let Some(starts) = starts(at, into.len()) else {
         return ok;
-    }
-    // Where each region goes in `into`.
-    let mut starts = Vec::with_capacity(at.len());
-    let mut off = 0usize;
-    for &(_, n) in at {
-        starts.push(off);
-        off += n;
-    }
+    };
     let base = into.as_mut_ptr();
     let mut i = 0;
     while i < at.len() {
@@ -147,6 +151,90 @@ pub(crate) fn read_scattered(pid: u32, at: &[(u64, usize)], into: &mut [u8]) -> 
     ok
 }
 
+/// [`Memory::read_scattered`], with neighbours read as one: regions
+/// less than `gap` bytes apart (sorted by address) are read as a single
+/// region and cut apart after. `process_vm_readv` pins the pages of each
+/// region on its own, so a region per small object costs far more than
+/// the bytes between neighbours (objects of one size packed in a span, or
+/// list nodes). A merged region that cannot be read whole (a page between
+/// two objects unmapped, or freed meanwhile) is read again region by
+/// region, so an unreadable object still fails alone. A merged region
+/// is at most `max` bytes long (a longer region alone is read alone).
+pub(crate) fn read_coalesced(
+    mem: &dyn Memory,
+    at: &[(u64, usize)],
+    into: &mut [u8],
+    gap: u64,
+    max: u64,
+) -> Vec<bool> {
+    let mut ok = vec![false; at.len()];
+    let Some(starts) = starts(at, into.len()) else {
+        return ok;
+    };
+    let mut order: Vec<usize> = (0..at.len()).collect();
+    order.sort_unstable_by_key(|&i| at[i].0);
+    // Merged regions `(start, end)`, and which merged region each
+    // region is in.
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    let mut within = vec![usize::MAX; at.len()];
+    for &i in &order {
+        let (addr, n) = at[i];
+        if n == 0 {
+            ok[i] = true;
+            continue;
+        }
+        let Some(end) = addr.checked_add(n as u64) else {
+            continue;
+        };
+        match merged.last_mut() {
+            Some((s, e)) if addr <= e.saturating_add(gap) && end.saturating_sub(*s) <= max => {
+                *e = (*e).max(end);
+            }
+            _ => merged.push((addr, end)),
+        }
+        within[i] = merged.len() - 1;
+    }
+    let spans: Vec<(u64, usize)> = merged.iter().map(|&(s, e)| (s, (e - s) as usize)).collect();
+    let mut span_at = Vec::with_capacity(spans.len());
+    let mut len = 0usize;
+    for &(_, n) in &spans {
+        span_at.push(len);
+        len += n;
+    }
+    let mut buf = vec![0u8; len];
+    let read = mem.read_scattered(&spans, &mut buf);
+    let mut again = Vec::new();
+    for i in 0..at.len() {
+        let m = within[i];
+        if m == usize::MAX {
+            continue;
+        }
+        let (addr, n) = at[i];
+        if read[m] {
+            let from = span_at[m] + (addr - spans[m].0) as usize;
+            into[starts[i]..starts[i] + n].copy_from_slice(&buf[from..from + n]);
+            ok[i] = true;
+        } else {
+            again.push(i);
+        }
+    }
+    if !again.is_empty() {
+        let regions: Vec<(u64, usize)> = again.iter().map(|&i| at[i]).collect();
+        let mut b = vec![0u8; regions.iter().map(|r| r.1).sum()];
+        let read = mem.read_scattered(&regions, &mut b);
+        let mut from = 0;
+        for (k, &i) in again.iter().enumerate() {
+            let n = at[i].1;
+            if read[k] {
+                into[starts[i]..starts[i] + n].copy_from_slice(&b[from..from + n]);
+                ok[i] = true;
+            }
+            from += n;
+        }
+    }
+    ok
+}
+
 /// Fills `buf` from `addr` in process `pid` with one `process_vm_readv`;
 /// a short read is an error (`EFAULT`), like an unmapped address.
 pub(crate) fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -189,6 +277,79 @@ mod tests {
         );
         // The first page is never mapped.
         assert!(me.read_u32(8).is_err());
+    }
+
+    /// Memory of one region with a hole, counting the regions asked for.
+    struct Holed {
+        at: u64,
+        bytes: Vec<u8>,
+        hole: std::ops::Range<u64>,
+        regions: std::cell::Cell<usize>,
+    }
+
+    impl Memory for Holed {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.regions.set(self.regions.get() + 1);
+            let end = addr + buf.len() as u64;
+            if addr < self.at
+                || end > self.at + self.bytes.len() as u64
+                || (addr < self.hole.end && end > self.hole.start)
+            {
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            let o = (addr - self.at) as usize;
+            buf.copy_from_slice(&self.bytes[o..o + buf.len()]);
+            Ok(())
+        }
+    }
+
+    /// Neighbours are read as one region and cut apart, whatever order
+    /// they were asked in; a merged region across a hole is read again
+    /// region by region, so only the region in the hole fails; regions
+    /// further apart than the gap, or past the longest merge, stay apart.
+    #[test]
+    fn neighbours_are_read_together_and_fail_alone() {
+        let mem = Holed {
+            at: 0x1000,
+            bytes: (0..0x4000u32).map(|i| (i % 251) as u8).collect(),
+            hole: 0x3000..0x3100,
+            regions: Default::default(),
+        };
+        let byte = |addr: u64| ((addr - 0x1000) % 251) as u8;
+        // Three neighbours (out of order), one far, two across the hole
+        // with one inside it, and an empty one.
+        let at = [
+            (0x1040, 16),
+            (0x1000, 32),
+            (0x1020, 8),
+            (0x2800, 8),
+            (0x2ff0, 8),
+            (0x3010, 8),
+            (0x3108, 8),
+            (0x1800, 0),
+        ];
+        let mut into = vec![0u8; at.iter().map(|a| a.1).sum()];
+        let ok = read_coalesced(&mem, &at, &mut into, 64, 1 << 20);
+        assert_eq!(ok, [true, true, true, true, true, false, true, true]);
+        let mut off = 0;
+        for (i, &(addr, n)) in at.iter().enumerate() {
+            if ok[i] {
+                for k in 0..n {
+                    assert_eq!(into[off + k], byte(addr + k as u64), "region {i}");
+                }
+            }
+            off += n;
+        }
+        // 0x1000..0x1050 as one, 0x2800 alone, 0x2ff0..0x3110 as one
+        // (failed), then its three regions alone.
+        assert_eq!(mem.regions.get(), 3 + 3);
+        // Past the longest merge, neighbours stay apart.
+        mem.regions.set(0);
+        let near = [(0x1000, 8), (0x1010, 8), (0x1020, 8)];
+        let mut into = vec![0u8; 24];
+        let ok = read_coalesced(&mem, &near, &mut into, 64, 24);
+        assert_eq!(ok, [true; 3]);
+        assert_eq!(mem.regions.get(), 2);
     }
 
     /// Many regions in few calls, an unmapped one among them: the others

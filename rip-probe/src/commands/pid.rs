@@ -198,6 +198,10 @@ pub(crate) fn run(a: &LiveArgs, out: &mut Sink) -> Result<()> {
         // The report says whether the target was gone when it was taken;
         // one that exits after that gets one more report, which says so.
         if last || !report.process.alive {
+            // The process ends next: its memory goes with it, and freeing
+            // a report of 100,000 goroutines piece by piece costs 5 % of
+            // the run.
+            std::mem::forget(report);
             return Ok(());
         }
         if !a.json && !out.is_file() {

@@ -1,6 +1,7 @@
-//! A report's table of distinct stacks: in JSON, each stack of a thread or
-//! group is written once, in [`super::Report::stacks`], and referred to by
-//! its index. A hundred thousand threads blocked in one place then cost a
+//! A report's table of distinct stacks: in JSON, each stack of a thread,
+//! group, goroutine or asyncio task is written once, in
+//! [`super::Report::stacks`], and referred to by its index. A hundred
+//! thousand threads (or goroutines) blocked in one place then cost a
 //! hundred thousand small integers, not a hundred thousand copies of
 //! their frames.
 //!
@@ -17,9 +18,10 @@ use serde::{Serialize, Serializer, ser::SerializeSeq};
 
 use super::{Frame, Report};
 
-/// The report's distinct stacks (kernel and user, of threads and groups),
-/// each once, in the order the threads and then the groups first name
-/// them; the stacks of `threads` and `groups` are indexes into it. Made
+/// The report's distinct stacks (kernel and user, of threads and groups;
+/// goroutines' stacks, asyncio tasks' await chains), each once, in the
+/// order the threads, the groups and then the tasks first name them; the
+/// stacks of `threads`, `groups` and `tasks` are indexes into it. Made
 /// when the report is written: it holds nothing in memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackTable;
@@ -48,6 +50,14 @@ impl Table {
         }
         for g in report.groups.iter().chain(&report.task_groups) {
             t.add(&g.frames);
+        }
+        for c in &report.tasks {
+            if let Some(g) = &c.go {
+                t.add(&g.stack);
+            }
+            if let Some(p) = &c.python {
+                t.add(&p.frames);
+            }
         }
         t
     }

@@ -3,8 +3,10 @@
 //! [`super::tasks`].
 
 use std::{
-    collections::HashMap,
+    borrow::Cow,
+    collections::{HashMap, HashSet},
     io::{self, Write},
+    sync::Arc,
 };
 
 use super::{
@@ -90,10 +92,98 @@ fn escape_group(g: &mut Group) {
     }
 }
 
-/// The text views' one boundary with the outside: a copy of the report
-/// with every string that came from the target, its ring, its binaries or
-/// /proc escaped (see [`escape`]). JSON renders the report as it is.
-fn terminal_safe(r: &Report) -> Report {
+/// Whether `s` holds a control character [`escape`] would escape.
+fn unsafe_str(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+fn unsafe_frame(f: &Frame) -> bool {
+    [&f.function, &f.file, &f.module, &f.label]
+        .into_iter()
+        .flatten()
+        .any(|s| unsafe_str(s))
+        || f.inlined
+            .iter()
+            .any(|i| unsafe_str(&i.function) || i.file.as_deref().is_some_and(unsafe_str))
+}
+
+fn unsafe_locations(last: &Option<Location>, hist: &[Location]) -> bool {
+    last.iter().chain(hist).any(|l| unsafe_frame(&l.frame))
+}
+
+fn unsafe_group(g: &Group) -> bool {
+    [&g.wait, &g.created_by]
+        .into_iter()
+        .flatten()
+        .any(|s| unsafe_str(s))
+        || g.labels
+            .iter()
+            .any(|l| unsafe_str(&l.key) || unsafe_str(&l.value))
+        || g.location.as_ref().is_some_and(unsafe_frame)
+}
+
+/// Whether every string [`terminal_safe`] escapes is already safe: the
+/// same strings, only looked at (each shared stack once). A report of
+/// 100,000 goroutines then needs no copy.
+fn already_safe(r: &Report) -> bool {
+    let p = &r.process;
+    let mut seen: HashSet<*const Frame> = HashSet::new();
+    let mut stack_safe = |s: &Arc<[Frame]>| !seen.insert(s.as_ptr()) || !s.iter().any(unsafe_frame);
+    let process = [&p.exe, &p.comm, &p.lost, &p.title]
+        .into_iter()
+        .flatten()
+        .all(|s| !unsafe_str(s));
+    let rings = r
+        .rings
+        .iter()
+        .all(|g| !unsafe_str(&g.path) && !g.namespace.as_deref().is_some_and(unsafe_str));
+    let warnings = !r.warnings.iter().any(|w| unsafe_str(w));
+    let stacks = r
+        .threads
+        .iter()
+        .flat_map(|t| [&t.kernel_stack, &t.frames])
+        .chain(r.groups.iter().map(|g| &g.frames))
+        .chain(r.task_groups.iter().map(|g| &g.frames))
+        .all(&mut stack_safe);
+    let threads = r.threads.iter().all(|t| {
+        !unsafe_str(&t.name)
+            && !t.syscall.as_ref().is_some_and(|sys| {
+                unsafe_str(&sys.name)
+                    || unsafe_str(&sys.text)
+                    || sys.args.iter().any(|a| unsafe_str(&a.text))
+            })
+            && !unsafe_locations(&t.location, &t.history)
+            && !t.waits_for.as_ref().is_some_and(|w| {
+                w.symbol.as_deref().is_some_and(unsafe_str)
+                    || match &w.owner {
+                        crate::model::Owner::Unknown { reason }
+                        | crate::model::Owner::NotRecorded { reason } => unsafe_str(reason),
+                        _ => false,
+                    }
+            })
+    });
+    let tasks = r
+        .tasks
+        .iter()
+        .all(|t| !unsafe_str(&t.name) && !unsafe_locations(&t.location, &t.history));
+    let groups = !r.groups.iter().chain(&r.task_groups).any(unsafe_group);
+    process && rings && warnings && stacks && threads && tasks && groups
+}
+
+/// The text views' one boundary with the outside: the report with every
+/// string that came from the target, its ring, its binaries or /proc
+/// escaped (see [`escape`]): itself when none needs it (the usual case,
+/// checked without a copy), else a copy. JSON renders the report as it
+/// is.
+fn terminal_safe(r: &Report) -> Cow<'_, Report> {
+    if already_safe(r) {
+        return Cow::Borrowed(r);
+    }
+    Cow::Owned(escaped(r))
+}
+
+/// A copy of `r` with every string [`terminal_safe`] escapes escaped.
+fn escaped(r: &Report) -> Report {
     let mut r = r.clone();
     let p = &mut r.process;
     for s in [&mut p.exe, &mut p.comm, &mut p.lost, &mut p.title]
@@ -283,7 +373,8 @@ pub fn live(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 /// group, locks — is whole: at 100,000 threads it says what they do in a
 /// screenful, and the line that ends a cut table says how to see the rest.
 pub fn live_cut(r: &Report, max_rows: Option<usize>, mut w: &mut dyn Write) -> io::Result<()> {
-    let r = &terminal_safe(r);
+    let safe = terminal_safe(r);
+    let r = &*safe;
     header(r, &mut w)?;
     let by_tid = by_tid(r);
     deadlocks(r, &by_tid, &mut w)?;
@@ -710,7 +801,8 @@ fn python_line(py: &crate::model::PythonThread, w: &mut impl Write) -> io::Resul
 /// with how many threads were last seen there and their tids, most
 /// populated first; then tasks the same way.
 pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
-    let r = &terminal_safe(r);
+    let safe = terminal_safe(r);
+    let r = &*safe;
     header(r, &mut w)?;
     writeln!(w)?;
     writeln!(w, "{:>7}  LOCATION (threads last seen there)", "THREADS")?;
@@ -730,7 +822,8 @@ pub fn grouped(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
 
 /// Per-thread (and per-task) history, oldest to newest, with counters.
 pub fn history(r: &Report, mut w: &mut dyn Write) -> io::Result<()> {
-    let r = &terminal_safe(r);
+    let safe = terminal_safe(r);
+    let r = &*safe;
     header(r, &mut w)?;
     for t in &r.threads {
         writeln!(w)?;
@@ -776,6 +869,135 @@ fn entries(hist: &[Location], last: &Option<Location>, w: &mut impl Write) -> io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report that needs no escaping is not copied; one string that
+    /// needs it, wherever the escaping looks, makes a copy in which it is
+    /// escaped.
+    #[test]
+    fn only_a_report_with_a_control_character_is_copied() {
+        use crate::model::{
+            Coroutine, CoroutineState, GroupState, Origin, ProcessInfo, StackTable, Syscall,
+            SyscallArg,
+        };
+        let frame = |name: &str| Frame {
+            addr: 1,
+            function: Some(name.into()),
+            file: Some("f.c".into()),
+            ..Frame::default()
+        };
+        let stack: Arc<[Frame]> = vec![frame("main")].into();
+        let mut thread = Thread::new(7, "w".into(), "comm", ThreadState::Sleeping);
+        thread.frames = stack.clone();
+        thread.kernel_stack = stack.clone();
+        thread.syscall = Some(Syscall {
+            nr: 0,
+            name: "read".into(),
+            args: vec![SyscallArg {
+                name: "fd",
+                raw: 3,
+                text: "3".into(),
+            }],
+            text: "read(3)".into(),
+        });
+        let group = Group {
+            origin: None,
+            count: 1,
+            ids: vec![7],
+            state: GroupState::Thread(ThreadState::Sleeping),
+            wait: Some("w".into()),
+            min_ns: None,
+            lower_bound: false,
+            location: Some(frame("main")),
+            source: None,
+            frames: stack.clone(),
+            stack_samples: None,
+            max_ns: None,
+            created_by: Some("c".into()),
+            waits_on: Vec::new(),
+            labels: vec![GoLabel {
+                key: "k".into(),
+                value: "v".into(),
+            }]
+            .into(),
+        };
+        let task = Coroutine {
+            origin: Origin::Asyncio,
+            id: 1,
+            generation: 0,
+            name: "t".into(),
+            state: CoroutineState::Idle,
+            polling_tid: None,
+            polls: 0,
+            idle_ns: None,
+            polling_ns: None,
+            lower_bound: false,
+            since_unix_ns: None,
+            created_unix_ns: None,
+            location: Some(Location {
+                source: crate::model::LocationSource::Python,
+                seq: None,
+                ago_ns: None,
+                frame: frame("wait"),
+            }),
+            history: Vec::new(),
+            go: None,
+            python: None,
+        };
+        let clean = Report {
+            schema: crate::model::SCHEMA_VERSION,
+            mode: Mode::Pid,
+            process: ProcessInfo {
+                exe: Some("/bin/x".into()),
+                comm: Some("x".into()),
+                ..ProcessInfo::default()
+            },
+            rings: Vec::new(),
+            window_ns: 0,
+            stacks: StackTable,
+            threads: vec![thread],
+            tasks: vec![task],
+            groups: vec![group.clone()],
+            task_groups: vec![group],
+            warnings: vec!["w".into()],
+            deadlocks: Vec::new(),
+            python: None,
+        };
+        assert!(matches!(terminal_safe(&clean), Cow::Borrowed(_)));
+        const BAD: &str = "\x1b[2J";
+        type Dirty<'a> = Box<dyn Fn(&mut Report) + 'a>;
+        let dirty: Vec<Dirty<'_>> = vec![
+            Box::new(|r| r.process.exe = Some(BAD.to_string())),
+            Box::new(|r| r.process.comm = Some(BAD.to_string())),
+            Box::new(|r| r.warnings.push(BAD.to_string())),
+            Box::new(|r| r.threads[0].name = BAD.to_string()),
+            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().text = BAD.to_string()),
+            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().args[0].text = BAD.to_string()),
+            Box::new(|r| r.threads[0].kernel_stack = vec![frame(BAD)].into()),
+            Box::new(|r| r.threads[0].frames = vec![frame(BAD)].into()),
+            Box::new(|r| r.tasks[0].name = BAD.to_string()),
+            Box::new(|r| r.tasks[0].location.as_mut().unwrap().frame.file = Some(BAD.to_string())),
+            Box::new(|r| r.groups[0].wait = Some(BAD.to_string())),
+            Box::new(|r| r.task_groups[0].created_by = Some(BAD.to_string())),
+            Box::new(|r| {
+                r.task_groups[0].labels = vec![GoLabel {
+                    key: "k".into(),
+                    value: BAD.to_string(),
+                }]
+                .into()
+            }),
+            Box::new(|r| r.task_groups[0].frames = vec![frame(BAD)].into()),
+        ];
+        for (i, make) in dirty.iter().enumerate() {
+            let mut r = clean.clone();
+            make(&mut r);
+            let safe = terminal_safe(&r);
+            assert!(matches!(safe, Cow::Owned(_)), "case {i}");
+            let mut text = Vec::new();
+            serde_json::to_writer(&mut text, &*safe).unwrap();
+            let text = String::from_utf8(text).unwrap();
+            assert!(!text.contains("\\u001b"), "case {i}: {text}");
+        }
+    }
 
     #[test]
     fn control_characters_are_escaped_and_the_rest_kept() {

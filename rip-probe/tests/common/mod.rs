@@ -177,7 +177,7 @@ pub fn full_report() -> Report {
                     wait_reason: Some("sync.Mutex.Lock".into()),
                     stack: stack(),
                     stack_note: Some("a frame pointer left the goroutine's stack".into()),
-                    created_by: Some(frame()),
+                    created_by: Some(std::sync::Arc::new(frame())),
                     waits_on: Some(waits_on.clone()),
                     labels: vec![GoLabel {
                         key: "job".into(),

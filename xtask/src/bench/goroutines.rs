@@ -2,15 +2,17 @@
 //! with 100,000 of them (each parked receiving on a channel), read by
 //! `rip-probe --pid P --json` from outside, beside the program's own
 //! `net/http/pprof` dump (`curl .../debug/pprof/goroutine?debug=2`), which
-//! stops the world. For each: wall time, and the longest pause it caused
-//! in the program (measured there by a goroutine ticking every
-//! millisecond); for rip-probe also its peak RSS. Printed and written to
+//! stops the world, and delve (`dlv attach` with `goroutines -t`, Debian's
+//! package), which stops the process with ptrace. For each: wall time, and
+//! the longest pause it caused in the program (measured there by a
+//! goroutine ticking every millisecond); for rip-probe and delve also
+//! their CPU time and peak RSS. Printed and written to
 //! target/bench/goroutines.md; docs/BENCHMARKS.md is left as it is.
 
 use std::{
     fmt::Write as _,
     fs::File,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader},
     path::Path,
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     time::Instant,
@@ -26,6 +28,9 @@ pub const GOROUTINES: usize = 100_000;
 /// Runs of each reader; the table shows the median wall time and the
 /// longest pause.
 const RUNS: usize = 5;
+/// Longest a delve run may take: it stops the program while it lists
+/// every goroutine, one by one through ptrace.
+const DELVE_TIMEOUT_S: u32 = 300;
 
 /// Runs the rows and prints their section.
 pub fn run_goroutines_only() -> Result<()> {
@@ -85,14 +90,7 @@ impl GoProgram {
 
     /// The longest delay of the program's ticker since the last call, µs.
     fn late_us(&mut self) -> Result<u64> {
-        writeln!(self.stdin)?;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line)?;
-        line.trim()
-            .strip_prefix("late ")
-            .and_then(|l| l.strip_suffix(" us"))
-            .and_then(|n| n.parse().ok())
-            .with_context(|| format!("the Go program said {line:?}"))
+        proc::late_us(&mut self.stdin, &mut self.stdout)
     }
 }
 
@@ -103,18 +101,30 @@ impl Drop for GoProgram {
     }
 }
 
-/// One reader's runs: wall times (s), longest pause (µs), peak RSS (KiB).
+/// One reader's runs: wall and CPU times (s), longest pause (µs), peak
+/// RSS (KiB).
 struct Runs {
     walls: Vec<f64>,
+    cpus: Vec<f64>,
     pause_us: u64,
     max_rss_kib: u64,
     what: String,
 }
 
 impl Runs {
-    fn median(&mut self) -> f64 {
-        self.walls.sort_by(f64::total_cmp);
-        self.walls[self.walls.len() / 2]
+    fn new(what: String) -> Self {
+        Runs {
+            walls: Vec::new(),
+            cpus: Vec::new(),
+            pause_us: 0,
+            max_rss_kib: 0,
+            what,
+        }
+    }
+
+    fn median(v: &mut [f64]) -> Option<f64> {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
     }
 }
 
@@ -175,19 +185,13 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
     if listed < GOROUTINES {
         bail!("rip-probe listed {listed} goroutines of at least {GOROUTINES}");
     }
-    let mut probe_runs = Runs {
-        walls: Vec::new(),
-        pause_us: 0,
-        max_rss_kib: 0,
-        what: format!("`rip-probe --pid P --duration 0 --json` ({listed} goroutines with stacks)"),
-    };
+    let mut probe_runs = Runs::new(format!(
+        "`rip-probe --pid P --duration 0 --json` ({listed} goroutines with stacks)"
+    ));
     let url = format!("http://{}/debug/pprof/goroutine?debug=2", p.pprof);
-    let mut curl_runs = Runs {
-        walls: Vec::new(),
-        pause_us: 0,
-        max_rss_kib: 0,
-        what: "`curl …/debug/pprof/goroutine?debug=2` (the program's own dump)".into(),
-    };
+    let mut curl_runs =
+        Runs::new("`curl …/debug/pprof/goroutine?debug=2` (the program's own dump)".into());
+    let load = std::fs::read_to_string("/proc/loadavg")?;
     for _ in 0..RUNS {
         p.late_us()?;
         let u = proc::measure(
@@ -199,6 +203,7 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
         )?;
         probe_runs.pause_us = probe_runs.pause_us.max(p.late_us()?);
         probe_runs.walls.push(u.wall.as_secs_f64());
+        probe_runs.cpus.extend(u.cpu.map(|c| c.as_secs_f64()));
         probe_runs.max_rss_kib = probe_runs.max_rss_kib.max(u.max_rss_kib);
 
         p.late_us()?;
@@ -216,6 +221,8 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
             bail!("curl {url} failed");
         }
     }
+    let delve = delve(&mut p, maxrss)?;
+    let load_after = std::fs::read_to_string("/proc/loadavg")?;
     let mut s = String::new();
     writeln!(s, "## Every goroutine of a Go program\n")?;
     writeln!(
@@ -223,28 +230,121 @@ pub fn section(probe: &Path, maxrss: &Path) -> Result<String> {
         "`cargo xtask bench --goroutines-only` (release build): `tests/go/goroutines.go` \
          built by {version}, {GOROUTINES} goroutines parked receiving on a channel, and a \
          goroutine ticking every millisecond that records how late its ticks come (the \
-         pause a reader causes). Median wall time of {RUNS} runs, longest pause over them; \
-         rip-probe's peak RSS (`tests/bench/maxrss.c`). Kernel {}.\n",
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim()
+         pause a reader causes). Median wall and CPU time (user + system) of {RUNS} runs, \
+         longest pause over them; peak RSS (`tests/bench/maxrss.c`). delve runs once (it \
+         stops the program for the whole listing). Kernel {}; load average (1, 5, 15 min) \
+         before: {}; after: {}.\n",
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
+        load_fields(&load),
+        load_fields(&load_after),
     )?;
     writeln!(
         s,
-        "| reader | wall (median) | longest pause in the program | peak RSS |\n| --- | ---: | ---: | ---: |"
+        "| reader | wall (median) | CPU (median) | longest pause in the program | peak RSS |\n\
+         | --- | ---: | ---: | ---: | ---: |"
     )?;
-    for (r, rss) in [(&mut probe_runs, true), (&mut curl_runs, false)] {
-        let wall = r.median();
+    let mut rows = vec![probe_runs, curl_runs];
+    let delve_note = match delve {
+        Ok(r) => {
+            rows.push(r);
+            None
+        }
+        Err(why) => Some(why),
+    };
+    for r in &mut rows {
+        let wall = Runs::median(&mut r.walls).unwrap_or(f64::NAN);
+        let cpu = Runs::median(&mut r.cpus)
+            .map_or("(in the program)".to_string(), |c| format!("{c:.2} s"));
+        let rss = if r.max_rss_kib > 0 {
+            format!("{:.0} MiB", r.max_rss_kib as f64 / 1024.0)
+        } else {
+            String::new()
+        };
         writeln!(
             s,
-            "| {} | {:.2} s | {:.1} ms | {} |",
+            "| {} | {wall:.2} s | {cpu} | {:.1} ms | {rss} |",
             r.what,
-            wall,
             r.pause_us as f64 / 1000.0,
-            if rss {
-                format!("{:.0} MiB", r.max_rss_kib as f64 / 1024.0)
-            } else {
-                String::new()
-            }
         )?;
     }
+    if let Some(why) = delve_note {
+        writeln!(s, "\ndelve: {why}")?;
+    }
     Ok(s)
+}
+
+/// The three load averages of a `/proc/loadavg` line.
+fn load_fields(line: &str) -> String {
+    line.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One delve run on the program: `dlv attach P` with `goroutines -t`
+/// (every goroutine with its stack), installed from Debian's packages
+/// when missing; `Err` says in one line why there is no row.
+fn delve(p: &mut GoProgram, maxrss: &Path) -> Result<std::result::Result<Runs, String>> {
+    if !crate::util::missing_packages(&[("dlv", "delve")]).is_empty()
+        && let Err(e) = crate::util::apt_install(&["delve"])
+    {
+        return Ok(Err(format!("not measured: {e:#}")));
+    }
+    step("bench: delve lists every goroutine (stopping the program)");
+    let out = out_dir();
+    let init = out.join("goroutines-dlv.init");
+    std::fs::write(&init, "goroutines -t\n")?;
+    let pid = p.child.id().to_string();
+    let args: Vec<String> = [
+        "timeout",
+        &DELVE_TIMEOUT_S.to_string(),
+        "dlv",
+        "attach",
+        &pid,
+        "--allow-non-terminal-interactive=true",
+        "--init",
+        &init.to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    p.late_us()?;
+    let listing = out.join("goroutines-dlv.txt");
+    let u = proc::measure(
+        maxrss,
+        &args,
+        &[],
+        File::create(&listing)?,
+        File::create(out.join("goroutines-dlv.stderr"))?,
+    )?;
+    let pause = p.late_us()?;
+    // delve ends at its prompt, which reads end of input: the status says
+    // nothing; what it listed does.
+    let text = std::fs::read_to_string(&listing)?;
+    let listed = text
+        .lines()
+        .filter(|l| l.starts_with("  Goroutine "))
+        .count();
+    let version = crate::util::output(Command::new("dlv").arg("version"))
+        .and_then(|v| {
+            v.lines()
+                .find_map(|l| l.strip_prefix("Version: ").map(str::to_string))
+        })
+        .unwrap_or_default();
+    if listed < GOROUTINES {
+        return Ok(Err(format!(
+            "`dlv attach P` (delve {version}) with `goroutines -t` listed {listed} goroutines \
+             in {:.0} s (limit {DELVE_TIMEOUT_S} s); the program was stopped {:.1} s",
+            u.wall.as_secs_f64(),
+            pause as f64 / 1e6
+        )));
+    }
+    let mut r = Runs::new(format!(
+        "`dlv attach P` + `goroutines -t` (delve {version}, ptrace; {listed} goroutines with stacks)"
+    ));
+    r.walls.push(u.wall.as_secs_f64());
+    r.cpus.extend(u.cpu.map(|c| c.as_secs_f64()));
+    r.pause_us = pause;
+    r.max_rss_kib = u.max_rss_kib;
+    Ok(Ok(r))
 }

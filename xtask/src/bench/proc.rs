@@ -348,6 +348,20 @@ pub fn shell_words<S: AsRef<str>>(words: &[S]) -> String {
         .join(" ")
 }
 
+/// Asks a bench's target program for the longest delay its ticker saw
+/// since the last question (a line on its stdin; it answers `late N us`),
+/// in µs.
+pub fn late_us(stdin: &mut impl Write, stdout: &mut impl BufRead) -> Result<u64> {
+    writeln!(stdin)?;
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    line.trim()
+        .strip_prefix("late ")
+        .and_then(|l| l.strip_suffix(" us"))
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("the program said {line:?} instead of its ticker's delay"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

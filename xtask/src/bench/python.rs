@@ -6,16 +6,18 @@
 //! threads with 100,000 asyncio tasks. The readers run in turn, one after
 //! the other, [`RUNS`] times (interleaved, so a change in the machine's
 //! load falls on all of them); each row has the median wall and CPU time
-//! and the largest peak RSS (`tests/bench/maxrss.c`), and what the reader
-//! listed (threads, tasks), checked against the service. Printed and
-//! written to target/bench/python.md; docs/BENCHMARKS.md is left as it is.
+//! and the largest peak RSS (`tests/bench/maxrss.c`), the longest pause
+//! the service saw while the reader ran (a thread of the service ticking
+//! every millisecond measures it), and what the reader listed (threads,
+//! tasks), checked against the service. Printed and written to
+//! target/bench/python.md; docs/BENCHMARKS.md is left as it is.
 
 use std::{
     fmt::Write as _,
     fs::File,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     time::Duration,
 };
 
@@ -79,13 +81,18 @@ fn install_peers(out: &Path) -> Result<Peers> {
     Ok(Peers { dir })
 }
 
-/// The service, killed on drop.
-struct Service(Child);
+/// The service, killed on drop; its stdin (a line asks for the longest
+/// tick delay since the last) and stdout.
+struct Service {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
 
 impl Drop for Service {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -94,18 +101,28 @@ impl Service {
         let mut child = Command::new("python3")
             .arg(root().join("tests/bench/python_service.py"))
             .args([threads.to_string(), tasks.to_string()])
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .context("starting python3 tests/bench/python_service.py")?;
-        let mut out = BufReader::new(child.stdout.take().expect("piped"));
-        let service = Service(child);
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut service = Service {
+            child,
+            stdin,
+            stdout,
+        };
         let mut line = String::new();
-        out.read_line(&mut line)?;
+        service.stdout.read_line(&mut line)?;
         if line.trim() != "ready" {
             bail!("the Python service said {line:?} instead of ready");
         }
         Ok(service)
+    }
+
+    /// The longest delay of the service's ticker since the last call, µs.
+    fn late_us(&mut self) -> Result<u64> {
+        proc::late_us(&mut self.stdin, &mut self.stdout)
     }
 }
 
@@ -118,13 +135,16 @@ struct Row {
     walls: Vec<f64>,
     cpus: Vec<f64>,
     max_rss_kib: u64,
+    /// The longest pause the service's ticker saw while it ran, µs.
+    pause_us: u64,
     /// What its last output listed.
     listed: String,
 }
 
-/// The threads a service has: its own, the holder's and the main one.
+/// The threads a service has: its own, the holder's, the ticker's and
+/// the main one.
 fn threads_of(threads: usize) -> usize {
-    threads + 2
+    threads + 3
 }
 
 /// Runs every reader on one service in turn, [`RUNS`] times.
@@ -135,8 +155,8 @@ fn measure_service(
     threads: usize,
     tasks: usize,
 ) -> Result<Vec<Row>> {
-    let service = Service::start(threads, tasks)?;
-    let pid = service.0.id().to_string();
+    let mut service = Service::start(threads, tasks)?;
+    let pid = service.child.id().to_string();
     let out = out_dir();
     let py_path = peers.dir.to_string_lossy().into_owned();
     let readers: Vec<Reader> = vec![
@@ -184,6 +204,7 @@ fn measure_service(
             walls: Vec::new(),
             cpus: Vec::new(),
             max_rss_kib: 0,
+            pause_us: 0,
             listed: String::new(),
         })
         .collect();
@@ -192,6 +213,7 @@ fn measure_service(
     for run in 0..=RUNS {
         for (i, (_, args, env)) in readers.iter().enumerate() {
             let stdout = out.join(format!("python-reader-{i}.out"));
+            service.late_us()?;
             let u = proc::measure(
                 maxrss,
                 args,
@@ -199,6 +221,7 @@ fn measure_service(
                 File::create(&stdout)?,
                 File::create(out.join(format!("python-reader-{i}.err")))?,
             )?;
+            let pause = service.late_us()?;
             if !u.success {
                 bail!(
                     "{} failed on the service: see target/bench/python-reader-{i}.err",
@@ -213,6 +236,7 @@ fn measure_service(
             row.walls.push(u.wall.as_secs_f64());
             row.cpus.extend(u.cpu.map(|c| c.as_secs_f64()));
             row.max_rss_kib = row.max_rss_kib.max(u.max_rss_kib);
+            row.pause_us = row.pause_us.max(pause);
         }
     }
     drop(service);
@@ -269,19 +293,25 @@ fn listed(i: usize, path: &Path, threads: usize, tasks: usize) -> Result<String>
 }
 
 fn write_header(s: &mut String) -> Result<()> {
-    let python = output(Command::new("python3").arg("--version"))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    // `python3` on PATH: which one it is (Debian's, or pyenv's).
+    let python = output(Command::new("python3").args([
+        "-c",
+        "import sys; print('Python', sys.version.split()[0], '(' + sys.executable + ')')",
+    ]))
+    .unwrap_or_default()
+    .trim()
+    .to_string();
     writeln!(s, "## A live Python service, read from outside\n")?;
     writeln!(
         s,
         "`cargo xtask bench --python-only` (release build): `tests/bench/python_service.py` \
-         under Debian's {python}: half its threads wait for a `threading.Lock` that one more \
+         under `python3`, {python}: half its threads wait for a `threading.Lock` that one more \
          thread holds across `time.sleep`, the others sleep; its asyncio tasks await one \
          `asyncio.Event`. Each reader in turn, {RUNS} rounds after one unmeasured round; \
          median wall and CPU time (user + system), largest peak RSS (`tests/bench/maxrss.c`), \
-         and what the reader listed (checked against the service: a reader that misses a \
+         the longest pause the service saw while the reader ran (a thread of the service \
+         ticking every millisecond measures how late its ticks come; under load that is the \
+         scheduler's and the GIL's, not the reader's), and what the reader listed (checked against the service: a reader that misses a \
          thread fails the bench). None of the three stops the service: py-spy with \
          `--nonblocking`, pystack with `--no-block`; rip-probe never does. rip-probe also \
          gives each thread its native and kernel stack, its state and system call, the \
@@ -304,8 +334,8 @@ fn write_rows(s: &mut String, threads: usize, tasks: usize, rows: &[Row]) -> Res
     )?;
     writeln!(
         s,
-        "| reader | wall (median) | CPU (median) | peak RSS | × rip-probe's wall | listed |\n\
-         | --- | ---: | ---: | ---: | ---: | --- |"
+        "| reader | wall (median) | CPU (median) | peak RSS | longest pause in the service | × rip-probe's wall | listed |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | --- |"
     )?;
     let rip_wall = median(&rows[0].walls).unwrap_or(f64::NAN);
     for r in rows {
@@ -313,10 +343,11 @@ fn write_rows(s: &mut String, threads: usize, tasks: usize, rows: &[Row]) -> Res
         let cpu = median(&r.cpus).map_or("?".to_string(), fmt_s);
         writeln!(
             s,
-            "| {} | {} | {cpu} | {:.1} MiB | {:.2} | {} |",
+            "| {} | {} | {cpu} | {:.1} MiB | {:.1} ms | {:.2} | {} |",
             r.what,
             fmt_s(wall),
             r.max_rss_kib as f64 / 1024.0,
+            r.pause_us as f64 / 1000.0,
             wall / rip_wall,
             r.listed,
         )?;

@@ -69,28 +69,40 @@ pub(crate) trait Runtime<'a>: Sized {
 /// runtime (librip's by id).
 pub(crate) fn coroutines(process: Process<'_>, clock: Clock, history: bool) -> Vec<Coroutine> {
     let mut all = Vec::new();
+    // A runtime's coroutines are many and large: the first list found is
+    // kept as is, not copied into another.
+    let mut add = |v: Vec<Coroutine>| {
+        if all.is_empty() {
+            all = v;
+        } else {
+            all.extend(v);
+        }
+    };
     if let Some(r) = librip::Librip::detect(process) {
-        all.extend(r.coroutines(clock, history));
+        add(r.coroutines(clock, history));
     }
     if let Some(r) = go::Go::detect(process) {
-        all.extend(r.coroutines(clock, history));
+        add(r.coroutines(clock, history));
     }
     if let Some(r) = python::Asyncio::detect(process) {
-        all.extend(r.coroutines(clock, history));
+        add(r.coroutines(clock, history));
     }
     all
 }
 
 /// The native code addresses of `coroutines`' frames, to symbolize.
 pub(crate) fn native_addrs(coroutines: &[Coroutine]) -> Vec<u64> {
-    coroutines
-        .iter()
-        .flat_map(|c| match c.origin {
-            Origin::Librip | Origin::Tokio => librip::Librip::native_addrs(c),
-            Origin::Go => go::Go::native_addrs(c),
-            Origin::Asyncio => python::Asyncio::native_addrs(c),
-        })
-        .collect()
+    // Goroutines share stacks by the thousand: each is listed once.
+    let mut named = go::Named::default();
+    let mut all = Vec::new();
+    for c in coroutines {
+        match c.origin {
+            Origin::Librip | Origin::Tokio => all.extend(librip::Librip::native_addrs(c)),
+            Origin::Go => go::Go::native_addrs_shared(c, &mut named, &mut all),
+            Origin::Asyncio => all.extend(python::Asyncio::native_addrs(c)),
+        }
+    }
+    all
 }
 
 /// Names the frames of `coroutines`, each by its runtime, from the native

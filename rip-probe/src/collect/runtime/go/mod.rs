@@ -14,7 +14,12 @@ pub(crate) mod labels;
 pub(crate) mod layout;
 pub(crate) mod read;
 
-use std::{collections::HashMap, os::unix::fs::MetadataExt, path::PathBuf, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    sync::Arc,
+};
 
 use crate::discover::maps::ProcessMaps;
 
@@ -211,21 +216,27 @@ impl<'a> Runtime<'a> for Go<'a> {
             Clock::Now(ns) => Some(ns),
             Clock::PostMortem => None,
         };
-        // Goroutines parked at one place share one stack: made once, and
-        // named once by the symbolize stage.
-        let mut stacks: HashMap<&[u64], Arc<[Frame]>> = HashMap::new();
-        let mut v: Vec<Coroutine> = self
-            .snap
-            .goroutines
-            .iter()
-            .filter_map(|g| {
-                let stack = stacks
-                    .entry(&g.pcs)
-                    .or_insert_with(|| g.pcs.iter().map(|&pc| at_call(pc)).collect())
-                    .clone();
-                coroutine(g, stack, self.snap, now)
-            })
-            .collect();
+        // Goroutines parked at one place share one stack (collect read
+        // it once): made once, and named once by the symbolize stage.
+        let mut stacks: HashMap<*const u64, Arc<[Frame]>> = HashMap::new();
+        // And those made by one `go` statement share its frame.
+        let mut creators: HashMap<u64, Arc<Frame>> = HashMap::new();
+        let mut v: Vec<Coroutine> = Vec::with_capacity(self.snap.goroutines.len());
+        v.extend(self.snap.goroutines.iter().filter_map(|g| {
+            let stack = stacks
+                .entry(g.pcs.as_ptr())
+                .or_insert_with(|| g.pcs.iter().map(|&pc| at_call(pc)).collect())
+                .clone();
+            // The main goroutine is the runtime's (Go's traceback names no
+            // creator for it either).
+            let created_by = (g.gopc != 0 && g.goid != 1).then(|| {
+                creators
+                    .entry(g.gopc)
+                    .or_insert_with(|| Arc::new(at_call(g.gopc)))
+                    .clone()
+            });
+            coroutine(g, stack, created_by, self.snap, now)
+        }));
         v.sort_by_key(|c| c.id);
         v
     }
@@ -234,7 +245,7 @@ impl<'a> Runtime<'a> for Go<'a> {
         let Some(g) = &c.go else { return Vec::new() };
         g.stack
             .iter()
-            .chain(&g.created_by)
+            .chain(g.created_by.as_deref())
             .chain(c.location.iter().map(|l| &l.frame))
             .map(|f| f.addr)
             .collect()
@@ -245,12 +256,35 @@ impl<'a> Runtime<'a> for Go<'a> {
     }
 }
 
-/// Stacks already named, by the address of the stack they were named
-/// from: goroutines that share a stack share its named copy.
+/// Stacks (and creating frames) already named, by the address of the
+/// one they were named from: goroutines that share a stack share its
+/// named copy.
 #[derive(Default)]
-pub(crate) struct Named(HashMap<usize, Arc<[Frame]>>);
+pub(crate) struct Named {
+    stacks: HashMap<usize, Arc<[Frame]>>,
+    creators: HashMap<usize, Arc<Frame>>,
+    /// Stacks and creators whose addresses were handed to the symbolize
+    /// stage already.
+    listed: HashSet<usize>,
+}
 
 impl Go<'_> {
+    /// [`Runtime::native_addrs`] into `out`, each shared stack's and
+    /// creator's once (`named` holds what was listed, across the
+    /// goroutines of a report).
+    pub(crate) fn native_addrs_shared(c: &Coroutine, named: &mut Named, out: &mut Vec<u64>) {
+        let Some(g) = &c.go else { return };
+        if named.listed.insert(g.stack.as_ptr() as usize) {
+            out.extend(g.stack.iter().map(|f| f.addr));
+        }
+        if let Some(f) = &g.created_by
+            && named.listed.insert(Arc::as_ptr(f) as usize)
+        {
+            out.push(f.addr);
+        }
+        out.extend(c.location.iter().map(|l| l.frame.addr));
+    }
+
     /// [`Runtime::name_frames`], naming each shared stack once (`named`
     /// holds them across the goroutines of a report).
     pub(crate) fn name_shared(c: &mut Coroutine, native: &HashMap<u64, Frame>, named: &mut Named) {
@@ -265,7 +299,7 @@ impl Go<'_> {
         if let Some(g) = &mut c.go {
             let key = g.stack.as_ptr() as usize;
             g.stack = named
-                .0
+                .stacks
                 .entry(key)
                 .or_insert_with(|| {
                     let mut stack = g.stack.to_vec();
@@ -274,7 +308,15 @@ impl Go<'_> {
                 })
                 .clone();
             if let Some(f) = &mut g.created_by {
-                name(f);
+                *f = named
+                    .creators
+                    .entry(Arc::as_ptr(f) as usize)
+                    .or_insert_with(|| {
+                        let mut n = Frame::clone(f);
+                        name(&mut n);
+                        Arc::new(n)
+                    })
+                    .clone();
             }
         }
     }
@@ -284,6 +326,7 @@ impl Go<'_> {
 fn coroutine(
     g: &RawG,
     stack: Arc<[Frame]>,
+    created_by: Option<Arc<Frame>>,
     snap: &GoSnapshot,
     now: Option<u64>,
 ) -> Option<Coroutine> {
@@ -357,9 +400,7 @@ fn coroutine(
             wait_reason,
             stack,
             stack_note: g.stack_note.map(str::to_string),
-            // The main goroutine is the runtime's (Go's traceback names no
-            // creator for it either).
-            created_by: (g.gopc != 0 && g.goid != 1).then(|| at_call(g.gopc)),
+            created_by,
             waits_on,
             labels: match snap.labels.get(&g.labels) {
                 Some(Ok(l)) => l.clone(),

@@ -17,7 +17,7 @@ use std::{
 };
 
 use super::{
-    LegacyFrame, Names, PyFrame,
+    LegacyFrame, Names,
     objects::Heap,
     offsets::{Awaiting, Legacy, Stack, YIELD_FROM},
 };
@@ -70,7 +70,7 @@ pub(crate) struct Awaited {
 }
 
 /// One asyncio task, read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct RawTask {
     /// The task object's address (what `id(task)` says).
     pub(crate) addr: u64,
@@ -83,8 +83,9 @@ pub(crate) struct RawTask {
     /// The frame of its coroutine that runs, when it runs: the thread
     /// whose frame chain holds it polls the task.
     pub(crate) running_frame: Option<u64>,
-    /// The await chain's frames, innermost first (empty for a task done).
-    pub(crate) frames: Vec<PyFrame>,
+    /// The await chain's frames, innermost first (empty for a task done);
+    /// tasks awaiting at one place share one list.
+    pub(crate) frames: Arc<[Frame]>,
     /// The future it awaits, when it awaits one.
     pub(crate) awaits: Option<Awaited>,
     /// Two reads never agreed: only its address is kept.
@@ -101,6 +102,69 @@ pub(crate) struct Tasks {
     pub(crate) note: Option<String>,
 }
 
+/// An await chain as read, outermost first: each frame's code object and
+/// line.
+type Chain = Vec<(u64, Option<u32>)>;
+
+/// One read of tasks: the words each read depended on (its trace), and,
+/// when decoding, what the task says. Two reads of a task whose traces
+/// agree say the same: the trace holds every field read, every object's
+/// address and type, and what each string or code object decoded is
+/// named by (its address: a `str` or a code object does not change while
+/// a task points to it; the names read are cached by address, as they
+/// always were).
+struct Reading<'n> {
+    names: &'n mut Names,
+    /// Await chains made into frames, each distinct one once.
+    chains: foldhash::HashMap<Chain, Arc<[Frame]>>,
+    /// Decode the task (names, lines, frames), not only trace it.
+    decode: bool,
+    trace: Vec<u64>,
+    /// The chain being read.
+    chain: Chain,
+    /// The head of the coroutine being read (its frame's fixed part).
+    head: Vec<u8>,
+}
+
+impl<'n> Reading<'n> {
+    fn new(names: &'n mut Names) -> Self {
+        Reading {
+            names,
+            chains: Default::default(),
+            decode: true,
+            trace: Vec::new(),
+            chain: Vec::new(),
+            head: Vec::new(),
+        }
+    }
+
+    /// The chain read, innermost first, as frames shared by the tasks
+    /// awaiting at the same place.
+    fn frames<M: Memory>(&mut self, heap: &Heap<'_, M>) -> Arc<[Frame]> {
+        if let Some(f) = self.chains.get(&self.chain) {
+            return f.clone();
+        }
+        let frames: Arc<[Frame]> = self
+            .chain
+            .iter()
+            .rev()
+            .map(|&(code, line)| {
+                let info = self.names.code(heap, heap.o, code);
+                Frame {
+                    addr: code,
+                    function: info.as_ref().and_then(|i| i.name.clone()),
+                    file: info.as_ref().and_then(|i| i.file.clone()),
+                    line,
+                    python: true,
+                    ..Frame::default()
+                }
+            })
+            .collect();
+        self.chains.insert(self.chain.clone(), frames.clone());
+        frames
+    }
+}
+
 impl<M: Memory> Heap<'_, M> {
     /// Every task of the interpreter at `interp`; `None` when asyncio's C
     /// module is not imported (no task can exist).
@@ -113,6 +177,10 @@ impl<M: Memory> Heap<'_, M> {
             out.note = Some("the _asyncio module could not be read".into());
             return Some(out);
         };
+        // The sets and the tasks they hold through one copy of the pages
+        // they are on, read a few thousand pages per system call; the
+        // first pass over the tasks reads the same copy.
+        self.pass(true);
         let mut addrs = Vec::new();
         let mut seen = HashSet::new();
         for &registry in ob.registries {
@@ -136,52 +204,90 @@ impl<M: Memory> Heap<'_, M> {
                 out.note = Some(format!("the set of _asyncio.{registry} could not be read"));
                 continue;
             };
-            for m in members {
-                let task = if weak {
-                    match self.word(m + WEAKREF_OBJECT) {
-                        Some(t) => t,
-                        None => continue,
-                    }
-                } else {
-                    m
-                };
+            let members: Vec<u64> = if weak {
+                self.prefetch(members.iter().map(|&m| (m + WEAKREF_OBJECT, 8)));
+                members
+                    .iter()
+                    .filter_map(|&m| self.word(m + WEAKREF_OBJECT))
+                    .collect()
+            } else {
+                members
+            };
+            self.prefetch(members.iter().map(|&t| (t, self.o.objects.task.size)));
+            for task in members {
                 if self.is_task(task) && seen.insert(task) {
                     addrs.push(task);
                 }
             }
         }
         addrs.sort_unstable();
+        // What the tasks point to first (their coroutines, names and the
+        // futures they await), read ahead.
+        let layout = self.o.objects.task;
+        let head = (ob.gen_iframe + ob.frame_localsplus) as usize;
+        let mut ahead = Vec::with_capacity(3 * addrs.len());
+        for &a in &addrs {
+            let mut t = [0u8; TASK_SIZE];
+            let Some(t) = t.get_mut(..layout.size) else {
+                continue;
+            };
+            if self.read(a, t).is_ok() {
+                let word = |off: usize| u64::from_le_bytes(t[off..off + 8].try_into().expect("8"));
+                ahead.push((word(layout.coro), head));
+                ahead.push((word(layout.name), 64));
+                ahead.push((word(layout.fut_waiter), 32));
+            }
+        }
+        self.prefetch(ahead);
         // Two passes over every task, each through its own copy of the
-        // pages it reads (on 100,000 tasks, a system call per page rather
-        // than per field); a task the two passes do not agree on is read
-        // again, field by field, until two reads agree.
-        self.pass(true);
-        let first: Vec<Option<RawTask>> = addrs.iter().map(|&a| self.task(a, names)).collect();
-        self.pass(true);
-        let second: Vec<Option<RawTask>> = addrs.iter().map(|&a| self.task(a, names)).collect();
+        // pages it reads (the second reads again, at once, every page the
+        // first did); the first decodes each task and keeps what it was
+        // read from, the second only what it is read from. A task the
+        // two disagree on is read again, alone, until two reads agree.
+        let mut r = Reading::new(names);
+        let mut first: Vec<Option<RawTask>> = Vec::with_capacity(addrs.len());
+        let mut traces: Vec<u64> = Vec::new();
+        let mut ends = Vec::with_capacity(addrs.len());
+        for &a in &addrs {
+            first.push(self.task(a, &mut r));
+            traces.extend_from_slice(&r.trace);
+            ends.push(traces.len());
+        }
+        self.pass_again();
+        r.decode = false;
+        let mut agree = Vec::with_capacity(addrs.len());
+        let mut from = 0;
+        for (&a, &end) in addrs.iter().zip(&ends) {
+            let read = self.task(a, &mut r).is_some();
+            agree.push(read && r.trace == traces[from..end]);
+            from = end;
+        }
         self.pass(false);
-        for ((addr, first), second) in addrs.into_iter().zip(first).zip(second) {
-            if first.is_some() && first == second {
-                out.tasks.extend(first);
+        r.decode = true;
+        for ((addr, first), agreed) in addrs.into_iter().zip(first).zip(agree) {
+            if let (Some(t), true) = (&first, agreed) {
+                out.tasks.push(t.clone());
                 continue;
             }
-            let mut last = second;
-            let mut agreed = None;
+            let mut last = None;
+            let mut found = None;
             for _ in 0..READS {
-                let now = self.task(addr, names);
-                if now.is_some() && now == last {
-                    agreed = now;
+                let now = self.task(addr, &mut r).map(|t| (t, r.trace.clone()));
+                if let (Some((t, trace)), Some(before)) = (&now, &last)
+                    && trace == before
+                {
+                    found = Some(t.clone());
                     break;
                 }
-                last = now;
+                last = now.map(|(_, trace)| trace);
             }
-            out.tasks.push(agreed.unwrap_or(RawTask {
+            out.tasks.push(found.unwrap_or(RawTask {
                 addr,
                 name: None,
                 state: FutureState::Pending,
                 running: false,
                 running_frame: None,
-                frames: Vec::new(),
+                frames: Arc::from([]),
                 awaits: None,
                 changing: true,
             }));
@@ -189,8 +295,11 @@ impl<M: Memory> Heap<'_, M> {
         Some(out)
     }
 
-    /// One read of the task at `addr`.
-    fn task(&mut self, addr: u64, names: &mut Names) -> Option<RawTask> {
+    /// One read of the task at `addr`: its trace in `r.trace`, and (when
+    /// `r.decode`) what it says; `None` when it could not be read whole.
+    fn task(&mut self, addr: u64, r: &mut Reading<'_>) -> Option<RawTask> {
+        r.trace.clear();
+        r.chain.clear();
         let layout = self.o.objects.task;
         let mut t = [0u8; TASK_SIZE];
         let t = t.get_mut(..layout.size)?;
@@ -204,12 +313,20 @@ impl<M: Memory> Heap<'_, M> {
             2 => FutureState::Finished,
             _ => return None,
         };
-        let name = self.task_name(word(layout.name));
+        r.trace.push(state as u64);
+        let name = self.task_name(word(layout.name), r);
         let waiter = word(layout.fut_waiter);
-        let awaits = if waiter == 0 || self.type_name(waiter).as_deref() == Some("NoneType") {
+        let waiter_type = if waiter == 0 {
             None
         } else {
-            Some(self.awaited(waiter))
+            self.type_of(waiter)
+        };
+        r.trace
+            .extend([waiter, waiter_type.as_ref().map_or(0, |t| t.0)]);
+        let awaits = match waiter_type {
+            _ if waiter == 0 => None,
+            Some((_, n)) if &*n == "NoneType" => None,
+            _ => Some(self.awaited(waiter, r)),
         };
         let mut task = RawTask {
             addr,
@@ -217,40 +334,66 @@ impl<M: Memory> Heap<'_, M> {
             state,
             running: false,
             running_frame: None,
-            frames: Vec::new(),
+            frames: Arc::from([]),
             awaits,
             changing: false,
         };
         if state == FutureState::Pending {
-            self.chain(word(layout.coro), &mut task, names)?;
+            self.chain(word(layout.coro), &mut task, r)?;
+            if r.decode {
+                task.frames = r.frames(self);
+            }
         }
+        r.trace
+            .extend([task.running as u64, task.running_frame.unwrap_or(0)]);
         Some(task)
     }
 
-    /// Follows the await chain from the coroutine `coro`, filling `task`'s
-    /// frames (and what it awaits, when the task itself does not say).
-    fn chain(&mut self, mut obj: u64, task: &mut RawTask, names: &mut Names) -> Option<()> {
+    /// Follows the await chain from the coroutine `coro` into `r.chain`
+    /// (and what the task awaits into `task`, when the task itself does
+    /// not say).
+    fn chain(&mut self, obj: u64, task: &mut RawTask, r: &mut Reading<'_>) -> Option<()> {
         let o = self.o;
         if let Some(l) = &o.legacy {
-            return self.legacy_chain(l, obj, task, names);
+            return self.legacy_chain(l, obj, task, r);
         }
         let ob = &o.objects;
+        let mut head = std::mem::take(&mut r.head);
+        head.resize((ob.gen_iframe + ob.frame_localsplus) as usize, 0);
+        let walked = self.walk_chain(obj, &mut head, task, r);
+        r.head = head;
+        walked
+    }
+
+    /// [`Self::chain`] from 3.11 on, reading each coroutine's head into
+    /// `head`.
+    fn walk_chain(
+        &mut self,
+        mut obj: u64,
+        head: &mut [u8],
+        task: &mut RawTask,
+        r: &mut Reading<'_>,
+    ) -> Option<()> {
+        let o = self.o;
+        let ob = &o.objects;
         for _ in 0..MAX_CHAIN {
-            match self.type_name(obj).as_deref() {
+            let ty = self.type_of(obj);
+            r.trace.extend([obj, ty.as_ref().map_or(0, |t| t.0)]);
+            match ty.as_ref().map(|t| &*t.1) {
                 Some("coroutine" | "generator") => {}
                 Some("_asyncio.FutureIter") => {
                     if task.awaits.is_none() {
                         let future = self.word(obj + FUTURE_ITER_FUTURE)?;
-                        task.awaits = Some(self.awaited(future));
+                        task.awaits = Some(self.awaited(future, r));
                     }
                     return Some(());
                 }
                 _ => return Some(()),
             }
             let frame = obj + ob.gen_iframe;
-            let mut head = vec![0u8; (ob.gen_iframe + ob.frame_localsplus) as usize];
-            self.read(obj, &mut head).ok()?;
+            self.read(obj, head).ok()?;
             let state = head[ob.gen_frame_state as usize] as i8;
+            r.trace.push(state as u64);
             if state == ob.frame_created || state > FRAME_EXECUTING {
                 // Not started yet, or done: no frame of its own runs.
                 return Some(());
@@ -262,21 +405,16 @@ impl<M: Memory> Heap<'_, M> {
             };
             let code = word(o.frame_code);
             let instr = word(o.frame_prev_instr);
-            let info = names.code(&*self, o, code)?;
-            let line = instr
-                .checked_sub(code + o.code_adaptive)
-                .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off));
-            task.frames.insert(
-                0,
-                PyFrame {
-                    frame,
-                    code,
-                    function: info.name.clone(),
-                    file: info.file.clone(),
-                    line,
-                    entry: false,
-                },
-            );
+            r.trace.extend([code, instr]);
+            let line = if r.decode {
+                let info = r.names.code(&*self, o, code)?;
+                instr
+                    .checked_sub(code + o.code_adaptive)
+                    .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off))
+            } else {
+                None
+            };
+            r.chain.push((code, line));
             if state == FRAME_EXECUTING {
                 task.running = true;
                 task.running_frame = Some(frame);
@@ -290,6 +428,7 @@ impl<M: Memory> Heap<'_, M> {
                 Awaiting::Resume(resume) => {
                     let mut next = [0u8; 2];
                     self.read(instr + 2, &mut next).ok()?;
+                    r.trace.push(u64::from(u16::from_le_bytes(next)));
                     if !resume.contains(&next[0]) || next[1] < 2 {
                         return Some(());
                     }
@@ -319,16 +458,18 @@ impl<M: Memory> Heap<'_, M> {
         l: &Legacy,
         mut obj: u64,
         task: &mut RawTask,
-        names: &mut Names,
+        r: &mut Reading<'_>,
     ) -> Option<()> {
         let o = self.o;
         for _ in 0..MAX_CHAIN {
-            match self.type_name(obj).as_deref() {
+            let ty = self.type_of(obj);
+            r.trace.extend([obj, ty.as_ref().map_or(0, |t| t.0)]);
+            match ty.as_ref().map(|t| &*t.1) {
                 Some("coroutine" | "generator") => {}
                 Some("_asyncio.FutureIter") => {
                     if task.awaits.is_none() {
                         let future = self.word(obj + FUTURE_ITER_FUTURE)?;
-                        task.awaits = Some(self.awaited(future));
+                        task.awaits = Some(self.awaited(future, r));
                     }
                     return Some(());
                 }
@@ -338,13 +479,17 @@ impl<M: Memory> Heap<'_, M> {
                 // Done: its frame is gone.
                 return Some(());
             };
-            let f = LegacyFrame::read(&*self, o, l, frame, names)?;
+            let f = LegacyFrame::read(&*self, o, l, frame, r.names)?;
+            r.trace.extend([
+                frame,
+                f.frame.code,
+                f.lasti as u64,
+                u64::from(f.created) | u64::from(f.running) << 1 | u64::from(f.done) << 2,
+            ]);
             if f.created || f.done {
                 return Some(());
             }
-            let mut pf = f.frame.clone();
-            pf.entry = false;
-            task.frames.insert(0, pf);
+            r.chain.push((f.frame.code, f.frame.line));
             if f.running {
                 task.running = true;
                 task.running_frame = Some(frame);
@@ -358,6 +503,7 @@ impl<M: Memory> Heap<'_, M> {
             }
             let mut op = [0u8; 1];
             self.read(bytes + 32 + next, &mut op).ok()?;
+            r.trace.push(u64::from(op[0]));
             if op[0] != YIELD_FROM {
                 return Some(());
             }
@@ -384,23 +530,32 @@ impl<M: Memory> Heap<'_, M> {
     }
 
     /// The future at `addr`, as something awaited.
-    fn awaited(&mut self, addr: u64) -> Awaited {
+    fn awaited(&mut self, addr: u64, r: &mut Reading<'_>) -> Awaited {
         let task = self.is_task(addr);
         let name = if task {
-            self.word(addr + self.o.objects.task.name as u64)
-                .and_then(|n| self.task_name(n))
+            let at = self.word(addr + self.o.objects.task.name as u64);
+            r.trace.push(at.unwrap_or(0));
+            at.and_then(|n| self.task_name(n, r))
         } else {
             None
         };
+        r.trace.extend([addr, u64::from(task)]);
         Awaited { addr, task, name }
     }
 
     /// A task's name: a `str`, or (3.12, until asked) the number of its
-    /// default name `Task-N`.
-    fn task_name(&mut self, obj: u64) -> Option<String> {
-        match self.type_name(obj).as_deref() {
-            Some("str") => self.string(obj),
-            Some("int") => Some(format!("Task-{}", self.int(obj)?)),
+    /// default name `Task-N`. Traced by the object's address and type
+    /// (and a number's value); decoded only when `r.decode`.
+    fn task_name(&mut self, obj: u64, r: &mut Reading<'_>) -> Option<String> {
+        let ty = self.type_of(obj);
+        r.trace.extend([obj, ty.as_ref().map_or(0, |t| t.0)]);
+        match ty.as_ref().map(|t| &*t.1) {
+            Some("str") => r.decode.then(|| self.string(obj)).flatten(),
+            Some("int") => {
+                let n = self.int(obj);
+                r.trace.push(n.unwrap_or(u64::MAX));
+                n.filter(|_| r.decode).map(|n| format!("Task-{n}"))
+            }
             _ => None,
         }
     }
@@ -443,7 +598,7 @@ impl<'a> Runtime<'a> for Asyncio<'a> {
 
 /// One task in the model.
 fn coroutine(t: &RawTask, on: &HashMap<u64, u64>) -> Coroutine {
-    let frames: Arc<[Frame]> = t.frames.iter().map(super::frame).collect();
+    let frames = t.frames.clone();
     let state = match (t.changing, t.state, t.running) {
         (true, ..) => CoroutineState::Idle,
         (_, FutureState::Pending, true) => CoroutineState::Polling,

@@ -649,7 +649,7 @@ struct Code {
 /// Code objects and strings already read, by address.
 #[derive(Default)]
 struct Names {
-    code: HashMap<u64, std::rc::Rc<Code>>,
+    code: foldhash::HashMap<u64, std::rc::Rc<Code>>,
 }
 
 /// Longest line table read.
@@ -703,18 +703,6 @@ fn string(mem: &impl Memory, o: &Offsets, addr: u64) -> Option<String> {
     };
     mem.read(addr + at, &mut data).ok()?;
     h.decode(&data)
-}
-
-/// The model's frame of a Python frame: `addr` is its code object's.
-pub(crate) fn frame(p: &PyFrame) -> crate::model::Frame {
-    crate::model::Frame {
-        addr: p.code,
-        function: p.function.clone(),
-        file: p.file.clone(),
-        line: p.line,
-        python: true,
-        ..crate::model::Frame::default()
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! (its managed dict or values), sets, module dicts. What asyncio's tasks
 //! and `threading`'s names are found through.
 
-use std::{cell::RefCell, collections::HashMap, io};
+use std::{cell::RefCell, collections::HashSet, io, rc::Rc};
 
 use super::{
     offsets::{Keys, Long, Managed, Offsets},
@@ -31,8 +31,11 @@ const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
 /// `PySetObject.mask` (`.table` follows).
 const SET_MASK: usize = 32;
 
+/// A page of a pass's copy: the buffer it was read into, and where in it.
+type Page = (Rc<Vec<u8>>, usize);
+
 /// Pages read in one pass, by address (`None`: unreadable).
-type PageCache = HashMap<u64, Option<Box<[u8]>>>;
+type PageCache = foldhash::HashMap<u64, Option<Page>>;
 
 /// Objects of the interpreter read from outside, with caches of what
 /// does not change while they are read (types, strings).
@@ -41,22 +44,38 @@ pub(super) struct Heap<'a, M: Memory> {
     pub(super) o: &'a Offsets,
     /// Type names by type address (and whether the type is, or derives
     /// from, `_asyncio.Task`).
-    types: HashMap<u64, (Option<String>, bool)>,
-    strings: HashMap<u64, Option<String>>,
+    types: foldhash::HashMap<u64, (Option<Rc<str>>, bool)>,
+    strings: foldhash::HashMap<u64, Option<String>>,
     /// While a pass over many objects runs: the pages it read, by address
     /// (`None`: unreadable), so that objects sharing a page cost one
     /// system call.
     pages: Option<RefCell<PageCache>>,
+    /// The page the last read of the pass was served from: most reads
+    /// fall on the page of the one before.
+    last: RefCell<Option<(u64, Page)>>,
+    /// The buffer of the last bulk read, reused by the next pass's once
+    /// the pass it served is over (no fresh memory to fault in).
+    spare: RefCell<Option<Rc<Vec<u8>>>>,
 }
 
 /// The size of the pages a pass caches.
 const PAGE: u64 = 4096;
+/// Bytes of neighbouring pages read as one region at most.
+const MAX_RUN: usize = 1 << 20;
 
 impl<M: Memory> Memory for Heap<'_, M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
         let Some(pages) = &self.pages else {
             return self.mem.read(addr, buf);
         };
+        if let Some((page, (bytes, at))) = &*self.last.borrow() {
+            let off = addr.wrapping_sub(*page);
+            if off < PAGE && off + buf.len() as u64 <= PAGE {
+                let off = at + off as usize;
+                buf.copy_from_slice(&bytes[off..off + buf.len()]);
+                return Ok(());
+            }
+        }
         let mut pages = pages.borrow_mut();
         let mut done = 0usize;
         while done < buf.len() {
@@ -68,13 +87,13 @@ impl<M: Memory> Memory for Heap<'_, M> {
             let n = (PAGE as usize - off).min(buf.len() - done);
             let p = pages.entry(page).or_insert_with(|| {
                 let mut b = vec![0u8; PAGE as usize];
-                self.mem
-                    .read(page, &mut b)
-                    .ok()
-                    .map(|_| b.into_boxed_slice())
+                self.mem.read(page, &mut b).ok().map(|_| (Rc::new(b), 0))
             });
             match p {
-                Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
+                Some((bytes, at)) => {
+                    buf[done..done + n].copy_from_slice(&bytes[*at + off..*at + off + n]);
+                    *self.last.borrow_mut() = Some((page, (bytes.clone(), *at)));
+                }
                 None => return Err(io::Error::from_raw_os_error(libc::EFAULT)),
             }
             done += n;
@@ -88,9 +107,11 @@ impl<'a, M: Memory> Heap<'a, M> {
         Heap {
             mem,
             o,
-            types: HashMap::new(),
-            strings: HashMap::new(),
+            types: Default::default(),
+            strings: Default::default(),
             pages: None,
+            last: RefCell::new(None),
+            spare: RefCell::new(None),
         }
     }
 
@@ -98,7 +119,94 @@ impl<'a, M: Memory> Heap<'a, M> {
     /// the process's memory as the pass saw it (`false`: reads go to the
     /// process each time again).
     pub(super) fn pass(&mut self, cached: bool) {
-        self.pages = cached.then(|| RefCell::new(HashMap::new()));
+        self.pages = cached.then(|| RefCell::new(PageCache::default()));
+        *self.last.borrow_mut() = None;
+    }
+
+    /// Copies the pages holding `regions` into the pass's cache with a
+    /// few system calls (neighbouring pages as one region), where reading
+    /// them as they are first needed would take one call each; outside a
+    /// pass, nothing. A page that cannot be read is cached as such.
+    pub(super) fn prefetch(&self, regions: impl IntoIterator<Item = (u64, usize)>) {
+        let Some(cache) = &self.pages else { return };
+        let mut want: Vec<u64> = {
+            let cache = cache.borrow();
+            regions
+                .into_iter()
+                .filter(|&(a, n)| a != 0 && n > 0)
+                .flat_map(|(a, n)| {
+                    let first = a & !(PAGE - 1);
+                    let last = a.saturating_add(n as u64 - 1) & !(PAGE - 1);
+                    (0..=(last - first) / PAGE).map(move |i| first + i * PAGE)
+                })
+                .filter(|p| !cache.contains_key(p))
+                .collect()
+        };
+        self.prefetch_pages(&mut want);
+    }
+
+    /// [`Self::prefetch`] of whole pages (sorted and deduplicated here),
+    /// into one buffer: each run of neighbouring pages is one region of
+    /// one `process_vm_readv`, read straight into its place; a run that
+    /// cannot be read whole is read again page by page.
+    fn prefetch_pages(&self, want: &mut Vec<u64>) {
+        let Some(cache) = &self.pages else { return };
+        want.sort_unstable();
+        want.dedup();
+        if want.is_empty() {
+            return;
+        }
+        let mut runs: Vec<(u64, usize)> = Vec::new();
+        for &p in want.iter() {
+            match runs.last_mut() {
+                Some((start, n)) if *start + *n as u64 == p && *n < MAX_RUN => *n += PAGE as usize,
+                _ => runs.push((p, PAGE as usize)),
+            }
+        }
+        let len = want.len() * PAGE as usize;
+        let mut buf = self
+            .spare
+            .borrow_mut()
+            .take()
+            .and_then(|b| Rc::try_unwrap(b).ok())
+            .unwrap_or_default();
+        buf.clear();
+        buf.resize(len, 0);
+        let ok = self.mem.read_scattered(&runs, &mut buf);
+        let mut unread = HashSet::new();
+        let mut at = 0usize;
+        for (i, &(start, n)) in runs.iter().enumerate() {
+            if !ok[i] {
+                for k in 0..n / PAGE as usize {
+                    let page = start + (k * PAGE as usize) as u64;
+                    let slot = &mut buf[at + k * PAGE as usize..at + (k + 1) * PAGE as usize];
+                    if self.mem.read(page, slot).is_err() {
+                        unread.insert(page);
+                    }
+                }
+            }
+            at += n;
+        }
+        let buf = Rc::new(buf);
+        let mut cache = cache.borrow_mut();
+        for (i, &page) in want.iter().enumerate() {
+            let p = (!unread.contains(&page)).then(|| (buf.clone(), i * PAGE as usize));
+            cache.insert(page, p);
+        }
+        *self.spare.borrow_mut() = Some(buf);
+    }
+
+    /// Starts a cached pass that reads again, at once, every page the
+    /// pass before it read: a second look at the same objects, taken
+    /// after the first.
+    pub(super) fn pass_again(&mut self) {
+        let mut pages: Vec<u64> = self
+            .pages
+            .as_ref()
+            .map(|c| c.borrow().keys().copied().collect())
+            .unwrap_or_default();
+        self.pass(true);
+        self.prefetch_pages(&mut pages);
     }
 
     /// The value of the non-negative `int` at `obj`, when it fits 64 bits.
@@ -225,8 +333,13 @@ impl<'a, M: Memory> Heap<'a, M> {
 
     /// The name of `obj`'s type (`tp_name`).
     pub(super) fn type_name(&mut self, obj: u64) -> Option<String> {
+        self.type_of(obj).map(|(_, n)| n.to_string())
+    }
+
+    /// `obj`'s type: its address and name (shared, not copied).
+    pub(super) fn type_of(&mut self, obj: u64) -> Option<(u64, Rc<str>)> {
         let ty = self.word(obj + 8)?;
-        self.type_info(ty).0
+        Some((ty, self.type_info(ty).0?))
     }
 
     /// Whether `obj` is an `_asyncio.Task` (or of a class derived from it).
@@ -234,11 +347,11 @@ impl<'a, M: Memory> Heap<'a, M> {
         self.word(obj + 8).is_some_and(|ty| self.type_info(ty).1)
     }
 
-    pub(super) fn type_info(&mut self, ty: u64) -> (Option<String>, bool) {
+    pub(super) fn type_info(&mut self, ty: u64) -> (Option<Rc<str>>, bool) {
         if let Some(t) = self.types.get(&ty) {
             return t.clone();
         }
-        let name = self.c_string(ty);
+        let name: Option<Rc<str>> = self.c_string(ty).map(Into::into);
         let mut task = name.as_deref() == Some("_asyncio.Task");
         let mut base = ty;
         for _ in 0..16 {
