@@ -423,15 +423,15 @@ static TASK_SCRATCH: PerCpuArray<TaskRecord> = PerCpuArray::with_max_entries(1, 
 
 /// `struct bpf_iter__task`: the context of a task iterator.
 #[repr(C)]
-struct IterTaskCtx {
-    meta: *mut bpf_iter_meta,
-    task: *mut task_struct,
+pub(crate) struct IterTaskCtx {
+    pub(crate) meta: *mut bpf_iter_meta,
+    pub(crate) task: *mut task_struct,
 }
 
 /// `struct bpf_iter_meta`; only `seq` is read.
 #[repr(C)]
-struct bpf_iter_meta {
-    seq: *mut seq_file,
+pub(crate) struct bpf_iter_meta {
+    pub(crate) seq: *mut seq_file,
 }
 
 /// Task iterator: writes one [`TaskRecord`] per thread of the target, with
@@ -576,7 +576,7 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
 /// reading it), at depth `level`; a task's `struct pid` holds its id at
 /// each depth, valid for us when that depth's namespace is ours.
 #[inline(always)]
-fn ns_ids(task: *const u8, cfg: &Config, want_tgid: Option<u32>) -> (u32, u32) {
+pub(crate) fn ns_ids(task: *const u8, cfg: &Config, want_tgid: Option<u32>) -> (u32, u32) {
     let t = &cfg.task;
     // SAFETY: every read goes through bpf_probe_read_kernel, which
     // tolerates any address; offsets come from BTF.

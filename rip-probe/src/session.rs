@@ -723,11 +723,11 @@ impl Session {
         let probe = &mut self.probe;
         let mut now_of = |tids: &[u32]| {
             if tids.len() >= WAITS_BY_ITERATOR_AT
-                && let Ok(now) = probe.tasks()
+                && let Ok(now) = probe.waits()
             {
                 let now = now.iter().map(|t| {
                     let blocked = correlate::thread_state(t.state, t.on_cpu).is_blocked();
-                    (t.tid, blocked, t.regs.syscall_nr, t.regs.args[0])
+                    (t.tid, blocked, t.syscall_nr, t.arg0)
                 });
                 return collect::locks::waits_in_tasks(now, tids);
             }

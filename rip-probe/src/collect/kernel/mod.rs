@@ -30,7 +30,7 @@ use aya::{
     maps::{MapData, RingBuf, StackTraceMap},
     programs::{Iter, RawTracePoint},
 };
-use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, ThreadRecord, names};
+use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, TaskWait, ThreadRecord, names};
 use rustix::{
     event::{PollFd, PollFlags, poll},
     io::Errno,
@@ -52,6 +52,8 @@ pub struct KernelProbe {
     tgid: u32,
     config: Config,
     iter_loaded: bool,
+    /// The lean task iterator is loaded (see [`KernelProbe::waits`]).
+    waits_loaded: bool,
     /// sched_switch records the target's switches (see
     /// [`KernelProbe::snapshots_only`]).
     switches: bool,
@@ -248,6 +250,7 @@ impl KernelProbe {
             tgid,
             config,
             iter_loaded: false,
+            waits_loaded: false,
             switches,
             switch_link,
             features,
@@ -353,6 +356,27 @@ impl KernelProbe {
         Ok(match &self.ids {
             Some(ids) => pidns::lock(ids).translate_tasks(tasks),
             None => tasks,
+        })
+    }
+
+    /// Every thread of the target's state and system call (with its first
+    /// argument) right now, in one pass of the lean task iterator: what
+    /// says which futex each thread waits in, for a fraction of the cost
+    /// of [`Self::tasks`] (no kernel stacks, clocks or names). Loaded the
+    /// first time it is asked for.
+    pub fn waits(&mut self) -> Result<Vec<TaskWait>> {
+        let prog = self.features.regs_source().waits_program();
+        if !self.waits_loaded {
+            let btf = layout::aya_shared()?;
+            let iter: &mut Iter = program(&mut self.ebpf, prog)?;
+            iter.load("task", btf)
+                .map_err(|e| Error::program(ProgramOp::Load, "the lean task iterator", e))?;
+            self.waits_loaded = true;
+        }
+        let waits = run_iter::<TaskWait>(&mut self.ebpf, prog)?;
+        Ok(match &self.ids {
+            Some(ids) => pidns::lock(ids).translate_waits(waits),
+            None => waits,
         })
     }
 
@@ -497,6 +521,12 @@ impl EventStream {
 
 /// One pass of the (loaded) task iterator `prog` of `ebpf`: its records.
 pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecord>> {
+    run_iter(ebpf, prog)
+}
+
+/// One pass of the (loaded) iterator `prog` of `ebpf`, which writes
+/// whole records of type `R` back to back: its records.
+fn run_iter<R: FromBytes>(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<R>> {
     let iter: &mut Iter = program(ebpf, prog)?;
     let id = iter
         .attach()
@@ -505,13 +535,13 @@ pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecor
         .take_link(id)
         .map_err(|e| Error::program(ProgramOp::TakeLink, "the task iterator link", e))?;
     let mut file = link.into_file().map_err(Error::IteratorLink)?;
-    // The iterator writes whole TaskRecords back to back. They are
-    // parsed as they come, through a small buffer: reading all of
-    // them first would hold every record twice (100,000 threads: twice
-    // 50 MB). zerocopy copies each out whatever the buffer's alignment.
-    const RECORD: usize = std::mem::size_of::<TaskRecord>();
+    // The records are parsed as they come, through a small buffer:
+    // reading all of them first would hold every record twice (100,000
+    // threads: twice 50 MB). zerocopy copies each out whatever the
+    // buffer's alignment.
+    let record = std::mem::size_of::<R>();
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * RECORD];
+    let mut buf = vec![0u8; 64 * record];
     let mut filled = 0;
     loop {
         let n = match file.read(&mut buf[filled..]) {
@@ -521,11 +551,11 @@ pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecor
             Err(e) => return Err(Error::ReadIterator(e).into()),
         };
         filled += n;
-        let whole = filled / RECORD * RECORD;
+        let whole = filled / record * record;
         out.extend(
             buf[..whole]
-                .chunks_exact(RECORD)
-                .filter_map(|c| TaskRecord::read_from_bytes(c).ok()),
+                .chunks_exact(record)
+                .filter_map(|c| R::read_from_bytes(c).ok()),
         );
         buf.copy_within(whole..filled, 0);
         filled -= whole;
