@@ -550,7 +550,12 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
                         .unwrap_or(0);
             }
         }
-        (*rec).regs = user_regs::<HELPER>(task, &cfg);
+        crate::iter_programs::user_regs_at_once::<HELPER>(
+            task,
+            &cfg,
+            &raw mut (*rec).kstack,
+            &raw mut (*rec).regs,
+        );
         (*rec).comm =
             bpf_probe_read_kernel(base.add(t.comm as usize) as *const [u8; 16]).unwrap_or([0; 16]);
         let bytes = bpf_get_task_stack(

@@ -11,6 +11,7 @@ pub mod calls;
 pub mod contention;
 mod error;
 pub mod features;
+mod iter;
 mod layout;
 pub mod leaks;
 mod near_names;
@@ -23,7 +24,7 @@ mod uprobe_multi;
 
 pub use error::{Error, MapOp, ProgramOp};
 
-use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
+use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -352,11 +353,23 @@ impl KernelProbe {
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
         self.load_iter()?;
         let (_, iter_prog) = self.features.regs_source().programs();
-        let tasks = run_task_iter(&mut self.ebpf, iter_prog)?;
+        let (tgid, hint) = self.pass_of_target();
+        let tasks = iter::run(&mut self.ebpf, iter_prog, tgid, hint)?;
         Ok(match &self.ids {
             Some(ids) => pidns::lock(ids).translate_tasks(tasks),
             None => tasks,
         })
+    }
+
+    /// What a pass of an iterator over the target's threads is given: the
+    /// process to visit (by the kernel's id; none while rip-probe looks
+    /// for it by its id in rip-probe's pid namespace) and how many
+    /// threads it has now.
+    fn pass_of_target(&self) -> (Option<u32>, usize) {
+        let tgid =
+            (self.config.pid_ns != rip_ebpf::pid_ns::FIND).then_some(self.config.target_tgid);
+        let threads = super::procfs::thread_count(self.tgid).unwrap_or(0);
+        (tgid, threads + 64)
     }
 
     /// Every thread of the target's state and system call (with its first
@@ -373,7 +386,8 @@ impl KernelProbe {
                 .map_err(|e| Error::program(ProgramOp::Load, "the lean task iterator", e))?;
             self.waits_loaded = true;
         }
-        let waits = run_iter::<TaskWait>(&mut self.ebpf, prog)?;
+        let (tgid, hint) = self.pass_of_target();
+        let waits = iter::run::<TaskWait>(&mut self.ebpf, prog, tgid, hint)?;
         Ok(match &self.ids {
             Some(ids) => pidns::lock(ids).translate_waits(waits),
             None => waits,
@@ -519,48 +533,10 @@ impl EventStream {
     }
 }
 
-/// One pass of the (loaded) task iterator `prog` of `ebpf`: its records.
+/// One pass of the (loaded) task iterator `prog` of `ebpf` over every
+/// task of the host: its records.
 pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecord>> {
-    run_iter(ebpf, prog)
-}
-
-/// One pass of the (loaded) iterator `prog` of `ebpf`, which writes
-/// whole records of type `R` back to back: its records.
-fn run_iter<R: FromBytes>(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<R>> {
-    let iter: &mut Iter = program(ebpf, prog)?;
-    let id = iter
-        .attach()
-        .map_err(|e| Error::program(ProgramOp::Attach, "the task iterator", e))?;
-    let link = iter
-        .take_link(id)
-        .map_err(|e| Error::program(ProgramOp::TakeLink, "the task iterator link", e))?;
-    let mut file = link.into_file().map_err(Error::IteratorLink)?;
-    // The records are parsed as they come, through a small buffer:
-    // reading all of them first would hold every record twice (100,000
-    // threads: twice 50 MB). zerocopy copies each out whatever the
-    // buffer's alignment.
-    let record = std::mem::size_of::<R>();
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * record];
-    let mut filled = 0;
-    loop {
-        let n = match file.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::ReadIterator(e).into()),
-        };
-        filled += n;
-        let whole = filled / record * record;
-        out.extend(
-            buf[..whole]
-                .chunks_exact(record)
-                .filter_map(|c| R::read_from_bytes(c).ok()),
-        );
-        buf.copy_within(whole..filled, 0);
-        filled -= whole;
-    }
-    Ok(out)
+    iter::run(ebpf, prog, None, 0)
 }
 
 /// A loader of rip-ebpf's object for a command that runs none of the
