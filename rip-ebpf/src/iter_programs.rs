@@ -67,7 +67,7 @@ pub(crate) unsafe fn user_regs_at_once<const HELPER: bool>(
         }
         let rd = |o: u32| {
             let i = (o / 8) as usize;
-            if o % 8 == 0 && i < PT_REGS_WORDS {
+            if o.is_multiple_of(8) && i < PT_REGS_WORDS {
                 words[i]
             } else {
                 0
@@ -163,7 +163,7 @@ fn each_wait<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         // frame pointer comes from the helper or a checked guess, and is
         // only probe-read.
         unsafe {
-            let regs = pt_regs_of::<HELPER>(task as *mut task_struct, &cfg);
+            let regs = pt_regs_of::<HELPER>(task, &cfg);
             if !regs.is_null() {
                 let rd =
                     |o: u32| bpf_probe_read_kernel(regs.add(o as usize) as *const u64).unwrap_or(0);

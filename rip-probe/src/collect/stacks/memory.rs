@@ -103,7 +103,7 @@ impl Memory {
     /// system call), as the end of the chunk at `base` (aligned) from
     /// offset `from` on. A read below `from` reads the whole chunk again.
     pub fn keep(&mut self, base: u64, from: usize, bytes: &[u8]) {
-        if base % CHUNK != 0 || from.checked_add(bytes.len()) != Some(CHUNK as usize) {
+        if !base.is_multiple_of(CHUNK) || from.checked_add(bytes.len()) != Some(CHUNK as usize) {
             return;
         }
         let mut chunk = self
