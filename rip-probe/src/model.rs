@@ -163,7 +163,8 @@ pub(crate) fn rewrite_shared<'a>(
     // Keyed by address; the original is kept in the map so that its
     // address is not reused while the map lives.
     type Rewritten = (Arc<[Frame]>, Arc<[Frame]>);
-    let mut done: crate::util::FastMap<*const Frame, Rewritten> = Default::default();
+    let mut done: std::collections::HashMap<*const Frame, Rewritten, foldhash::fast::RandomState> =
+        Default::default();
     for stack in stacks {
         let (_, new) = done.entry(stack.as_ptr()).or_insert_with(|| {
             let mut frames = stack.to_vec();
