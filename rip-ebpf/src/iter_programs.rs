@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use rip_ebpf::{Config, TASK_STACK_DEPTH, TaskWait, UserRegs, pid_ns};
 
-use crate::programs::{CONFIG, IterTaskCtx, ns_ids, pt_regs_of, user_regs};
+use crate::programs::{CONFIG, IterTaskCtx, bpf_iter_meta, ns_ids, pt_regs_of, user_regs};
 
 /// `sizeof(struct pt_regs)` on x86-64 (21 words), on every kernel.
 const PT_REGS_WORDS: usize = 21;
@@ -102,29 +102,43 @@ pub fn waits_kstack(ctx: *mut core::ffi::c_void) -> i32 {
     each_wait::<false>(ctx)
 }
 
-/// Both builds (`HELPER` as in `programs::each_task`).
+/// A task an iterator is handed, when it is one of the target's: its
+/// `task_struct`, the iterator's output, and its ids (the kernel's and in
+/// rip-probe's pid namespace). What both task iterators start with.
+pub(crate) struct Visit {
+    /// `bpf_iter_meta`: where records are written.
+    pub(crate) meta: *mut bpf_iter_meta,
+    /// The task (non-null, trusted).
+    pub(crate) task: *mut task_struct,
+    /// Thread id.
+    pub(crate) tid: u32,
+    /// Process id.
+    pub(crate) tgid: u32,
+    /// Thread id in rip-probe's pid namespace.
+    pub(crate) ns_tid: u32,
+    /// Process id in rip-probe's pid namespace.
+    pub(crate) ns_tgid: u32,
+}
+
+/// The task of iterator context `ctx`, if it is one of the target's that
+/// `cfg` names. Every task of the host is visited (unless the link names
+/// the target): the others leave after one read (all of them in FIND
+/// mode, whose target is known by its id in our namespace: after the
+/// leader's id there).
 #[inline(always)]
-fn each_wait<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
+pub(crate) fn visit(ctx: *mut core::ffi::c_void, cfg: &Config) -> Option<Visit> {
     let ctx = ctx as *const IterTaskCtx;
     // SAFETY: the kernel passes a `bpf_iter__task`; loads of its members
     // are checked by the verifier against the kernel's BTF.
     let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
-    if task.is_null() {
-        return 0;
-    }
-    let cfg = CONFIG.load();
     let t = &cfg.task;
-    if t.valid == 0 {
-        return 0;
+    if task.is_null() || t.valid == 0 {
+        return None;
     }
     let base = task as *const u8;
-    // SAFETY: all reads go through bpf_probe_read_kernel at BTF offsets.
+    // SAFETY: reads go through bpf_probe_read_kernel at BTF offsets.
     let rd32 =
         |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u32) }.unwrap_or(0);
-    // SAFETY: as above.
-    let rd8 = |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize)) }.unwrap_or(0);
-    // Every task of the host is visited: the others leave after one read,
-    // as in the full iterator.
     // `pid` and `tgid` are neighbours in task_struct: one read for both.
     let (tid, tgid) = if t.tgid == t.pid.wrapping_add(4) {
         // SAFETY: as above.
@@ -135,17 +149,49 @@ fn each_wait<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         (rd32(t.pid), rd32(t.tgid))
     };
     if cfg.pid_ns != pid_ns::FIND && tgid != cfg.target_tgid {
-        return 0;
+        return None;
     }
     let (ns_tid, ns_tgid) = match cfg.pid_ns {
         pid_ns::HOST => (tid, tgid),
-        pid_ns::RECORD => ns_ids(base, &cfg, None),
-        pid_ns::FIND => match ns_ids(base, &cfg, Some(cfg.target_tgid)) {
+        pid_ns::RECORD => ns_ids(base, cfg, None),
+        pid_ns::FIND => match ns_ids(base, cfg, Some(cfg.target_tgid)) {
             (tid, tgid) if tgid != 0 => (tid, tgid),
-            _ => return 0,
+            _ => return None,
         },
-        _ => return 0,
+        _ => return None,
     };
+    Some(Visit {
+        meta,
+        task,
+        tid,
+        tgid,
+        ns_tid,
+        ns_tgid,
+    })
+}
+
+/// Both builds (`HELPER` as in `programs::each_task`).
+#[inline(always)]
+fn each_wait<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
+    let cfg = CONFIG.load();
+    let Some(Visit {
+        meta,
+        task,
+        tid,
+        tgid,
+        ns_tid,
+        ns_tgid,
+    }) = visit(ctx, &cfg)
+    else {
+        return 0;
+    };
+    let t = &cfg.task;
+    let base = task as *const u8;
+    // SAFETY: all reads go through bpf_probe_read_kernel at BTF offsets.
+    let rd32 =
+        |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u32) }.unwrap_or(0);
+    // SAFETY: as above.
+    let rd8 = |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize)) }.unwrap_or(0);
     let mut rec = TaskWait {
         tid,
         tgid,
