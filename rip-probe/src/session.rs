@@ -686,9 +686,10 @@ use watching::Watching;
 const SECOND_LOOK: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// From this many threads to look at on, the waits between a lock's two
-/// reads come from one more pass of the task iterator instead of each
+/// reads come from one pass of the lean task iterator instead of each
 /// thread's /proc file: at 100,000 waiters the files cost about 950 ms,
-/// the pass about 360 ms; below a thousand the files cost milliseconds.
+/// the pass about 100 ms of CPU; below a thousand the files cost
+/// milliseconds and the pass would load one more program.
 const WAITS_BY_ITERATOR_AT: usize = 1_000;
 
 /// The lock evidence of one snapshot: the futex waits read (each lock,
