@@ -374,7 +374,11 @@ pub fn decode_entries(seq: u64, raw: &[u64]) -> Vec<Entry> {
             addr: e & ADDR_MASK,
         })
     };
-    let mut out = Vec::with_capacity(raw.len());
+    // At most `depth` entries, and no more than were ever snapped (a
+    // thread that snapped once is one entry, not room for `depth`).
+    let mut out = Vec::with_capacity(
+        usize::try_from(seq.saturating_add(1)).map_or(raw.len(), |n| n.min(raw.len())),
+    );
     // Position seq % depth holds either seq - depth (the oldest) or, when
     // the writer stopped between its two stores, seq itself (the newest);
     // the other positions hold seq - depth + 1 ..= seq - 1.

@@ -202,6 +202,34 @@ pub struct TaskRecord {
     pub kstack: [u64; TASK_STACK_DEPTH],
 }
 
+/// One thread of the target as the lean task iterator (`task_waits`) saw
+/// it: only what says whether it waits in a futex now, for the lock
+/// evidence's look between a lock's two reads. A pass of these costs a
+/// fraction of a [`TaskRecord`] pass: no kernel stack, no clocks, no name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(zerocopy::FromBytes))]
+pub struct TaskWait {
+    /// Thread id.
+    pub tid: u32,
+    /// Process id.
+    pub tgid: u32,
+    /// Thread id in rip-probe's pid namespace, as [`TaskRecord::ns_tid`].
+    pub ns_tid: u32,
+    /// Process id in rip-probe's pid namespace, as [`TaskRecord::ns_tgid`].
+    pub ns_tgid: u32,
+    /// `task_struct.__state`.
+    pub state: u32,
+    /// `task_struct.on_cpu`.
+    pub on_cpu: u32,
+    /// Syscall number (`orig_ax`), -1 outside a syscall.
+    pub syscall_nr: i64,
+    /// The syscall's first argument (a futex wait's word).
+    pub arg0: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<TaskWait>() == 6 * 4 + 2 * 8);
+
 /// Byte offsets of the members of the kernel's `struct pt_regs` that carry a
 /// system call's number and arguments (x86-64 syscall ABI), the user
 /// instruction pointer and the user stack pointer.
@@ -365,6 +393,10 @@ pub mod names {
     pub const TASK_ITER: &str = "task_iter";
     /// The same, for kernels without `bpf_task_pt_regs` (before 5.15).
     pub const TASK_ITER_KSTACK: &str = "iter_kstack";
+    /// The lean task iterator (one [`super::TaskWait`] per thread).
+    pub const TASK_WAITS: &str = "task_waits";
+    /// The same, for kernels without `bpf_task_pt_regs` (before 5.15).
+    pub const TASK_WAITS_KSTACK: &str = "waits_kstack";
     /// Per-thread kernel state, `HashMap<u32, ThreadRecord>`.
     pub const THREADS: &str = "THREADS";
     /// Kernel stacks, `StackTraceMap`.
@@ -390,4 +422,6 @@ mod pod {
     unsafe impl aya::Pod for super::FnHit {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::TaskRecord {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TaskWait {}
 }

@@ -7,6 +7,8 @@ mod call_programs;
 #[cfg(target_arch = "bpf")]
 mod futex;
 #[cfg(target_arch = "bpf")]
+mod iter_programs;
+#[cfg(target_arch = "bpf")]
 mod leak_programs;
 #[cfg(target_arch = "bpf")]
 mod offcpu_programs;

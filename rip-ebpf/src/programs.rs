@@ -31,7 +31,7 @@ use aya_ebpf::{
 };
 use rip_ebpf::{
     Config, FnHit, KERNEL_STACK_SIZES, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH,
-    TaskRecord, ThreadRecord, UserRegs, pid_ns, task_state,
+    TaskRecord, ThreadRecord, UserRegs, task_state,
 };
 
 /// Hash maps used from tracing programs are preallocated (flags 0): a
@@ -423,15 +423,15 @@ static TASK_SCRATCH: PerCpuArray<TaskRecord> = PerCpuArray::with_max_entries(1, 
 
 /// `struct bpf_iter__task`: the context of a task iterator.
 #[repr(C)]
-struct IterTaskCtx {
-    meta: *mut bpf_iter_meta,
-    task: *mut task_struct,
+pub(crate) struct IterTaskCtx {
+    pub(crate) meta: *mut bpf_iter_meta,
+    pub(crate) task: *mut task_struct,
 }
 
 /// `struct bpf_iter_meta`; only `seq` is read.
 #[repr(C)]
-struct bpf_iter_meta {
-    seq: *mut seq_file,
+pub(crate) struct bpf_iter_meta {
+    pub(crate) seq: *mut seq_file,
 }
 
 /// Task iterator: writes one [`TaskRecord`] per thread of the target, with
@@ -455,18 +455,19 @@ pub fn iter_kstack(ctx: *mut core::ffi::c_void) -> i32 {
 /// Both builds of the task iterator (`HELPER` as in [`on_switch`]).
 #[inline(always)]
 fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
-    let ctx = ctx as *const IterTaskCtx;
-    // SAFETY: the kernel passes a `bpf_iter__task`; loads of its members
-    // are checked by the verifier against the kernel's BTF.
-    let (meta, task) = unsafe { ((*ctx).meta, (*ctx).task) };
-    if task.is_null() {
-        return 0;
-    }
     let cfg = CONFIG.load();
-    let t = &cfg.task;
-    if t.valid == 0 {
+    let Some(crate::iter_programs::Visit {
+        meta,
+        task,
+        tid,
+        tgid,
+        ns_tid,
+        ns_tgid,
+    }) = crate::iter_programs::visit(ctx, &cfg)
+    else {
         return 0;
-    }
+    };
+    let t = &cfg.task;
     let base = task as *const u8;
     // SAFETY: all reads go through bpf_probe_read_kernel at BTF offsets.
     let rd32 =
@@ -476,23 +477,6 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize) as *const u64) }.unwrap_or(0);
     // SAFETY: as above.
     let rd8 = |o: u32| unsafe { bpf_probe_read_kernel(base.add(o as usize)) }.unwrap_or(0);
-    // The iterator visits every task of the host: the others leave after
-    // one read (all of them in FIND mode, whose target is known by its id
-    // in our namespace: after the leader's id there).
-    let tgid = rd32(t.tgid);
-    if cfg.pid_ns != pid_ns::FIND && tgid != cfg.target_tgid {
-        return 0;
-    }
-    let tid = rd32(t.pid);
-    let (ns_tid, ns_tgid) = match cfg.pid_ns {
-        pid_ns::HOST => (tid, tgid),
-        pid_ns::RECORD => ns_ids(base, &cfg, None),
-        pid_ns::FIND => match ns_ids(base, &cfg, Some(cfg.target_tgid)) {
-            (tid, tgid) if tgid != 0 => (tid, tgid),
-            _ => return 0,
-        },
-        _ => return 0,
-    };
     let Some(rec) = TASK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
@@ -550,7 +534,12 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
                         .unwrap_or(0);
             }
         }
-        (*rec).regs = user_regs::<HELPER>(task, &cfg);
+        crate::iter_programs::user_regs_at_once::<HELPER>(
+            task,
+            &cfg,
+            &raw mut (*rec).kstack,
+            &raw mut (*rec).regs,
+        );
         (*rec).comm =
             bpf_probe_read_kernel(base.add(t.comm as usize) as *const [u8; 16]).unwrap_or([0; 16]);
         let bytes = bpf_get_task_stack(
@@ -576,7 +565,7 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
 /// reading it), at depth `level`; a task's `struct pid` holds its id at
 /// each depth, valid for us when that depth's namespace is ours.
 #[inline(always)]
-fn ns_ids(task: *const u8, cfg: &Config, want_tgid: Option<u32>) -> (u32, u32) {
+pub(crate) fn ns_ids(task: *const u8, cfg: &Config, want_tgid: Option<u32>) -> (u32, u32) {
     let t = &cfg.task;
     // SAFETY: every read goes through bpf_probe_read_kernel, which
     // tolerates any address; offsets come from BTF.

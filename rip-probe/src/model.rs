@@ -163,8 +163,8 @@ pub(crate) fn rewrite_shared<'a>(
     // Keyed by address; the original is kept in the map so that its
     // address is not reused while the map lives.
     type Rewritten = (Arc<[Frame]>, Arc<[Frame]>);
-    let mut done: std::collections::HashMap<*const Frame, Rewritten> =
-        std::collections::HashMap::new();
+    let mut done: std::collections::HashMap<*const Frame, Rewritten, foldhash::fast::RandomState> =
+        Default::default();
     for stack in stacks {
         let (_, new) = done.entry(stack.as_ptr()).or_insert_with(|| {
             let mut frames = stack.to_vec();
@@ -317,8 +317,10 @@ pub struct Thread {
     pub name_source: &'static str,
     /// Kernel state ([`ThreadState::Unknown`] in dump mode for live slots).
     pub state: ThreadState,
-    /// The syscall the thread is blocked in, decoded.
-    pub syscall: Option<Syscall>,
+    /// The syscall the thread is blocked in, decoded. Shared by the
+    /// threads blocked in the same call with the same arguments (a pool
+    /// waiting on one lock decodes it once).
+    pub syscall: Option<Arc<Syscall>>,
     /// How long the thread has been off CPU.
     pub blocked: Option<Blocked>,
     /// Kernel stack, innermost first, symbolized. Shared by the threads

@@ -686,9 +686,10 @@ use watching::Watching;
 const SECOND_LOOK: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// From this many threads to look at on, the waits between a lock's two
-/// reads come from one more pass of the task iterator instead of each
+/// reads come from one pass of the lean task iterator instead of each
 /// thread's /proc file: at 100,000 waiters the files cost about 950 ms,
-/// the pass about 360 ms; below a thousand the files cost milliseconds.
+/// the pass about 100 ms of CPU; below a thousand the files cost
+/// milliseconds and the pass would load one more program.
 const WAITS_BY_ITERATOR_AT: usize = 1_000;
 
 /// The lock evidence of one snapshot: the futex waits read (each lock,
@@ -723,11 +724,11 @@ impl Session {
         let probe = &mut self.probe;
         let mut now_of = |tids: &[u32]| {
             if tids.len() >= WAITS_BY_ITERATOR_AT
-                && let Ok(now) = probe.tasks()
+                && let Ok(now) = probe.waits()
             {
                 let now = now.iter().map(|t| {
                     let blocked = correlate::thread_state(t.state, t.on_cpu).is_blocked();
-                    (t.tid, blocked, t.regs.syscall_nr, t.regs.args[0])
+                    (t.tid, blocked, t.syscall_nr, t.arg0)
                 });
                 return collect::locks::waits_in_tasks(now, tids);
             }

@@ -88,6 +88,23 @@ fn blocked_before_attach(regs: Option<RegsSource>) {
             String::from_utf8_lossy(&t.comm)
         );
     }
+    // The lean iterator (the lock evidence's look between two reads) sees
+    // the same threads in the same calls, and only this process's.
+    let waits = probe.waits().expect("lean task iterator");
+    assert!(waits.iter().all(|w| w.tgid == std::process::id()));
+    assert!(waits.iter().any(|w| w.tid == gettid()));
+    for tid in &tids {
+        let w = waits
+            .iter()
+            .find(|w| w.tid == *tid)
+            .unwrap_or_else(|| panic!("tid {tid} missing from the lean pass"));
+        let t = tasks.iter().find(|t| t.tid == *tid).expect("seen above");
+        assert_eq!(
+            (w.state, w.on_cpu, w.syscall_nr, w.arg0),
+            (t.state, t.on_cpu, t.regs.syscall_nr, t.regs.args[0]),
+            "tid {tid}"
+        );
+    }
     // SAFETY: valid fd and buffer.
     let n = unsafe { libc::write(wr.as_raw_fd(), b"xxxx".as_ptr().cast(), 4) };
     assert_eq!(n, 4);

@@ -88,6 +88,13 @@ enum Cmd {
         /// tasks (`--duration 0`), 0 for none.
         #[arg(long, requires = "scale_only", default_value_t = 0)]
         tokio_tasks: usize,
+        /// With --scale-only: a rip-probe built from another commit (e.g.
+        /// before a change). At each size it reports the same process as
+        /// this build, and the bench fails unless both reports give every
+        /// thread the same state, system call, kernel and user stacks and
+        /// lock wait, and the same deadlocks.
+        #[arg(long, requires = "scale_only", value_name = "RIP_PROBE")]
+        baseline: Option<std::path::PathBuf>,
         /// Only the Python rows (rip-probe on a live Python service of 102
         /// threads, then 1,002 threads and 100,000 asyncio tasks, beside
         /// py-spy and pystack, none stopping it): printed and written to
@@ -154,8 +161,9 @@ fn main() {
             scale_only: true,
             sizes,
             tokio_tasks,
+            baseline,
             ..
-        } => bench::run_scale_only(&sizes, tokio_tasks),
+        } => bench::run_scale_only(&sizes, tokio_tasks, baseline.as_deref()),
         Cmd::Bench {
             overhead_only: true,
             ..

@@ -49,23 +49,40 @@ impl Source for FileSource {
             .checked_mul(8)
             .and_then(|b| b.checked_add(off))
             .ok_or_else(|| ReadError::inconsistent("a read past 2^64"))?;
-        let mut buf = vec![0u8; 8 * out.len()];
-        let mut done = 0usize;
-        while done < buf.len() {
-            match rustix::io::pread(&self.fd, &mut buf[done..], off + done as u64) {
-                Ok(0) => {
-                    return Err(ReadError::Truncated {
-                        needed: want,
-                        len: off + done as u64,
-                    });
-                }
-                Ok(n) => done += n,
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(ReadError::Io(PathBuf::new(), e.into())),
-            }
+        if out.is_empty() {
+            return Ok(());
         }
-        for (w, c) in out.iter_mut().zip(buf.chunks_exact(8)) {
-            *w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        // Read through a bounded buffer, converted piece by piece: a
+        // whole region (57 MB for 100,000 slots) is never held twice.
+        const PIECE_WORDS: usize = 16 * 1024;
+        let mut buf = [0u8; 8 * 256];
+        let mut big = Vec::new();
+        let buf: &mut [u8] = if out.len() <= 256 {
+            &mut buf[..8 * out.len()]
+        } else {
+            big.resize(8 * PIECE_WORDS.min(out.len()), 0u8);
+            &mut big
+        };
+        for (i, piece) in out.chunks_mut(buf.len() / 8).enumerate() {
+            let at = off + (i * buf.len()) as u64;
+            let bytes = &mut buf[..8 * piece.len()];
+            let mut done = 0usize;
+            while done < bytes.len() {
+                match rustix::io::pread(&self.fd, &mut bytes[done..], at + done as u64) {
+                    Ok(0) => {
+                        return Err(ReadError::Truncated {
+                            needed: want,
+                            len: at + done as u64,
+                        });
+                    }
+                    Ok(n) => done += n,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(ReadError::Io(PathBuf::new(), e.into())),
+                }
+            }
+            for (w, c) in piece.iter_mut().zip(bytes.chunks_exact(8)) {
+                *w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            }
         }
         Ok(())
     }
@@ -117,5 +134,46 @@ impl Source for Bytes<'_> {
             *w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Word reads of every size, from none to several of the pieces a
+    /// long read goes through, and one past the end of the file.
+    #[test]
+    fn words_of_any_length_read_what_the_file_holds() {
+        let words: Vec<u64> = (0..40_000u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9))
+            .collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let path = std::env::temp_dir().join(format!("rip-source-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let fd = std::fs::File::open(&path).unwrap().into();
+        std::fs::remove_file(&path).unwrap();
+        let src = FileSource {
+            fd,
+            len: bytes.len() as u64,
+            allocated: bytes.len() as u64,
+        };
+        for (first, n) in [
+            (0, 0),
+            (3, 1),
+            (5, 256),
+            (7, 257),
+            (1, 16 * 1024 + 3),
+            (0, 40_000),
+        ] {
+            let mut out = vec![0u64; n];
+            src.words(8 * first as u64, &mut out).unwrap();
+            assert_eq!(out[..], words[first..first + n], "{n} words at {first}");
+        }
+        let mut past = vec![0u64; 2];
+        assert!(matches!(
+            src.words(8 * 39_999, &mut past),
+            Err(ReadError::Truncated { .. })
+        ));
     }
 }

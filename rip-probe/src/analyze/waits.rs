@@ -44,11 +44,22 @@ pub fn fill(
     names: &HashMap<u64, Option<String>>,
 ) -> Vec<Vec<u32>> {
     let mut stacks = StackWaits::default();
+    // Threads waiting on one lock come in runs (a pool): its reads are
+    // looked up once per run.
+    let mut last: Option<(WaitKey, Option<&LockReads>)> = None;
     for t in &mut report.threads {
         let (Some(key), Ok(tid)) = (wait_key(t), u32::try_from(t.tid)) else {
             continue;
         };
-        let Some(Some(reads)) = ev.locks.get(&key) else {
+        let reads = match last {
+            Some((k, r)) if k == key => r,
+            _ => {
+                let r = ev.locks.get(&key).and_then(Option::as_ref);
+                last = Some((key, r));
+                r
+            }
+        };
+        let Some(reads) = reads else {
             continue;
         };
         let says = stacks.of(&t.frames);
@@ -157,7 +168,7 @@ impl StackSays {
 /// in one place share their stack (by address), and thousands of them
 /// would otherwise have the same names matched thousands of times.
 #[derive(Default)]
-struct StackWaits(HashMap<(*const Frame, usize), StackSays>);
+struct StackWaits(crate::util::FastMap<(*const Frame, usize), StackSays>);
 
 impl StackWaits {
     fn of(&mut self, frames: &std::sync::Arc<[Frame]>) -> StackSays {
@@ -468,7 +479,7 @@ mod tests {
             name: format!("t{tid}"),
             name_source: "comm",
             state: ThreadState::Sleeping,
-            syscall: Some(Syscall {
+            syscall: Some(std::sync::Arc::new(Syscall {
                 nr,
                 name: "futex".into(),
                 args: args
@@ -480,7 +491,7 @@ mod tests {
                     })
                     .collect(),
                 text: "futex(…)".into(),
-            }),
+            })),
             blocked: None,
             kernel_stack: Arc::from(Vec::new()),
             location: None,

@@ -570,21 +570,60 @@ pub fn wait_key(nr: i64, args: &[u64]) -> Option<WaitKey> {
 }
 
 /// The waits of `ev`'s first reads a cycle of waits can be made of: those
-/// whose lock names an owner that was itself in a futex wait. A cycle is
-/// a deadlock only if a second look finds it again, so these are read
-/// again.
+/// of the threads on a cycle of the graph in which each waiter points at
+/// the owner its lock's first read names, when that owner was itself in a
+/// futex wait. A cycle is a deadlock only if a second look finds it again,
+/// so these are read again. Analyze claims an owner only where the first
+/// read named it, so every cycle it can find is one of these: the
+/// threads that merely queue behind a cycle (a pool behind a deadlocked
+/// lock) are not read again.
 pub fn chained(ev: &LockEvidence, waits: &[(u32, WaitKey)]) -> Vec<(u32, WaitKey)> {
+    let owner_of: HashMap<u32, u32> = waits
+        .iter()
+        .filter_map(|(tid, key)| {
+            let owner = ev.locks.get(key)?.as_ref()?.owner?;
+            matches!(ev.now.get(&owner), Some(Some(_))).then_some((*tid, owner))
+        })
+        .collect();
+    let on_cycle = on_cycles(&owner_of);
     waits
         .iter()
-        .filter(|(_, key)| {
-            ev.locks
-                .get(key)
-                .and_then(Option::as_ref)
-                .and_then(|r| r.owner)
-                .is_some_and(|o| matches!(ev.now.get(&o), Some(Some(_))))
-        })
+        .filter(|(tid, _)| on_cycle.contains(tid))
         .copied()
         .collect()
+}
+
+/// The nodes on a cycle of the graph `next` (each node points at no more
+/// than one other), in time linear in its size: each walk stops at the
+/// first node an earlier walk or itself has visited, and only a node
+/// visited by the walk itself closes a cycle.
+fn on_cycles(next: &HashMap<u32, u32>) -> std::collections::HashSet<u32> {
+    let mut walk_of: HashMap<u32, usize> = HashMap::with_capacity(next.len());
+    let mut out = std::collections::HashSet::new();
+    for (walk, &start) in next.keys().enumerate() {
+        let mut path = Vec::new();
+        let mut at = start;
+        loop {
+            match walk_of.get(&at) {
+                Some(&w) if w == walk => {
+                    // Back at a node of this walk: the path from it on is
+                    // a cycle.
+                    let from = path.iter().position(|&t| t == at).unwrap_or(0);
+                    out.extend(path[from..].iter().copied());
+                    break;
+                }
+                Some(_) => break,
+                None => {}
+            }
+            walk_of.insert(at, walk);
+            path.push(at);
+            match next.get(&at) {
+                Some(&n) => at = n,
+                None => break,
+            }
+        }
+    }
+    out
 }
 
 /// Where [`evidence`] learns, between a lock's two reads, the futex wait
@@ -1056,5 +1095,64 @@ mod tests {
         let m = mutex(2, LIVE, 0);
         assert!(awaited_lock(&m, &status, 0, &[0x1000, 128, 2, 0, 0, 0]).is_none());
         assert!(awaited_lock(&m, &status, SYS_FUTEX, &[0x1000, 1, 2, 0, 0, 0]).is_none());
+    }
+
+    #[test]
+    fn only_the_waits_on_a_cycle_are_read_again() {
+        // 1 and 2 wait for each other, 3 and 4 queue behind 1's lock, 5
+        // waits for 6, which waits for nothing; 7 and 8 wait for each
+        // other's locks but 8's owner was in no futex wait.
+        let key = |a: u64| (SYS_FUTEX, [a, 128, 2, 0, 0, 0]);
+        let held_by = |a: u64, tid: u32| {
+            let l = AwaitedLock {
+                addr: a,
+                futex: a,
+                kind: LockKind::Mutex,
+                mutex: None,
+                owner: Owner::Thread { tid },
+            };
+            Some(LockReads {
+                first: l.clone(),
+                second: l,
+                owner: Some(tid),
+            })
+        };
+        let waits = [
+            (1, key(0xa)),
+            (2, key(0xb)),
+            (3, key(0xb)),
+            (4, key(0xb)),
+            (5, key(0xc)),
+            (7, key(0xd)),
+            (8, key(0xe)),
+        ];
+        let ev = LockEvidence {
+            locks: HashMap::from([
+                (key(0xa), held_by(0xa, 2)),
+                (key(0xb), held_by(0xb, 1)),
+                (key(0xc), held_by(0xc, 6)),
+                (key(0xd), held_by(0xd, 8)),
+                (key(0xe), held_by(0xe, 7)),
+            ]),
+            now: HashMap::from([
+                (1, Some((SYS_FUTEX, 0xa))),
+                (2, Some((SYS_FUTEX, 0xb))),
+                (6, None),
+                (7, None),
+                (8, Some((SYS_FUTEX, 0xe))),
+            ]),
+        };
+        let mut again = chained(&ev, &waits);
+        again.sort_unstable();
+        assert_eq!(again, vec![(1, key(0xa)), (2, key(0xb))]);
+    }
+
+    #[test]
+    fn cycles_of_a_graph_are_found_whatever_the_walk_starts_from() {
+        // 1 → 2 → 3 → 1, 4 → 2, 5 → 5, 6 → 7.
+        let next = HashMap::from([(1, 2), (2, 3), (3, 1), (4, 2), (5, 5), (6, 7)]);
+        let mut on = on_cycles(&next).into_iter().collect::<Vec<_>>();
+        on.sort_unstable();
+        assert_eq!(on, vec![1, 2, 3, 5]);
     }
 }

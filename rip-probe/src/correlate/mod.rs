@@ -20,9 +20,9 @@ use crate::{
     },
     model::{
         Blocked, BlockedSource, Coroutine, CoroutineState, Frame, Location, LocationSource, Mode,
-        ProcessInfo, Report, RingInfo, SCHEMA_VERSION, StackTable, Thread, ThreadState,
+        ProcessInfo, Report, RingInfo, SCHEMA_VERSION, StackTable, Syscall, Thread, ThreadState,
     },
-    util::timefmt,
+    util::{FastMap, timefmt},
 };
 
 /// Kernel `__state` bits (include/linux/sched.h).
@@ -197,7 +197,11 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
     }
 
     // One copy of each distinct kernel stack, shared by its threads.
-    let mut kstacks: HashMap<&[u64], Arc<[Frame]>> = HashMap::new();
+    let mut kstacks: FastMap<&[u64], Arc<[Frame]>> = FastMap::default();
+    // One decoding of each distinct call: the threads blocked in it with
+    // the same arguments share it (what decoding reads, an fd's file or a
+    // timeout's memory, is the same for the same arguments).
+    let mut calls: FastMap<(i64, [u64; 6]), Option<Arc<Syscall>>> = FastMap::default();
     let mut threads: Vec<Thread> = inp
         .tasks
         .iter()
@@ -206,7 +210,12 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
             let slot = ring_by_tid.get(&u64::from(t.tid)).filter(|s| !s.exited);
             let blocked = state.is_blocked();
             let syscall = if blocked {
-                decode::decode(t.regs.syscall_nr, &t.regs.args, inp.lookup)
+                calls
+                    .entry((t.regs.syscall_nr, t.regs.args))
+                    .or_insert_with(|| {
+                        decode::decode(t.regs.syscall_nr, &t.regs.args, inp.lookup).map(Arc::new)
+                    })
+                    .clone()
             } else {
                 None
             };
@@ -387,7 +396,7 @@ pub(crate) fn after_exit(inp: &AfterExit<'_>) -> Report {
             let name = slot.map(|s| s.name.clone()).unwrap_or_default();
             Thread {
                 ns_tid: slot.and_then(|s| s.ns_id),
-                syscall: decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone),
+                syscall: decode::decode(r.regs.syscall_nr, &r.regs.args, &Gone).map(Arc::new),
                 kernel_stack: inp
                     .stacks
                     .get(&r.kstack_id)

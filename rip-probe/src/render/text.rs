@@ -211,7 +211,15 @@ fn escaped(r: &Report) -> Report {
     );
     for t in &mut r.threads {
         escape_in_place(&mut t.name);
-        if let Some(sys) = &mut t.syscall {
+        // A call shared by many threads is copied only when it needs
+        // escaping.
+        if let Some(sys) = t.syscall.as_mut().filter(|s| {
+            std::iter::once(&s.name)
+                .chain([&s.text])
+                .chain(s.args.iter().map(|a| &a.text))
+                .any(|x| x.chars().any(char::is_control))
+        }) {
+            let sys = std::sync::Arc::make_mut(sys);
             escape_in_place(&mut sys.name);
             escape_in_place(&mut sys.text);
             for a in &mut sys.args {

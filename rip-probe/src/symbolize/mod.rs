@@ -947,9 +947,13 @@ pub(crate) fn fill(
 ) {
     let mut user = Vec::new();
     let mut kernel = Vec::new();
+    // Threads share their kernel stacks: each distinct one's addresses once.
+    let mut stacks = std::collections::HashSet::new();
     for t in &report.threads {
         user.extend(t.location.iter().chain(&t.history).map(|l| l.frame.addr));
-        kernel.extend(t.kernel_stack.iter().map(|f| f.addr));
+        if stacks.insert(t.kernel_stack.as_ptr()) {
+            kernel.extend(t.kernel_stack.iter().map(|f| f.addr));
+        }
     }
     user.extend(crate::collect::runtime::native_addrs(&report.tasks));
     let user = crate::util::timing::phase("  user addresses", || sym.user(space, &user));

@@ -8,6 +8,12 @@ pub(crate) mod progress;
 pub(crate) mod timefmt;
 pub(crate) mod timing;
 
+/// A hash map with a fast hash (foldhash's), for the maps a report fills
+/// once per thread (100,000 lookups by stack, call or tid): std's SipHash
+/// is made for keys an attacker chooses, which these are not in any way
+/// that matters (a collision costs time, never a wrong answer).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// CLOCK_MONOTONIC now, in ns: the clock of `bpf_ktime_get_ns`, which
 /// every program's timestamps are on.
 pub(crate) fn monotonic_ns() -> u64 {

@@ -100,7 +100,7 @@ pub fn full_report() -> Report {
             name: "w".into(),
             name_source: "ring",
             state: ThreadState::Sleeping,
-            syscall: Some(Syscall {
+            syscall: Some(std::sync::Arc::new(Syscall {
                 nr: 202,
                 name: "futex".into(),
                 args: vec![SyscallArg {
@@ -109,7 +109,7 @@ pub fn full_report() -> Report {
                     text: "0x1".into(),
                 }],
                 text: "futex(0x1)".into(),
-            }),
+            })),
             blocked: Some(Blocked {
                 ns: 1,
                 exact: false,

@@ -160,7 +160,16 @@ pub fn run_alloc_only() -> Result<()> {
 /// Runs the scale rows alone, at the pool sizes `sizes` (and, unless 0,
 /// on the tokio workload with `tokio_tasks` idle tasks), without gdb,
 /// and prints their section (also written to target/bench/scale.md).
-pub fn run_scale_only(sizes: &[usize], tokio_tasks: usize) -> Result<()> {
+///
+/// With `baseline` (a rip-probe built from another commit), each process
+/// is also reported by it, and the bench fails unless both reports agree
+/// on every thread (`scale::compare_reports`): the check that a faster
+/// report says the same, at 100,000 threads, when CI cannot afford it.
+pub fn run_scale_only(
+    sizes: &[usize],
+    tokio_tasks: usize,
+    baseline: Option<&std::path::Path>,
+) -> Result<()> {
     crate::setup::run_setup()?;
     step("bench: peers (Debian packages)");
     let peers = peers::Peers::ensure();
@@ -176,7 +185,7 @@ pub fn run_scale_only(sizes: &[usize], tokio_tasks: usize) -> Result<()> {
                 scale::WINDOW
             };
             let gdb = Err("not run (--scale-only)".to_string());
-            scale::run(&w, workers, window, 3, gdb).map_err(|e| format!("{e:#}"))
+            scale::run(&w, workers, window, 3, gdb, baseline).map_err(|e| format!("{e:#}"))
         })
         .collect();
     let mut s = String::new();
@@ -189,6 +198,14 @@ pub fn run_scale_only(sizes: &[usize], tokio_tasks: usize) -> Result<()> {
     let md = out_dir().join("scale.md");
     std::fs::write(&md, &s).with_context(|| format!("writing {}", md.display()))?;
     println!("{s}");
+    let differ = results
+        .iter()
+        .flatten()
+        .filter(|r| matches!(r.baseline, Some(Err(_))))
+        .count();
+    if differ > 0 {
+        anyhow::bail!("the baseline build's reports differ at {differ} sizes (see above)");
+    }
     Ok(())
 }
 
@@ -305,7 +322,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
             Ok(()) if workers > 10_000 => Err("not run (see 10,000)".to_string()),
             other => other.map_err(|e| format!("not available: {e}")),
         };
-        let r = scale::run(&w, workers, window, if quick { 1 } else { 3 }, gdb);
+        let r = scale::run(&w, workers, window, if quick { 1 } else { 3 }, gdb, None);
         if let Err(e) = &r {
             eprintln!("    {workers} workers: failed: {e:#}");
         }

@@ -100,6 +100,16 @@ impl RegsSource {
             RegsSource::KernelStack => (names::SCHED_SWITCH_KSTACK, names::TASK_ITER_KSTACK),
         }
     }
+
+    /// The name of the lean task iterator of this build (see
+    /// [`super::KernelProbe::waits`]).
+    pub fn waits_program(self) -> &'static str {
+        use rip_ebpf::names;
+        match self {
+            RegsSource::Helper => names::TASK_WAITS,
+            RegsSource::KernelStack => names::TASK_WAITS_KSTACK,
+        }
+    }
 }
 
 pub use super::layout::kernel_release;
@@ -115,6 +125,8 @@ mod tests {
             let (switch, iter) = src.programs();
             assert!(obj.programs.contains_key(switch), "{switch} in the object");
             assert!(obj.programs.contains_key(iter), "{iter} in the object");
+            let waits = src.waits_program();
+            assert!(obj.programs.contains_key(waits), "{waits} in the object");
         }
         assert_ne!(
             RegsSource::Helper.programs(),

@@ -11,6 +11,7 @@ pub mod calls;
 pub mod contention;
 mod error;
 pub mod features;
+mod iter;
 mod layout;
 pub mod leaks;
 mod near_names;
@@ -23,14 +24,14 @@ mod uprobe_multi;
 
 pub use error::{Error, MapOp, ProgramOp};
 
-use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
+use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf, StackTraceMap},
     programs::{Iter, RawTracePoint},
 };
-use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, ThreadRecord, names};
+use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, TaskWait, ThreadRecord, names};
 use rustix::{
     event::{PollFd, PollFlags, poll},
     io::Errno,
@@ -52,6 +53,8 @@ pub struct KernelProbe {
     tgid: u32,
     config: Config,
     iter_loaded: bool,
+    /// The lean task iterator is loaded (see [`KernelProbe::waits`]).
+    waits_loaded: bool,
     /// sched_switch records the target's switches (see
     /// [`KernelProbe::snapshots_only`]).
     switches: bool,
@@ -248,6 +251,7 @@ impl KernelProbe {
             tgid,
             config,
             iter_loaded: false,
+            waits_loaded: false,
             switches,
             switch_link,
             features,
@@ -349,10 +353,44 @@ impl KernelProbe {
     pub fn tasks(&mut self) -> Result<Vec<TaskRecord>> {
         self.load_iter()?;
         let (_, iter_prog) = self.features.regs_source().programs();
-        let tasks = run_task_iter(&mut self.ebpf, iter_prog)?;
+        let (tgid, hint) = self.pass_of_target();
+        let tasks = iter::run(&mut self.ebpf, iter_prog, tgid, hint)?;
         Ok(match &self.ids {
             Some(ids) => pidns::lock(ids).translate_tasks(tasks),
             None => tasks,
+        })
+    }
+
+    /// What a pass of an iterator over the target's threads is given: the
+    /// process to visit (by the kernel's id; none while rip-probe looks
+    /// for it by its id in rip-probe's pid namespace) and how many
+    /// threads it has now.
+    fn pass_of_target(&self) -> (Option<u32>, usize) {
+        let tgid =
+            (self.config.pid_ns != rip_ebpf::pid_ns::FIND).then_some(self.config.target_tgid);
+        let threads = super::procfs::thread_count(self.tgid).unwrap_or(0);
+        (tgid, threads + 64)
+    }
+
+    /// Every thread of the target's state and system call (with its first
+    /// argument) right now, in one pass of the lean task iterator: what
+    /// says which futex each thread waits in, for a fraction of the cost
+    /// of [`Self::tasks`] (no kernel stacks, clocks or names). Loaded the
+    /// first time it is asked for.
+    pub fn waits(&mut self) -> Result<Vec<TaskWait>> {
+        let prog = self.features.regs_source().waits_program();
+        if !self.waits_loaded {
+            let btf = layout::aya_shared()?;
+            let iter: &mut Iter = program(&mut self.ebpf, prog)?;
+            iter.load("task", btf)
+                .map_err(|e| Error::program(ProgramOp::Load, "the lean task iterator", e))?;
+            self.waits_loaded = true;
+        }
+        let (tgid, hint) = self.pass_of_target();
+        let waits = iter::run::<TaskWait>(&mut self.ebpf, prog, tgid, hint)?;
+        Ok(match &self.ids {
+            Some(ids) => pidns::lock(ids).translate_waits(waits),
+            None => waits,
         })
     }
 
@@ -495,42 +533,10 @@ impl EventStream {
     }
 }
 
-/// One pass of the (loaded) task iterator `prog` of `ebpf`: its records.
+/// One pass of the (loaded) task iterator `prog` of `ebpf` over every
+/// task of the host: its records.
 pub(crate) fn run_task_iter(ebpf: &mut Ebpf, prog: &str) -> Result<Vec<TaskRecord>> {
-    let iter: &mut Iter = program(ebpf, prog)?;
-    let id = iter
-        .attach()
-        .map_err(|e| Error::program(ProgramOp::Attach, "the task iterator", e))?;
-    let link = iter
-        .take_link(id)
-        .map_err(|e| Error::program(ProgramOp::TakeLink, "the task iterator link", e))?;
-    let mut file = link.into_file().map_err(Error::IteratorLink)?;
-    // The iterator writes whole TaskRecords back to back. They are
-    // parsed as they come, through a small buffer: reading all of
-    // them first would hold every record twice (100,000 threads: twice
-    // 50 MB). zerocopy copies each out whatever the buffer's alignment.
-    const RECORD: usize = std::mem::size_of::<TaskRecord>();
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * RECORD];
-    let mut filled = 0;
-    loop {
-        let n = match file.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::ReadIterator(e).into()),
-        };
-        filled += n;
-        let whole = filled / RECORD * RECORD;
-        out.extend(
-            buf[..whole]
-                .chunks_exact(RECORD)
-                .filter_map(|c| TaskRecord::read_from_bytes(c).ok()),
-        );
-        buf.copy_within(whole..filled, 0);
-        filled -= whole;
-    }
-    Ok(out)
+    iter::run(ebpf, prog, None, 0)
 }
 
 /// A loader of rip-ebpf's object for a command that runs none of the

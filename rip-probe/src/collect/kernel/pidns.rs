@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::{Btf, Ebpf, programs::Iter};
-use rip_ebpf::{Config, SwitchEvent, TaskRecord, names, pid_ns};
+use rip_ebpf::{Config, SwitchEvent, TaskRecord, TaskWait, names, pid_ns};
 
 use super::{EBPF_OBJECT, program, run_task_iter};
 use crate::{
@@ -99,6 +99,17 @@ impl IdTable {
     /// namespace's ids, as if BPF had seen those.
     pub(crate) fn translate_tasks(&mut self, mut recs: Vec<TaskRecord>) -> Vec<TaskRecord> {
         self.learn(&recs);
+        recs.retain(|r| r.ns_tid != 0 && r.ns_tgid == self.ns_tgid);
+        for r in &mut recs {
+            r.tid = r.ns_tid;
+            r.tgid = r.ns_tgid;
+        }
+        recs
+    }
+
+    /// The lean iterator's records of the target, given the namespace's
+    /// ids (a thread whose id there is 0 is not in it).
+    pub(crate) fn translate_waits(&self, mut recs: Vec<TaskWait>) -> Vec<TaskWait> {
         recs.retain(|r| r.ns_tid != 0 && r.ns_tgid == self.ns_tgid);
         for r in &mut recs {
             r.tid = r.ns_tid;

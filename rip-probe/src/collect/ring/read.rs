@@ -54,7 +54,7 @@ impl RingView {
                     id: s.id,
                     ns_id: None,
                     generation: s.generation,
-                    name: s.name.clone(),
+                    name: s.name,
                     snaps: s.snaps,
                     entries: s.entries.iter().map(|e| (e.seq, e.addr)).collect(),
                     task: s.task,

@@ -5,12 +5,15 @@
 //! reads the same stack page word by word, a dozen times per frame; one
 //! system call per chunk instead of one per word.
 
-use std::collections::HashMap;
+use crate::util::FastMap;
 
 /// Bytes per cached chunk. Aligned chunks of this size never straddle a
 /// page (pages are at least 4 KiB), so a chunk is either readable as a
 /// whole or not at all.
-const CHUNK: u64 = 4096;
+pub(crate) const CHUNK: u64 = 4096;
+
+/// One cached chunk.
+type Chunk = [u8; CHUNK as usize];
 
 /// Chunks kept before the cache is emptied: bounds memory at 1 MiB
 /// whatever the target's stacks look like (a frame walk that reads more
@@ -56,7 +59,13 @@ pub struct Memory {
     pid: u32,
     /// Chunk address → contents, or the errno that reading it gave (so an
     /// unmapped page costs one system call, not one per word).
-    chunks: HashMap<u64, Result<Box<[u8; CHUNK as usize]>, i32>>,
+    chunks: FastMap<u64, Result<Box<Chunk>, i32>>,
+    /// Chunks read only from an offset on (a stack's top, from its stack
+    /// pointer up): chunk address → first valid offset.
+    partial: FastMap<u64, usize>,
+    /// Chunks of earlier walks, kept for the next ones: a walk per thread
+    /// allocates nothing.
+    spare: Vec<Box<Chunk>>,
     /// System calls made, for statistics and tests.
     reads: u64,
 }
@@ -66,14 +75,50 @@ impl Memory {
     pub fn new(pid: u32) -> Memory {
         Memory {
             pid,
-            chunks: HashMap::new(),
+            chunks: FastMap::default(),
+            partial: FastMap::default(),
+            spare: Vec::new(),
             reads: 0,
         }
     }
 
     /// Forgets every cached chunk.
     pub fn clear(&mut self) {
-        self.chunks.clear();
+        self.partial.clear();
+        let spare = &mut self.spare;
+        spare.extend(
+            self.chunks
+                .drain()
+                .filter_map(|(_, c)| c.ok())
+                .take(MAX_CHUNKS.saturating_sub(spare.len())),
+        );
+    }
+
+    /// The process this memory is of.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Caches `bytes`, read by the caller (many threads' stack tops in one
+    /// system call), as the end of the chunk at `base` (aligned) from
+    /// offset `from` on. A read below `from` reads the whole chunk again.
+    pub fn keep(&mut self, base: u64, from: usize, bytes: &[u8]) {
+        if !base.is_multiple_of(CHUNK) || from.checked_add(bytes.len()) != Some(CHUNK as usize) {
+            return;
+        }
+        let mut chunk = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| Box::new([0; CHUNK as usize]));
+        chunk[from..].copy_from_slice(bytes);
+        if let Some(Ok(old)) = self.chunks.insert(base, Ok(chunk)) {
+            self.spare.push(old);
+        }
+        if from > 0 {
+            self.partial.insert(base, from);
+        } else {
+            self.partial.remove(&base);
+        }
     }
 
     /// `process_vm_readv` calls made so far.
@@ -97,8 +142,15 @@ impl Memory {
         while done < buf.len() {
             let at = addr + done as u64;
             let base = at & !(CHUNK - 1);
-            let chunk = self.chunk(base)?;
             let from = (at - base) as usize;
+            if self.partial.get(&base).is_some_and(|&valid| from < valid) {
+                // Below the part kept: the chunk is read whole.
+                self.partial.remove(&base);
+                if let Some(Ok(old)) = self.chunks.remove(&base) {
+                    self.spare.push(old);
+                }
+            }
+            let chunk = self.chunk(base)?;
             let n = (CHUNK as usize - from).min(buf.len() - done);
             buf[done..done + n].copy_from_slice(&chunk[from..from + n]);
             done += n;
@@ -106,13 +158,17 @@ impl Memory {
         Ok(())
     }
 
-    fn chunk(&mut self, base: u64) -> Result<&[u8; CHUNK as usize], MemoryError> {
+    fn chunk(&mut self, base: u64) -> Result<&Chunk, MemoryError> {
         if !self.chunks.contains_key(&base) {
             if self.chunks.len() >= MAX_CHUNKS {
-                self.chunks.clear();
+                self.clear();
             }
             self.reads += 1;
-            let got = read_remote(self.pid, base);
+            let buf = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Box::new([0; CHUNK as usize]));
+            let got = read_remote(self.pid, base, buf);
             self.chunks.insert(base, got);
         }
         match &self.chunks[&base] {
@@ -125,9 +181,8 @@ impl Memory {
     }
 }
 
-/// Reads one whole chunk of `pid`'s memory at `base`.
-fn read_remote(pid: u32, base: u64) -> Result<Box<[u8; CHUNK as usize]>, i32> {
-    let mut buf = Box::new([0u8; CHUNK as usize]);
+/// Reads one whole chunk of `pid`'s memory at `base` into `buf`.
+fn read_remote(pid: u32, base: u64, mut buf: Box<Chunk>) -> Result<Box<Chunk>, i32> {
     // A chunk lies within one page, so a short read means the page went
     // away between the kernel's checks: unreadable all the same.
     crate::collect::memory::read_exact(pid, base, &mut buf[..])
@@ -163,6 +218,33 @@ mod tests {
         let calls = m.syscalls();
         assert_eq!(m.read_u64(at).unwrap(), want);
         assert_eq!(m.syscalls(), calls);
+    }
+
+    /// A chunk kept from an offset on answers reads from there without a
+    /// system call, and is read whole for a read below it.
+    #[test]
+    fn a_chunk_kept_from_an_offset_is_read_whole_below_it() {
+        let data: Vec<u8> = (0..2 * CHUNK as usize).map(|i| (i % 251) as u8).collect();
+        let start = data.as_ptr() as u64;
+        let base = (start + CHUNK - 1) & !(CHUNK - 1);
+        let mut m = Memory::new(std::process::id());
+        let from = 100;
+        // Bytes unlike the real ones: where they are read from shows.
+        m.keep(base, from, &vec![0xaa; CHUNK as usize - from]);
+        assert_eq!(
+            m.read_u64(base + from as u64).unwrap(),
+            u64::from_le_bytes([0xaa; 8])
+        );
+        assert_eq!(m.syscalls(), 0);
+        let off = (base - start) as usize;
+        let real = u64::from_le_bytes(data[off..off + 8].try_into().unwrap());
+        assert_eq!(m.read_u64(base).unwrap(), real);
+        assert_eq!(m.syscalls(), 1);
+        // Whole now: the upper part is the real memory too.
+        let up = off + from;
+        let real_up = u64::from_le_bytes(data[up..up + 8].try_into().unwrap());
+        assert_eq!(m.read_u64(base + from as u64).unwrap(), real_up);
+        assert_eq!(m.syscalls(), 1);
     }
 
     #[test]

@@ -4,8 +4,6 @@
 //! 10,000 threads blocked in the same place make one stack, which later
 //! stages symbolize once.
 
-use std::collections::HashMap;
-
 use rip_ebpf::UserRegs;
 
 use super::{
@@ -20,7 +18,7 @@ pub(crate) struct UserStacks {
     /// Each distinct stack once.
     pub(crate) stacks: Vec<Vec<u64>>,
     /// Per thread id: its stack (blocked) or its sampled stacks.
-    pub(crate) threads: HashMap<u32, ThreadStacks>,
+    pub(crate) threads: crate::util::FastMap<u32, ThreadStacks>,
     /// Things to tell the user (stacks cut short, sampling unavailable).
     pub(crate) warnings: Vec<String>,
 }
@@ -38,7 +36,7 @@ pub(crate) enum ThreadStacks {
 /// Gives each distinct stack one index.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    index: HashMap<Vec<u64>, usize>,
+    index: crate::util::FastMap<Vec<u64>, usize>,
     stacks: Vec<Vec<u64>>,
 }
 
@@ -52,6 +50,14 @@ impl Interner {
         self.stacks.push(stack.clone());
         self.index.insert(stack, i);
         i
+    }
+
+    /// [`Self::intern`] of a borrowed stack: copied only when new.
+    pub(crate) fn intern_slice(&mut self, stack: &[u64]) -> usize {
+        match self.index.get(stack) {
+            Some(&i) => i,
+            None => self.intern(stack.to_vec()),
+        }
     }
 
     /// The stacks, by index.
@@ -159,13 +165,16 @@ impl Collector {
         };
         if let Some(stacks) = stacks {
             let cut_before = stacks.cut_stacks();
-            for (tid, regs) in blocked {
-                let addrs = stacks.unwind(regs);
+            let regs: Vec<UserRegs> = blocked.iter().map(|(_, r)| *r).collect();
+            out.threads.reserve(blocked.len());
+            stacks.unwind_each(&regs, |i, addrs| {
                 if !addrs.is_empty() {
-                    out.threads
-                        .insert(*tid, ThreadStacks::Unwound(interner.intern(addrs)));
+                    out.threads.insert(
+                        blocked[i].0,
+                        ThreadStacks::Unwound(interner.intern_slice(addrs)),
+                    );
                 }
-            }
+            });
             let cut = stacks.cut_stacks() - cut_before;
             if cut > 0 {
                 out.warnings.push(format!(
@@ -191,6 +200,8 @@ impl Collector {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::collect::stacks::unwind::regs;
 
