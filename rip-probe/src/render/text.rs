@@ -897,7 +897,7 @@ mod tests {
         let mut thread = Thread::new(7, "w".into(), "comm", ThreadState::Sleeping);
         thread.frames = stack.clone();
         thread.kernel_stack = stack.clone();
-        thread.syscall = Some(Syscall {
+        thread.syscall = Some(Arc::new(Syscall {
             nr: 0,
             name: "read".into(),
             args: vec![SyscallArg {
@@ -906,7 +906,7 @@ mod tests {
                 text: "3".into(),
             }],
             text: "read(3)".into(),
-        });
+        }));
         let group = Group {
             origin: None,
             count: 1,
@@ -978,8 +978,12 @@ mod tests {
             Box::new(|r| r.process.comm = Some(BAD.to_string())),
             Box::new(|r| r.warnings.push(BAD.to_string())),
             Box::new(|r| r.threads[0].name = BAD.to_string()),
-            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().text = BAD.to_string()),
-            Box::new(|r| r.threads[0].syscall.as_mut().unwrap().args[0].text = BAD.to_string()),
+            Box::new(|r| {
+                Arc::make_mut(r.threads[0].syscall.as_mut().unwrap()).text = BAD.to_string()
+            }),
+            Box::new(|r| {
+                Arc::make_mut(r.threads[0].syscall.as_mut().unwrap()).args[0].text = BAD.to_string()
+            }),
             Box::new(|r| r.threads[0].kernel_stack = vec![frame(BAD)].into()),
             Box::new(|r| r.threads[0].frames = vec![frame(BAD)].into()),
             Box::new(|r| r.tasks[0].name = BAD.to_string()),
