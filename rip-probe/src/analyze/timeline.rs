@@ -112,8 +112,12 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
             }
             what = next;
             syscall = c.syscall.clone();
+            // Its last switch: the thread is gone, nothing after is its.
+            if c.state == ThreadState::Exited {
+                break;
+            }
         }
-        if end_ns > at {
+        if end_ns > at && what != SpanKind::Blocked(ThreadState::Exited) {
             spans.push(Span {
                 start_ns: at,
                 end_ns,
@@ -204,7 +208,7 @@ fn snap_warnings(f: &Followed) -> Vec<String> {
     // Each snap says its own interval; a run much coarser than asked is
     // worth a word (a busy machine, or a ring of many slots).
     let asked = f.period.as_nanos() as u64;
-    if f.polls > 0 && f.widest_ns > 4 * asked.max(1) {
+    if !f.snaps.is_empty() && f.widest_ns > 4 * asked.max(1) {
         w.push(format!(
             "snaps are dated by polls of the ring every {}; at worst a snap's time is known \
              to within {} (the polls came late: a busy machine, or a ring of many slots)",
@@ -295,6 +299,10 @@ mod tests {
             // was lost.
             change(200, 9, ThreadState::Sleeping, Some("nanosleep")),
             change(260, 9, ThreadState::Sleeping, Some("nanosleep")),
+            // Born (or woken) in the window, then gone: its timeline ends
+            // at its last switch.
+            change(200, 10, ThreadState::Running, None),
+            change(300, 10, ThreadState::Exited, Some("exit")),
         ];
         let t = timeline(&changes, None);
         let spans = |tid: u32| {
@@ -339,6 +347,13 @@ mod tests {
                     SpanKind::Blocked(ThreadState::Sleeping),
                     Some("nanosleep".into())
                 ),
+            ]
+        );
+        assert_eq!(
+            spans(10),
+            vec![
+                (100, 200, SpanKind::OffCpu, None),
+                (200, 300, SpanKind::Running, None),
             ]
         );
         assert!(
@@ -404,7 +419,23 @@ mod tests {
             "{:?}",
             t.warnings
         );
-        // Polls as late as asked are not worth a word.
-        assert!(!t.warnings.iter().any(|w| w.contains("polls came late")));
+        // Polls as late as asked are not worth a word; much later ones
+        // are, when there are snaps to date.
+        let late = |f: &Followed| {
+            timeline(&changes, Some(f))
+                .warnings
+                .iter()
+                .any(|w| w.contains("polls came late"))
+        };
+        assert!(!late(&followed));
+        let slow = Followed {
+            widest_ns: 1_000,
+            ..followed.clone()
+        };
+        assert!(late(&slow));
+        assert!(!late(&Followed {
+            snaps: Vec::new(),
+            ..slow
+        }));
     }
 }
