@@ -16,7 +16,7 @@ use crate::{
     discover::Lost,
     error::Result,
     util::{
-        interrupt::{arm, interrupted},
+        interrupt::{arm, interrupted, sender},
         progress::Progress,
         timefmt, timing,
     },
@@ -65,6 +65,9 @@ pub(crate) struct Observed {
     pub(crate) elapsed: Duration,
     /// How it ended.
     pub(crate) end: End,
+    /// Who sent the signal that ended it (pid, and name if it still
+    /// ran), when a process did.
+    pub(crate) sender: Option<(u32, Option<String>)>,
 }
 
 impl Observed {
@@ -83,12 +86,21 @@ impl Observed {
             return None;
         };
         let ran = timefmt::duration(self.elapsed.as_nanos() as u64);
+        // Who sent it: a signal meant for another process (its pid
+        // reused) can then be told from the user's.
+        let from = match &self.sender {
+            Some((pid, Some(comm))) => format!(" (sent by pid {pid}, {comm})"),
+            Some((pid, None)) => format!(" (sent by pid {pid}, gone since)"),
+            None => String::new(),
+        };
         Some(match self.asked {
             Some(asked) => format!(
-                "window cut short by {sig} after {ran} of {}: the figures cover those {ran}",
+                "window cut short by {sig} after {ran} of {}: the figures cover those {ran}{from}",
                 timefmt::duration(asked.as_nanos() as u64)
             ),
-            None => format!("window ended by {sig} after {ran}: the figures cover those {ran}"),
+            None => {
+                format!("window ended by {sig} after {ran}: the figures cover those {ran}{from}")
+            }
         })
     }
 }
@@ -101,6 +113,8 @@ pub(crate) struct Window {
     clock: Box<dyn Fn() -> Duration>,
     /// Whether a signal asked the window to end, and which.
     interrupted: fn() -> Option<&'static str>,
+    /// Who sent it.
+    sender: fn() -> Option<(u32, Option<String>)>,
     /// Say on stderr (`RIP_PROBE_TIMING`) when it starts, and show
     /// progress.
     announce: bool,
@@ -116,6 +130,7 @@ impl Window {
             tick,
             clock: Box::new(move || start.elapsed()),
             interrupted,
+            sender,
             announce: true,
         }
     }
@@ -174,10 +189,15 @@ impl Window {
             p.finish();
         }
         let elapsed = (self.clock)();
+        let sender = match end {
+            End::Interrupted(_) => (self.sender)(),
+            _ => None,
+        };
         Ok(Observed {
             asked: self.length,
             elapsed: self.length.map_or(elapsed, |l| elapsed.min(l)),
             end,
+            sender,
         })
     }
 }
@@ -230,6 +250,10 @@ mod tests {
             .map(|_| "SIGINT")
     }
 
+    fn fake_sender() -> Option<(u32, Option<String>)> {
+        Some((4711, Some("kill".into())))
+    }
+
     fn run(
         length: Option<Duration>,
         exits_at: Option<Duration>,
@@ -247,6 +271,7 @@ mod tests {
                 clock.get()
             }),
             interrupted: fake_interrupt,
+            sender: fake_sender,
             announce: false,
         };
         let mut fake = Fake {
@@ -292,6 +317,9 @@ mod tests {
             note.contains("cut short by SIGINT after 300ms of 1m00s"),
             "{note}"
         );
+        // Who sent it, so that a signal meant for another process is told
+        // from the user's.
+        assert!(note.ends_with(" (sent by pid 4711, kill)"), "{note}");
     }
 
     #[test]

@@ -169,6 +169,7 @@ const EVIDENCE: &[&str] = &[
     "collect::leaks::Table",
     "collect::offcpu::OffCpuData",
     "collect::ring::AllocEvidence",
+    "collect::ring::Followed",
     "collect::runtime::python::GilState",
     "collect::runtime::python::locks::LockRead",
     "collect::runtime::python::locks::LockType",

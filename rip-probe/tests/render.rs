@@ -566,3 +566,50 @@ fn a_cut_thread_table_says_what_it_left_out() {
     render::live_cut(&r, Some(n), &mut out).unwrap();
     assert_eq!(String::from_utf8(out).unwrap(), whole);
 }
+
+/// The header of several processes says what was observed: nothing
+/// before a snapshot, else the span of the processes' windows (each from
+/// its own attach to its own report), not the longest alone.
+#[test]
+fn several_processes_say_how_long_each_was_observed() {
+    let header = |windows: &[u64]| {
+        let processes: Vec<Report> = windows
+            .iter()
+            .map(|&ns| {
+                let mut r = live_report();
+                r.window_ns = ns;
+                r
+            })
+            .collect();
+        let report = cgroup::ServiceReport {
+            schema: SCHEMA_VERSION,
+            cgroup: None,
+            targets: vec!["--comm server".into()],
+            window_ns: windows.iter().copied().max().unwrap(),
+            groups: Vec::new(),
+            warnings: Vec::new(),
+            processes,
+        };
+        let mut out = Vec::new();
+        render::service(&report, None, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        header(&[0, 0]),
+        "2 processes (--comm server): 6 threads, snapshots (no window)"
+    );
+    assert_eq!(
+        header(&[1_000_000_000, 1_000_000_000]),
+        "2 processes (--comm server): 6 threads, observed 1.0s"
+    );
+    assert_eq!(
+        header(&[1_020_000_000, 1_700_000_000]),
+        "2 processes (--comm server): 6 threads, observed 1.0s–1.7s (each process from its \
+         attach to its report)"
+    );
+}

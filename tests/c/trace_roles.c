@@ -5,12 +5,17 @@
  * read() on a pipe nothing is ever written to, "snapper" snaps through
  * librip then sleeps 5 ms, in a loop; the main thread waits in
  * pthread_join. Prints `<name> <tid>` for each thread once it is about
- * to start its loop, then `ready`.
+ * to start its loop, then `ready`. With SNAPLOG, the snapper appends a
+ * line per snap to that file: `<seq> <before> <after>`, its snap's
+ * sequence number (its count of snaps) and CLOCK_MONOTONIC ns read just
+ * before and just after the snap, so a test can tell when each was taken.
  *
- * Usage: trace_roles RING
+ * Usage: trace_roles RING [SNAPLOG]
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +26,14 @@
 static pthread_mutex_t printed = PTHREAD_MUTEX_INITIALIZER;
 static int g_pipe[2];
 static volatile unsigned long g_spins;
+static int g_snaplog = -1;
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static void nap(long ms)
 {
@@ -72,8 +85,13 @@ static void *snapper(void *arg)
 	(void)arg;
 	rip_init(0, "snapper", 7, 0, 0);
 	started("snapper");
-	for (;;) {
+	for (uint64_t seq = 0;; seq++) {
+		uint64_t before = now_ns();
 		rip_snap(); /* SNAP: tick */
+		uint64_t after = now_ns();
+		if (g_snaplog >= 0)
+			dprintf(g_snaplog, "%llu %llu %llu\n", (unsigned long long)seq,
+				(unsigned long long)before, (unsigned long long)after);
 		nap(5);
 	}
 	return NULL;
@@ -81,7 +99,9 @@ static void *snapper(void *arg)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2 || !rip_create_ring(argv[1], 0) || pipe(g_pipe) != 0)
+	if (argc < 2 || argc > 3 || !rip_create_ring(argv[1], 0) || pipe(g_pipe) != 0)
+		return 1;
+	if (argc == 3 && (g_snaplog = open(argv[2], O_WRONLY | O_CREAT | O_APPEND, 0600)) < 0)
 		return 1;
 	void *(*roles[])(void *) = { sleeper, spinner, reader, snapper };
 	pthread_t t[4];

@@ -2,17 +2,22 @@
 //! `perfetto` package's `perfetto_trace_pb2`, installed by `cargo xtask
 //! setup` under [`PERFETTO_PROTOS`]) by `tests/perfetto/read_trace.py`,
 //! on `tests/c/trace_roles.c`, whose threads each do one known thing:
-//! what ui.perfetto.dev shows of it is checked against what they did.
+//! what ui.perfetto.dev shows of it is checked against what they did,
+//! the snapper's snaps against the times it logged for each.
 
 use std::{collections::BTreeMap, path::Path, process::Command};
 
 use rip_tests::{
     PERFETTO_PROTOS, TempDir, Workload, bpf_tests_enabled, build_librip_release, compile_librip_c,
-    librip_static, rip_probe_ok, run, target_dir,
+    librip_static, marker_line, rip_probe_ok, run, target_dir,
 };
 use serde_json::Value;
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
+
+/// The slice of a thread that went off the CPU, then ran, the switch onto
+/// a CPU in between not seen (its event was lost).
+const UNSEEN: &str = "off CPU, then ran (switch onto a CPU not seen)";
 
 /// The trace at `file` as `read_trace.py` reads it with Perfetto's
 /// messages (it fails on a field they do not know, an interned id not
@@ -70,8 +75,8 @@ fn slices(track: &Value) -> Slices {
     out
 }
 
-/// The instants of a track in category `category`: (name, time).
-fn instants(track: &Value, category: &str) -> Vec<(String, u64)> {
+/// The instants of a track in category `category`: (name, time, arguments).
+fn instants(track: &Value, category: &str) -> Vec<(String, u64, BTreeMap<String, Value>)> {
     track["events"]
         .as_array()
         .unwrap()
@@ -81,7 +86,25 @@ fn instants(track: &Value, category: &str) -> Vec<(String, u64)> {
             (
                 e["name"].as_str().unwrap().to_string(),
                 e["ts"].as_u64().unwrap(),
+                serde_json::from_value(e["args"].clone()).unwrap(),
             )
+        })
+        .collect()
+}
+
+/// The snapper's log (`<seq> <before> <after>` per snap): when each snap
+/// was taken, by sequence number.
+fn snap_log(file: &Path) -> BTreeMap<u64, (u64, u64)> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        // The last line may be half-written: the workload still runs.
+        .filter_map(|l| {
+            let v: Vec<u64> = l
+                .split(' ')
+                .map(|w| w.parse().ok())
+                .collect::<Option<_>>()?;
+            (v.len() == 3).then(|| (v[0], (v[1], v[2])))
         })
         .collect()
 }
@@ -97,8 +120,9 @@ fn perfettos_own_messages_read_every_threads_timeline_and_snaps() {
     let exe = dir.join("trace_roles");
     compile_librip_c("trace_roles", &exe, &librip_static(&lib));
     let shm = TempDir::new("/dev/shm", "trace-roles");
+    let log = shm.join("snaps.log");
     let mut cmd = Command::new(&exe);
-    cmd.arg(shm.join("ring"));
+    cmd.arg(shm.join("ring")).arg(&log);
     let w = Workload::start(cmd);
     let pid = w.pid();
     let tmp = TempDir::new("/tmp", "perfetto");
@@ -175,7 +199,13 @@ fn perfettos_own_messages_read_every_threads_timeline_and_snaps() {
         );
         for pair in s.windows(2) {
             assert_eq!(pair[0].2, pair[1].1, "{name}: contiguous {pair:?}");
-            assert_ne!(pair[0].0, pair[1].0, "{name}: a change each time {pair:?}");
+            // A change each time, but for two spans whose switch onto a
+            // CPU was not seen in a row (off, ran, off, ran: each begins
+            // at a switch off the CPU that was seen).
+            assert!(
+                pair[0].0 != pair[1].0 || pair[0].0 == UNSEEN,
+                "{name}: a change each time {pair:?}"
+            );
         }
         for (slice, _, _, args) in &s {
             if let Some(sys) = slice.strip_prefix("blocked in ") {
@@ -216,16 +246,78 @@ fn perfettos_own_messages_read_every_threads_timeline_and_snaps() {
     assert!(s.iter().all(|x| !x.0.starts_with("blocked")), "{s:?}");
     assert!(s.iter().any(|x| x.0 == "running"), "{s:?}");
     // The snapper (a librip ring) is a thread like the others: named, its
-    // sleeps in clock_nanosleep. Its snaps are not instants: a ring keeps
-    // where a thread snapped, not when (the report's ring `location` has
-    // no `ago_ns`), and a trace has no place for a snap without a time.
-    let s = slices(thread(w.tid("snapper")));
+    // sleeps in clock_nanosleep.
+    let snapper = thread(w.tid("snapper"));
+    let s = slices(snapper);
     assert!(
         s.iter().any(|x| x.0 == "blocked in clock_nanosleep"),
         "{s:?}"
     );
-    for t in tracks {
-        assert!(instants(t, "snap").is_empty(), "{t}");
+    // Its snaps are instants on its track, and only there: each placed at
+    // the poll of the ring that first saw it, with the interval since the
+    // poll before, inside which the snapper's own clock reads around the
+    // snap fall. None is missing between the first and the last drawn,
+    // and each names the line that snaps.
+    let (begin, end) = window.unwrap();
+    let log = snap_log(&log);
+    let snaps = instants(snapper, "snap");
+    assert!(snaps.len() >= 10, "{} snaps drawn: {snaps:?}", snaps.len());
+    let line = marker_line("c/trace_roles.c", "SNAP: tick");
+    let mut seqs = Vec::new();
+    for (name, ts, args) in &snaps {
+        assert!(
+            name.contains(&format!("trace_roles.c:{line}")) && name.contains("snapper"),
+            "{name}"
+        );
+        let seq = args["seq"].as_u64().expect("seq");
+        let interval = args["interval_ns"].as_u64().expect("interval_ns");
+        assert!(args["when"].as_str().is_some(), "{args:?}");
+        let (before, after) = *log
+            .get(&seq)
+            .unwrap_or_else(|| panic!("snap {seq} drawn, not in the log"));
+        // Taken after the poll before began and before this one ended.
+        assert!(
+            before <= *ts && after >= ts - interval,
+            "snap {seq} taken in [{before}, {after}], drawn at {ts} with interval {interval}"
+        );
+        assert!(
+            begin <= *ts && *ts <= end,
+            "{ts} outside the window {begin}..{end}"
+        );
+        seqs.push(seq);
     }
+    assert!(
+        seqs.windows(2).all(|p| p[1] == p[0] + 1),
+        "every snap from the first to the last drawn, in order: {seqs:?}"
+    );
+    // Every snap taken in the window up to the last drawn: none missed at
+    // the start either (the ring's first look came before the window).
+    let last = *seqs.last().unwrap();
+    let in_window: Vec<u64> = log
+        .iter()
+        .filter(|&(&seq, &(before, _))| before >= begin && seq <= last)
+        .map(|(&seq, _)| seq)
+        .collect();
+    assert!(
+        in_window.iter().all(|q| seqs.contains(q)),
+        "taken in the window, not drawn: {:?}",
+        in_window
+            .iter()
+            .filter(|q| !seqs.contains(q))
+            .collect::<Vec<_>>()
+    );
+    for t in tracks {
+        if t["thread"]["tid"] != w.tid("snapper") {
+            assert!(instants(t, "snap").is_empty(), "{t}");
+        }
+    }
+    // The window ran its length: no signal cut it short, and its slices
+    // span the 2 s asked (and the report after).
+    for t in tracks {
+        for (name, _, _) in instants(t, "warning") {
+            assert!(!name.contains("window cut short"), "{name}");
+        }
+    }
+    assert!(end - begin >= 2_000_000_000, "window {begin}..{end}");
     assert!(window.is_some());
 }

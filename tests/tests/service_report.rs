@@ -102,6 +102,14 @@ fn several_processes_are_one_report_grouped_across_them() {
         text.starts_with(&format!("2 processes (--pid {list})")),
         "{text}"
     );
+    // Snapshots: no "observed" time, which would be each attach's.
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .ends_with(", snapshots (no window)"),
+        "{text}"
+    );
     assert!(
         text.contains(&format!("pid {} \"svc: worker 0\"", pids[0])),
         "{text}"

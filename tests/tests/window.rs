@@ -81,6 +81,11 @@ fn sigint_ends_the_window_with_the_report_and_leaves_no_probe() {
             "{args:?}: {}",
             v["warnings"]
         );
+        // It names who sent the signal: this test.
+        assert!(
+            first.contains(&format!(" (sent by pid {}, ", std::process::id())),
+            "{args:?}: {first}"
+        );
         let window_ns = v["window_ns"].as_u64().expect("window_ns");
         assert!(window_ns < 60_000_000_000, "{args:?}: {window_ns}");
         if args[0] == "calls" {

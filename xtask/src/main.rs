@@ -107,6 +107,18 @@ enum Cmd {
         /// written to target/bench/overhead.md.
         #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only", "alloc_only", "scale_only", "python_only"])]
         overhead_only: bool,
+        /// Only serve's own cost: `rip-probe serve` over --serve-targets
+        /// processes of tests/c/service.c for --serve-minutes, its CPU
+        /// time and memory read every 30 s: printed and written to
+        /// target/bench/serve.md.
+        #[arg(long, conflicts_with_all = ["quick", "stacks_only", "bulk_only", "goroutines_only", "alloc_only", "scale_only", "python_only", "overhead_only"])]
+        serve_only: bool,
+        /// With --serve-only: the processes serve watches.
+        #[arg(long, requires = "serve_only", default_value_t = 100)]
+        serve_targets: usize,
+        /// With --serve-only: how long it runs, in minutes.
+        #[arg(long, requires = "serve_only", default_value_t = 10)]
+        serve_minutes: u64,
     },
     /// Build a static rip-probe and librip (.a, .so, .h, .pc) into
     /// target/dist/rip-VERSION-x86_64-linux.tar.gz.
@@ -171,6 +183,12 @@ fn main() {
         Cmd::Bench {
             python_only: true, ..
         } => bench::run_python_only(),
+        Cmd::Bench {
+            serve_only: true,
+            serve_targets,
+            serve_minutes,
+            ..
+        } => bench::run_serve_only(serve_targets, serve_minutes),
         Cmd::Bench { quick, .. } => bench::run_bench(quick),
         Cmd::Dist => dist::run_dist().map(|_| ()),
         Cmd::Image => dist::run_dist().and_then(|d| match dist::build_image(&d.stage, false)? {

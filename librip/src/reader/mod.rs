@@ -14,6 +14,7 @@ mod open;
 pub mod original;
 mod parse;
 pub mod perf_map;
+pub mod poll;
 mod ranges;
 mod source;
 
@@ -27,6 +28,7 @@ pub use find::{
 pub use open::{Follow, OpenError, RegularFile, file_kind};
 pub use original::OriginalRing;
 pub use perf_map::{PerfMap, PerfMapSymbol};
+pub use poll::{Fresh, Poller};
 pub use ranges::RangeIndex;
 
 pub use crate::format::{Entry, SlotKind};

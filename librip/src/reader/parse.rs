@@ -80,20 +80,20 @@ fn bad(why: impl Into<String>) -> ReadError {
 
 /// Where a region is and what its slots look like.
 #[derive(Clone, Copy, Debug)]
-struct Region {
-    kind: SlotKind,
-    offset: u64,
-    slot_size: u64,
-    meta_size: u64,
-    slots: u32,
-    used: u32,
+pub(crate) struct Region {
+    pub(crate) kind: SlotKind,
+    pub(crate) offset: u64,
+    pub(crate) slot_size: u64,
+    pub(crate) meta_size: u64,
+    pub(crate) slots: u32,
+    pub(crate) used: u32,
 }
 
 /// The checked copy of a ring's used slots.
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     depth: usize,
-    regions: Vec<(Region, Vec<u64>)>,
+    pub(crate) regions: Vec<(Region, Vec<u64>)>,
 }
 
 pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {

@@ -1,12 +1,17 @@
 //! `rip-probe record`: each thread's states over the window, from the
-//! context switches the session delivered, the report taken at its end
-//! (names, the state of threads that never switched, snap histories).
+//! context switches the session delivered and the report taken at its end
+//! (names, the state of threads that never switched), and its snaps as
+//! the polls of its ring saw them.
 
 use std::collections::BTreeMap;
 
-use crate::model::{
-    ProcessInfo, Report, ThreadState,
-    events::{SnapMark, Span, SpanKind, StateChange, ThreadTimeline, Timeline},
+use crate::{
+    collect::ring::Followed,
+    model::{
+        ProcessInfo, Report, ThreadState,
+        events::{SnapMark, Span, SpanKind, StateChange, ThreadTimeline, Timeline},
+    },
+    util::timefmt::duration,
 };
 
 /// What the timeline is built from.
@@ -28,6 +33,9 @@ pub(crate) struct TimelineInputs<'a> {
     pub(crate) lost_events: u64,
     /// State changes delivered but not kept (over the bound).
     pub(crate) not_kept: u64,
+    /// The snaps the polls of the process's rings saw (`None`: it has no
+    /// ring of its own).
+    pub(crate) snaps: Option<&'a Followed>,
 }
 
 /// The timeline of every thread seen (in the report or switching).
@@ -40,6 +48,17 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
         if let Ok(tid) = u32::try_from(t.tid) {
             by_tid.entry(tid).or_default();
         }
+    }
+    let mut snaps: BTreeMap<u32, Vec<SnapMark>> = BTreeMap::new();
+    for s in inp.snaps.iter().flat_map(|f| &f.snaps) {
+        by_tid.entry(s.tid).or_default();
+        snaps.entry(s.tid).or_default().push(SnapMark {
+            seen_ns: s.seen_ns,
+            after_ns: s.after_ns,
+            seq: s.seq,
+            addr: s.addr,
+            what: format!("{:#x}", s.addr),
+        });
     }
     let end_ns = inp
         .changes
@@ -93,8 +112,12 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
             }
             what = next;
             syscall = c.syscall.clone();
+            // Its last switch: the thread is gone, nothing after is its.
+            if c.state == ThreadState::Exited {
+                break;
+            }
         }
-        if end_ns > at {
+        if end_ns > at && what != SpanKind::Blocked(ThreadState::Exited) {
             spans.push(Span {
                 start_ns: at,
                 end_ns,
@@ -102,23 +125,8 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
                 syscall,
             });
         }
-        let snaps = thread.map_or_else(Vec::new, |t| {
-            let mut seen: Vec<SnapMark> = t
-                .location
-                .iter()
-                .chain(&t.history)
-                .filter_map(|l| {
-                    let ts = inp.end_ns.checked_sub(l.ago_ns?)?;
-                    (ts >= inp.start_ns).then(|| SnapMark {
-                        ts_ns: ts,
-                        what: l.frame.describe(),
-                    })
-                })
-                .collect();
-            seen.sort_by_key(|s| s.ts_ns);
-            seen.dedup();
-            seen
-        });
+        let mut snaps = snaps.remove(&tid).unwrap_or_default();
+        snaps.sort_by_key(|m| (m.seen_ns, m.seq));
         threads.push(ThreadTimeline {
             tid,
             name,
@@ -148,6 +156,9 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
             inp.changes.len()
         ));
     }
+    if let Some(f) = inp.snaps {
+        warnings.extend(snap_warnings(f));
+    }
     Timeline {
         process: inp.process.clone(),
         start_ns: inp.start_ns,
@@ -157,6 +168,55 @@ pub(crate) fn build(inp: &TimelineInputs<'_>) -> Timeline {
         lost_events: inp.lost_events,
         warnings,
     }
+}
+
+/// What a viewer should know of the snaps drawn: those not drawn, and
+/// polls that came later than asked.
+fn snap_warnings(f: &Followed) -> Vec<String> {
+    let mut w = Vec::new();
+    if f.overwritten > 0 {
+        w.push(format!(
+            "{} snaps were overwritten in their ring before a poll read them (a thread snapped \
+             more than its ring's depth between two polls): not drawn; a shorter --snap-poll \
+             or a deeper ring keeps them",
+            f.overwritten
+        ));
+    }
+    if f.not_kept > 0 {
+        w.push(format!(
+            "{} snaps over the bound of {} were not kept: not drawn",
+            f.not_kept,
+            f.snaps.len()
+        ));
+    }
+    if f.coroutine_snaps > 0 {
+        w.push(format!(
+            "{} snaps of coroutines are not drawn (the trace has a track per thread)",
+            f.coroutine_snaps
+        ));
+    }
+    if f.unmapped > 0 {
+        w.push(format!(
+            "{} snaps of threads that exited inside the process's pid namespace before their \
+             ids could be read are not drawn",
+            f.unmapped
+        ));
+    }
+    if let Some(e) = &f.error {
+        w.push(format!("snaps after this are not drawn: {e}"));
+    }
+    // Each snap says its own interval; a run much coarser than asked is
+    // worth a word (a busy machine, or a ring of many slots).
+    let asked = f.period.as_nanos() as u64;
+    if !f.snaps.is_empty() && f.widest_ns > 4 * asked.max(1) {
+        w.push(format!(
+            "snaps are dated by polls of the ring every {}; at worst a snap's time is known \
+             to within {} (the polls came late: a busy machine, or a ring of many slots)",
+            duration(asked),
+            duration(f.widest_ns)
+        ));
+    }
+    w
 }
 
 /// The span a state begins.
@@ -181,11 +241,10 @@ mod tests {
         }
     }
 
-    /// The spans of a thread tile the window: running until its first
-    /// switch off, then each state until the next change, to the end.
-    #[test]
-    fn spans_tile_the_window_from_the_switches() {
-        let report = Report {
+    /// The report at the end of a 400 ns window of process 7, no thread
+    /// in it.
+    fn report() -> Report {
+        Report {
             schema: crate::model::SCHEMA_VERSION,
             stacks: crate::model::StackTable,
             mode: crate::model::Mode::Pid,
@@ -207,7 +266,30 @@ mod tests {
             warnings: Vec::new(),
             deadlocks: Vec::new(),
             python: None,
-        };
+        }
+    }
+
+    /// The timeline of process 7 from 100 to 500 ns, from `changes` and
+    /// `snaps`.
+    fn timeline(changes: &[StateChange], snaps: Option<&Followed>) -> Timeline {
+        let report = report();
+        build(&TimelineInputs {
+            process: report.process.clone(),
+            start_ns: 100,
+            end_ns: 500,
+            clocks: (0, 0),
+            changes,
+            report: &report,
+            lost_events: 0,
+            not_kept: 0,
+            snaps,
+        })
+    }
+
+    /// The spans of a thread tile the window: running until its first
+    /// switch off, then each state until the next change, to the end.
+    #[test]
+    fn spans_tile_the_window_from_the_switches() {
         let changes = [
             change(150, 7, ThreadState::Sleeping, Some("futex")),
             change(300, 7, ThreadState::Running, None),
@@ -217,17 +299,12 @@ mod tests {
             // was lost.
             change(200, 9, ThreadState::Sleeping, Some("nanosleep")),
             change(260, 9, ThreadState::Sleeping, Some("nanosleep")),
+            // Born (or woken) in the window, then gone: its timeline ends
+            // at its last switch.
+            change(200, 10, ThreadState::Running, None),
+            change(300, 10, ThreadState::Exited, Some("exit")),
         ];
-        let t = build(&TimelineInputs {
-            process: report.process.clone(),
-            start_ns: 100,
-            end_ns: 500,
-            clocks: (0, 0),
-            changes: &changes,
-            report: &report,
-            lost_events: 0,
-            not_kept: 0,
-        });
+        let t = timeline(&changes, None);
         let spans = |tid: u32| {
             t.threads
                 .iter()
@@ -272,6 +349,13 @@ mod tests {
                 ),
             ]
         );
+        assert_eq!(
+            spans(10),
+            vec![
+                (100, 200, SpanKind::OffCpu, None),
+                (200, 300, SpanKind::Running, None),
+            ]
+        );
         assert!(
             t.warnings
                 .iter()
@@ -279,5 +363,79 @@ mod tests {
             "{:?}",
             t.warnings
         );
+    }
+
+    /// Each thread's snaps are the polls' (in the order seen, by sequence
+    /// within a poll), on its own timeline; a thread seen only snapping
+    /// has one; what was not drawn is said.
+    #[test]
+    fn snaps_go_to_their_threads_with_the_polls_around_them() {
+        use crate::collect::ring::follow::SeenSnap;
+        let seen = |tid, seq, after_ns, seen_ns| SeenSnap {
+            tid,
+            seq,
+            addr: 0x1000 + seq,
+            after_ns,
+            seen_ns,
+        };
+        let followed = Followed {
+            snaps: vec![
+                seen(7, 4, 200, 310),
+                seen(7, 2, 100, 210),
+                seen(7, 3, 100, 210),
+                seen(12, 0, 200, 310),
+            ],
+            overwritten: 3,
+            polls: 2,
+            period: std::time::Duration::from_nanos(100),
+            widest_ns: 110,
+            ..Followed::default()
+        };
+        let changes = [change(150, 7, ThreadState::Sleeping, Some("futex"))];
+        let t = timeline(&changes, Some(&followed));
+        let marks = |tid: u32| {
+            t.threads
+                .iter()
+                .find(|x| x.tid == tid)
+                .unwrap_or_else(|| panic!("no timeline for {tid}"))
+                .snaps
+                .iter()
+                .map(|m| (m.seq, m.after_ns, m.seen_ns, m.what.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            marks(7),
+            [
+                (2, 100, 210, "0x1002".to_string()),
+                (3, 100, 210, "0x1003".to_string()),
+                (4, 200, 310, "0x1004".to_string()),
+            ]
+        );
+        assert_eq!(marks(12), [(0, 200, 310, "0x1000".to_string())]);
+        assert!(
+            t.warnings
+                .iter()
+                .any(|w| w.starts_with("3 snaps were overwritten in their ring")),
+            "{:?}",
+            t.warnings
+        );
+        // Polls as late as asked are not worth a word; much later ones
+        // are, when there are snaps to date.
+        let late = |f: &Followed| {
+            timeline(&changes, Some(f))
+                .warnings
+                .iter()
+                .any(|w| w.contains("polls came late"))
+        };
+        assert!(!late(&followed));
+        let slow = Followed {
+            widest_ns: 1_000,
+            ..followed.clone()
+        };
+        assert!(late(&slow));
+        assert!(!late(&Followed {
+            snaps: Vec::new(),
+            ..slow
+        }));
     }
 }

@@ -2,8 +2,10 @@
 //! thread's running, runnable and blocked spans over a window, with the
 //! system calls it blocked in and its snaps, as a Perfetto trace: a
 //! session streaming each context switch of the process (bounded: what
-//! the kernel could not deliver is counted and said), a report at the end
-//! (names, threads that never switched, snaps), a timeline, rendered.
+//! the kernel could not deliver is counted and said), the process's
+//! librip rings polled beside it (each new snap dated by the polls around
+//! it), a report at the end (names, threads that never switched), a
+//! timeline, its snaps named, rendered.
 
 use std::time::Duration;
 
@@ -12,10 +14,12 @@ use clap::Args;
 use super::{output::Sink, parse_duration};
 use crate::{
     analyze::timeline::{TimelineInputs, build},
+    collect::ring::SnapFollower,
     error::{Error, Result},
     model::events::StateChange,
     render,
     session::{Observer, Session, SessionOptions, monotonic_ns},
+    symbolize::{self, SymbolizerThread, UserSpace},
     util::timing,
 };
 
@@ -34,6 +38,13 @@ pub(crate) struct RecordArgs {
     /// process exits.
     #[arg(long, short, value_parser = parse_duration)]
     duration: Option<Duration>,
+    /// How often the process's librip rings are read for new snaps. A
+    /// ring records where a thread snapped, not when: each snap is drawn
+    /// at the read that first saw it, with the time since the read before
+    /// (its time is known to within that). Each read costs the process
+    /// nothing (rip-probe reads the ring file); 0: snaps are not drawn.
+    #[arg(long, value_parser = parse_duration, default_value = "10ms", value_name = "DURATION")]
+    snap_poll: Duration,
 }
 
 /// The observer keeping the state changes, up to [`MAX_CHANGES`].
@@ -70,9 +81,18 @@ pub(crate) fn run(a: &RecordArgs, out: &mut Sink) -> Result<()> {
     // Names and states are all the timeline takes from the report.
     opts.stacks = false;
     let mut rec = Recorder::default();
-    let mut session = Session::attach(&opts)?;
+    // One symbolizer for the report and the snaps.
+    let sym = SymbolizerThread::start();
+    let mut session = Session::attach_naming_with(&opts, sym.clone())?;
+    let view = session.target().view_pid();
+    let follower = if a.snap_poll.is_zero() {
+        None
+    } else {
+        SnapFollower::start(a.pid, view, a.snap_poll)
+    };
     let start_ns = monotonic_ns();
     let observed = session.observe_for(a.duration, &mut rec)?;
+    let followed = follower.map(SnapFollower::stop);
     session.stop_observing()?;
     let mut report = session.snapshot()?;
     let end_ns = monotonic_ns();
@@ -82,7 +102,7 @@ pub(crate) fn run(a: &RecordArgs, out: &mut Sink) -> Result<()> {
         nanos(rustix::time::clock_gettime(rustix::time::ClockId::Boottime)),
         monotonic_ns(),
     );
-    let timeline = timing::phase("timeline", || {
+    let mut timeline = timing::phase("timeline", || {
         build(&TimelineInputs {
             process: report.process.clone(),
             start_ns,
@@ -92,8 +112,20 @@ pub(crate) fn run(a: &RecordArgs, out: &mut Sink) -> Result<()> {
             report: &report,
             lost_events: rec.lost_events,
             not_kept: rec.not_kept,
+            snaps: followed.as_ref(),
         })
     });
+    if let Some(f) = &followed {
+        let space = if report.process.alive {
+            UserSpace::LiveWithModules(view, &f.modules)
+        } else {
+            UserSpace::Modules(&f.modules)
+        };
+        let mut sym = sym;
+        timing::phase("symbolize snaps", || {
+            symbolize::fill_snaps(&mut timeline, &space, &mut sym)
+        });
+    }
     out.emit(|w| render::perfetto(&timeline, w))
 }
 

@@ -97,7 +97,7 @@ pub struct ThreadTimeline {
     pub name: String,
     /// Its states, in order, each from where the previous ended.
     pub spans: Vec<Span>,
-    /// Its snaps in the window (from its ring slot's history).
+    /// Its snaps in the window, as its ring's polls saw them, in order.
     pub snaps: Vec<SnapMark>,
 }
 
@@ -132,12 +132,21 @@ pub enum SpanKind {
     Unseen,
 }
 
-/// A snap in the window.
+/// A snap in the window, dated by the two polls of its ring around it
+/// (a ring records where a thread snapped, not when).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapMark {
-    /// CLOCK_MONOTONIC ns, as the snapshot placed it (its age subtracted
-    /// from the snapshot's time).
-    pub ts_ns: u64,
-    /// Where: `file:line function`.
+    /// CLOCK_MONOTONIC ns at which the poll that first counted it ended:
+    /// it was taken before.
+    pub seen_ns: u64,
+    /// CLOCK_MONOTONIC ns at which the poll before began: it was taken
+    /// after.
+    pub after_ns: u64,
+    /// Its sequence number in the thread's ring slot (the thread's count
+    /// of snaps).
+    pub seq: u64,
+    /// The address it recorded.
+    pub addr: u64,
+    /// Where: `file:line function` (the bare address until named).
     pub what: String,
 }

@@ -3,6 +3,12 @@
 //! one per thread, a slice per span of a state (`running`, `runnable`,
 //! `blocked in SYSCALL`), an instant per snap, times on CLOCK_MONOTONIC
 //! with a clock snapshot relating it to the viewer's CLOCK_BOOTTIME.
+//!
+//! A snap's time is known only to within the two polls of its ring around
+//! it: its instant is placed at the end of that interval (the poll that
+//! first saw it), never earlier than observed, and says the interval in
+//! its arguments (`interval_ns`, and `when` in words) with its sequence
+//! number (`seq`).
 
 use std::io::{self, Write};
 
@@ -13,7 +19,10 @@ use super::protos::perfetto::{
     SEQ_INCREMENTAL_STATE_CLEARED, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
     ThreadDescriptor, Trace, TracePacket, TrackDescriptor, TrackEvent,
 };
-use crate::model::events::{Span, SpanKind, Timeline};
+use crate::{
+    model::events::{Span, SpanKind, Timeline},
+    util::timefmt::duration,
+};
 
 /// The packets' writer sequence (one: this file).
 const SEQUENCE: u32 = 1;
@@ -117,14 +126,26 @@ pub fn perfetto_trace(t: &Timeline) -> Trace {
             events.push((s.end_ns, 0, event(s.end_ns, end)));
         }
         for m in &th.snaps {
+            let interval = m.seen_ns.saturating_sub(m.after_ns);
             let instant = TrackEvent {
+                debug_annotations: vec![
+                    int_annotation("seq", m.seq),
+                    int_annotation("interval_ns", interval),
+                    annotation(
+                        "when",
+                        &format!(
+                            "taken in the {} before this mark: after the previous poll of its \
+                             ring began, before the poll that saw it ended",
+                            duration(interval)
+                        ),
+                    ),
+                ],
                 r#type: Some(TYPE_INSTANT),
                 track_uuid: Some(track),
                 categories: vec!["snap".into()],
                 name: Some(m.what.clone()),
-                ..TrackEvent::default()
             };
-            events.push((m.ts_ns, 2, event(m.ts_ns, instant)));
+            events.push((m.seen_ns, 2, event(m.seen_ns, instant)));
         }
     }
     for w in &t.warnings {
@@ -173,6 +194,14 @@ fn annotation(name: &str, value: &str) -> DebugAnnotation {
     }
 }
 
+fn int_annotation(name: &str, value: u64) -> DebugAnnotation {
+    DebugAnnotation {
+        name: Some(name.into()),
+        string_value: None,
+        int_value: Some(i64::try_from(value).unwrap_or(i64::MAX)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,7 +247,10 @@ mod tests {
                     ),
                 ],
                 snaps: vec![SnapMark {
-                    ts_ns: 150,
+                    seen_ns: 150,
+                    after_ns: 140,
+                    seq: 7,
+                    addr: 0x1234,
                     what: "app.c:3 step".into(),
                 }],
             }],
@@ -256,6 +288,41 @@ mod tests {
                 (200, TYPE_SLICE_END, None),
                 (200, TYPE_SLICE_BEGIN, Some("blocked in futex".into())),
                 (400, TYPE_SLICE_END, None),
+            ]
+        );
+        // The snap says what is known of its time: the interval from the
+        // poll before, and its sequence number.
+        let snap = trace
+            .packet
+            .iter()
+            .filter_map(|p| p.track_event.as_ref())
+            .find(|e| e.r#type == Some(TYPE_INSTANT))
+            .unwrap();
+        assert_eq!(snap.categories, ["snap"]);
+        let args: Vec<_> = snap
+            .debug_annotations
+            .iter()
+            .map(|a| {
+                (
+                    a.name.as_deref().unwrap(),
+                    a.int_value,
+                    a.string_value.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            args,
+            [
+                ("seq", Some(7), None),
+                ("interval_ns", Some(10), None),
+                (
+                    "when",
+                    None,
+                    Some(
+                        "taken in the 10ns before this mark: after the previous poll of its ring \
+                         began, before the poll that saw it ended"
+                    )
+                ),
             ]
         );
     }

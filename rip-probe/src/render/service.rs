@@ -66,10 +66,23 @@ pub fn service(
     mut w: &mut dyn Write,
 ) -> io::Result<()> {
     let threads: usize = r.processes.iter().map(|p| p.threads.len()).sum();
-    // Snapshots have no window: nothing was recorded before them.
-    let window = match r.window_ns {
-        0 => "snapshots (no window)".to_string(),
-        ns => format!("observed {}", duration(ns)),
+    // Snapshots have no window: nothing was recorded before them. With
+    // one, each process was observed from its own attach to its own
+    // report: the header says the span of those, not the longest alone.
+    let shortest = r
+        .processes
+        .iter()
+        .map(|p| p.window_ns)
+        .filter(|&ns| ns > 0)
+        .min();
+    let window = match (r.window_ns, shortest) {
+        (0, _) => "snapshots (no window)".to_string(),
+        (ns, Some(least)) if duration(least) != duration(ns) => format!(
+            "observed {}–{} (each process from its attach to its report)",
+            duration(least),
+            duration(ns)
+        ),
+        (ns, _) => format!("observed {}", duration(ns)),
     };
     writeln!(
         w,

@@ -977,6 +977,30 @@ pub(crate) fn fill(
     report.warnings.extend(sym.take_warnings());
 }
 
+/// Names the snaps of a timeline (`record`) through `space`, each
+/// distinct address once, and appends the symbolizer's warnings to it.
+pub(crate) fn fill_snaps(
+    t: &mut crate::model::events::Timeline,
+    space: &UserSpace<'_>,
+    sym: &mut dyn Resolve,
+) {
+    let addrs: Vec<u64> = t
+        .threads
+        .iter()
+        .flat_map(|th| th.snaps.iter().map(|m| m.addr))
+        .collect();
+    if addrs.is_empty() {
+        return;
+    }
+    let named = crate::util::timing::phase("  snap addresses", || sym.user(space, &addrs));
+    for m in t.threads.iter_mut().flat_map(|th| th.snaps.iter_mut()) {
+        if let Some(f) = named.get(&m.addr) {
+            m.what = f.describe();
+        }
+    }
+    t.warnings.extend(sym.take_warnings());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

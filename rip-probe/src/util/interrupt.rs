@@ -14,6 +14,9 @@ use std::sync::{
 static CATCH: AtomicBool = AtomicBool::new(false);
 /// The signal that ended a window (0: none yet).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Who sent it: the sender's pid as the kernel gave it (0: the kernel
+/// itself, e.g. a terminal's Ctrl-C).
+static SENDER: AtomicI32 = AtomicI32::new(0);
 
 /// Lets the windows of this process end on SIGINT and SIGTERM (the CLI's
 /// choice; the library leaves signals alone). The handler is installed
@@ -47,7 +50,10 @@ pub(crate) fn arm() {
                 }
                 let mut act: libc::sigaction = std::mem::zeroed();
                 act.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-                act.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+                // SA_SIGINFO: the handler learns who sent the signal, which
+                // the report then names (a window cut short by a signal
+                // meant for another process is told from a Ctrl-C).
+                act.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART | libc::SA_SIGINFO;
                 libc::sigemptyset(&mut act.sa_mask);
                 libc::sigaction(sig, &act, std::ptr::null_mut());
             }
@@ -55,7 +61,19 @@ pub(crate) fn arm() {
     });
 }
 
-pub(crate) extern "C" fn on_signal(sig: libc::c_int) {
+pub(crate) extern "C" fn on_signal(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    let from = if info.is_null() {
+        0
+    } else {
+        // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t;
+        // reading its pid field is a plain load (async-signal-safe).
+        unsafe { (*info).si_pid() }
+    };
+    SENDER.store(from, Ordering::Relaxed);
     SIGNAL.store(sig, Ordering::Relaxed);
 }
 
@@ -67,6 +85,20 @@ pub(crate) extern "C" fn on_signal(sig: libc::c_int) {
 pub(crate) fn stop_requested() -> Option<&'static str> {
     arm();
     interrupted()
+}
+
+/// Who sent the signal that asked the windows to end: its pid and, if it
+/// still runs, its name. `None` when no signal came or the kernel sent it
+/// (a terminal's Ctrl-C).
+pub(crate) fn sender() -> Option<(u32, Option<String>)> {
+    interrupted()?;
+    let pid = u32::try_from(SENDER.load(Ordering::Relaxed))
+        .ok()
+        .filter(|&p| p != 0)?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim_end().to_string());
+    Some((pid, comm))
 }
 
 /// The signal that asked the windows to end, if one came.

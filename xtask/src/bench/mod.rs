@@ -19,6 +19,7 @@ mod reading;
 mod report;
 mod rows;
 mod scale;
+mod serve;
 mod stacks;
 mod stats;
 mod suites;
@@ -149,6 +150,13 @@ pub fn run_overhead_only() -> Result<()> {
 /// Runs the Python rows alone (see [`python`]).
 pub fn run_python_only() -> Result<()> {
     python::run_python_only()
+}
+
+/// Runs `rip-probe serve` over `targets` processes for `minutes` and
+/// prints its own cost (see [`serve`]; also written to
+/// target/bench/serve.md).
+pub fn run_serve_only(targets: usize, minutes: u64) -> Result<()> {
+    serve::run_serve_only(targets, minutes)
 }
 
 /// Runs the allocation sampler's rows alone and prints their section

@@ -3,8 +3,11 @@
 //! and validates every offset) and turned into the few facts rip-probe
 //! joins with the kernel's view.
 
+pub(crate) mod follow;
 mod namespaced;
 mod read;
+
+pub(crate) use follow::{Followed, SnapFollower};
 
 use std::path::PathBuf;
 
