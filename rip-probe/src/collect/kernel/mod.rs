@@ -192,7 +192,16 @@ impl KernelProbe {
         events: bool,
         regs: Option<features::RegsSource>,
     ) -> Result<Self> {
-        Self::load(tgid, Watch::Switches { events }, regs)
+        Self::load(tgid, Watch::Switches { events }, regs, None)
+    }
+
+    /// [`Self::attach`] with `slots` entries in the BTF-typed program's
+    /// per-thread array (a power of two, at least
+    /// [`rip_ebpf::SLOT_PROBES`]) instead of room for twice the target's
+    /// threads: how a full array is tested.
+    pub fn attach_with_slots(tgid: u32, slots: u32) -> Result<Self> {
+        let slots = slots.max(rip_ebpf::SLOT_PROBES).next_power_of_two();
+        Self::load(tgid, Watch::Switches { events: false }, None, Some(slots))
     }
 
     /// Loads only what a snapshot of process `tgid` needs: the task
@@ -209,7 +218,7 @@ impl KernelProbe {
     /// [`Self::snapshots_only`] with the given build of the task iterator
     /// (as [`Self::attach_with`]).
     pub fn snapshots_only_with(tgid: u32, regs: Option<features::RegsSource>) -> Result<Self> {
-        Self::load(tgid, Watch::Nothing, regs)
+        Self::load(tgid, Watch::Nothing, regs, None)
     }
 
     /// Whether this probe records the target's context switches (see
@@ -218,7 +227,12 @@ impl KernelProbe {
         self.switches
     }
 
-    fn load(tgid: u32, watch: Watch, regs: Option<features::RegsSource>) -> Result<Self> {
+    fn load(
+        tgid: u32,
+        watch: Watch,
+        regs: Option<features::RegsSource>,
+        slots: Option<u32>,
+    ) -> Result<Self> {
         let events = matches!(watch, Watch::Switches { events: true });
         let switches = matches!(watch, Watch::Switches { .. });
         let SwitchSetup {
@@ -253,10 +267,11 @@ impl KernelProbe {
         } else {
             1
         };
+        let slots = slots.unwrap_or_else(|| slot_entries(entries));
         let object = |config: &Config, table: Table| {
             let (hash, slots) = match table {
                 Table::Hash => (entries, 1),
-                Table::Slots => (1, slot_entries(entries)),
+                Table::Slots => (1, slots),
             };
             EbpfLoader::new()
                 .btf(None)
@@ -280,7 +295,7 @@ impl KernelProbe {
         let mut refused = None;
         let mut slotted = None;
         if switches && wanted.btf {
-            config.slot_mask = slot_entries(entries) - 1;
+            config.slot_mask = slots - 1;
             let mut ebpf = object(&config, Table::Slots)?;
             match timing::phase("load sched_switch", || {
                 switch::try_btf(&mut ebpf, SWITCH_NAMES.btf)
