@@ -32,7 +32,7 @@ use rip_ebpf::{
     task_state,
 };
 
-use crate::programs::{CONFIG, btf_switch_state, config, current_task, pt_regs_of, task_id};
+use crate::programs::{CONFIG, btf_switch, config, current_task, pt_regs_of};
 
 /// Set by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -102,24 +102,11 @@ pub fn offcpu_kstack(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_switch")]
 pub fn offcpu_btf(ctx: BtfTracePointContext) -> i32 {
     let opts = OFFCPU.load();
-    // SAFETY: no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let prev: *const u8 = ctx.arg(1);
-    let target = config!(target_tgid);
-    // SAFETY: BTF-typed task pointers, offsets from the same BTF (see
-    // `programs::task_id`).
-    if unsafe { task_id(prev, config!(task.tgid)) } == target {
-        // SAFETY: as above.
-        let tid = unsafe { task_id(prev, config!(task.pid)) };
-        let state = btf_switch_state(&ctx, prev);
-        switch_off(&ctx, &opts, tid, state, now, btf_user_frame);
-    }
-    let next: *const u8 = ctx.arg(2);
-    // SAFETY: as above.
-    if unsafe { task_id(next, config!(task.tgid)) } == target {
-        // SAFETY: as above.
-        switch_on(&opts, unsafe { task_id(next, config!(task.pid)) }, now);
-    }
+    btf_switch(
+        &ctx,
+        |tid, state, now| switch_off(&ctx, &opts, tid, state, now, btf_user_frame),
+        |tid, now| switch_on(&opts, tid, now),
+    );
     0
 }
 

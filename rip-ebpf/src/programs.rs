@@ -163,6 +163,23 @@ pub fn switch_kstack(ctx: RawTracePointContext) -> i32 {
 /// back to the raw tracepoint where the kernel refuses it.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
+    btf_switch(
+        &ctx,
+        |tid, state, now| switch_off::<true, true>(&ctx, tid, state, now),
+        switch_on::<true>,
+    );
+    0
+}
+
+/// The work of a BTF-typed sched_switch program: `off(tid, state, now)`
+/// when `prev` is a thread of the target, then `on(tid, now)` when `next`
+/// is, both read by plain loads.
+#[inline(always)]
+pub(crate) fn btf_switch(
+    ctx: &BtfTracePointContext,
+    off: impl FnOnce(u32, u64, u64),
+    on: impl FnOnce(u32, u64),
+) {
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let prev: *const u8 = ctx.arg(1);
@@ -172,16 +189,14 @@ pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
     if unsafe { task_id(prev, config!(task.tgid)) } == target {
         // SAFETY: as above.
         let tid = unsafe { task_id(prev, config!(task.pid)) };
-        let state = btf_switch_state(&ctx, prev);
-        switch_off::<true, true>(&ctx, tid, state, now);
+        off(tid, btf_switch_state(ctx, prev), now);
     }
     let next: *const u8 = ctx.arg(2);
     // SAFETY: as above.
     if unsafe { task_id(next, config!(task.tgid)) } == target {
         // SAFETY: as above.
-        switch_on::<true>(unsafe { task_id(next, config!(task.pid)) }, now);
+        on(unsafe { task_id(next, config!(task.pid)) }, now);
     }
-    0
 }
 
 /// A 32-bit member of a task (`pid`, `tgid`, the low half of `state`) by
