@@ -55,6 +55,10 @@ pub struct Config {
     /// fourth argument (5.18 on), which says how `prev` left the CPU
     /// where its own state may already be a waker's; 0: read `prev`'s.
     pub switch_state_arg: u32,
+    /// The per-thread records are in the `SLOTS` array, whose size is
+    /// this plus one (a power of two), rather than in the `THREADS` hash
+    /// map: 0 for the raw tracepoint programs, which keep the hash map.
+    pub slot_mask: u32,
 }
 
 /// [`Config::pid_ns`]: the ids rip-probe sees when it runs in a pid
@@ -317,6 +321,49 @@ pub struct ThreadRecord {
     pub _pad: u32,
 }
 
+/// One entry of the `SLOTS` array: a thread's [`ThreadRecord`] at a slot
+/// of its own, found without a hash lookup.
+///
+/// A thread's slot is one of [`SLOT_PROBES`] in a row from its thread id's
+/// low bits (the ids of one process's threads are mostly consecutive, so
+/// mostly its first). A thread claims a free slot at its first switch seen
+/// (an atomic compare-and-swap of `tid` from 0, Linux 5.12), else the slot of a thread
+/// that has exited, whose record is then lost ([`SlotStats::reused`]);
+/// with neither, its switches are not recorded ([`SlotStats::full`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSlot {
+    /// The thread id that holds the slot (0: free). 64 bits wide: BPF's
+    /// compare-and-swap is of 64-bit words here.
+    pub tid: u64,
+    /// Its record.
+    pub rec: ThreadRecord,
+}
+
+/// Slots a thread may hold in `SLOTS`, in a row from its id's low bits.
+pub const SLOT_PROBES: u32 = 4;
+
+/// How `SLOTS` fared, per CPU (`SLOT_STATS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotStats {
+    /// Threads that took a free slot.
+    pub claimed: u64,
+    /// Threads that took the slot of an exited thread, whose record went.
+    pub reused: u64,
+    /// Switches not recorded: no slot was free for their thread.
+    pub full: u64,
+}
+
+impl SlotStats {
+    /// Adds another CPU's counts.
+    pub fn merge(&mut self, o: &SlotStats) {
+        self.claimed += o.claimed;
+        self.reused += o.reused;
+        self.full += o.full;
+    }
+}
+
 /// One context switch of an observed thread, sent through the `EVENTS` ring
 /// buffer to whoever observes the session.
 #[repr(C)]
@@ -383,6 +430,10 @@ pub mod task_state {
 pub mod names {
     /// The sched_switch tracepoint program.
     pub const SCHED_SWITCH: &str = "sched_switch";
+    /// The same as a BTF-typed tracepoint (`tp_btf`), which reads the
+    /// tasks by plain loads: tried first, [`SCHED_SWITCH`] or
+    /// [`SCHED_SWITCH_KSTACK`] where the kernel refuses it.
+    pub const SCHED_SWITCH_BTF: &str = "switch_btf";
     /// The same, for kernels without `bpf_task_pt_regs` and
     /// `bpf_get_current_task_btf` (before 5.15): user registers are read
     /// from the top of the kernel stack.
@@ -397,8 +448,14 @@ pub mod names {
     pub const TASK_WAITS: &str = "task_waits";
     /// The same, for kernels without `bpf_task_pt_regs` (before 5.15).
     pub const TASK_WAITS_KSTACK: &str = "waits_kstack";
-    /// Per-thread kernel state, `HashMap<u32, ThreadRecord>`.
+    /// Per-thread kernel state, `HashMap<u32, ThreadRecord>` (the raw
+    /// tracepoint programs).
     pub const THREADS: &str = "THREADS";
+    /// Per-thread kernel state, `Array<ThreadSlot>` (the BTF-typed
+    /// program).
+    pub const SLOTS: &str = "SLOTS";
+    /// `PerCpuArray<SlotStats>` of one entry.
+    pub const SLOT_STATS: &str = "SLOT_STATS";
     /// Kernel stacks, `StackTraceMap`.
     pub const STACKS: &str = "STACKS";
     /// Switch events, `RingBuf` of [`super::SwitchEvent`].
@@ -418,6 +475,10 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadRecord {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SwitchEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ThreadSlot {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SlotStats {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FnHit {}
     // SAFETY: as above.

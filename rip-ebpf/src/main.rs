@@ -1,6 +1,11 @@
 //! rip's eBPF programs. Built for `bpfel-unknown-none` by rip-probe's
 //! build.rs; on the host this file compiles to a binary that only says so.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
+// The BPF target offers no compare-and-swap through `core::sync::atomic`
+// (it assumes none); the kernel's verifier has one from 5.12, which the
+// intrinsic reaches (see `programs::claim`).
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 #[cfg(target_arch = "bpf")]
 mod call_programs;

@@ -262,6 +262,9 @@ pub mod names {
     /// The same for kernels before 5.15 (registers from the top of the
     /// kernel stack).
     pub const OFFCPU_SWITCH_KSTACK: &str = "offcpu_kstack";
+    /// The same as a BTF-typed tracepoint (`tp_btf`): tried first, the two
+    /// above where the kernel refuses it.
+    pub const OFFCPU_SWITCH_BTF: &str = "offcpu_btf";
     /// The options global, [`super::OffCpuConfig`].
     pub const OFFCPU: &str = "OFFCPU";
     /// `HashMap<Place, ReturnSlots>`, written by user space.

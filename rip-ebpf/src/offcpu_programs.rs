@@ -17,11 +17,11 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        generated::bpf_probe_read_user as probe_read_user_raw,
+        generated::{bpf_probe_read_user as probe_read_user_raw, bpf_task_pt_regs},
     },
-    macros::{map, raw_tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, StackTrace},
-    programs::{RawTracePointContext, tracing::StackIdContext},
+    programs::{BtfTracePointContext, RawTracePointContext, tracing::StackIdContext},
 };
 use rip_ebpf::{
     Config,
@@ -32,7 +32,7 @@ use rip_ebpf::{
     task_state,
 };
 
-use crate::programs::{CONFIG, current_task, pt_regs_of};
+use crate::programs::{CONFIG, btf_switch, config, current_task, pt_regs_of};
 
 /// Set by the loader (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -96,6 +96,20 @@ pub fn offcpu_kstack(ctx: RawTracePointContext) -> i32 {
     on_switch::<false>(ctx)
 }
 
+/// sched_switch as a BTF-typed tracepoint (see the programs module's
+/// `switch_btf`): the tasks' ids, state and saved user registers by plain
+/// loads. Tried first; the raw builds above are the fallback.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn offcpu_btf(ctx: BtfTracePointContext) -> i32 {
+    let opts = OFFCPU.load();
+    btf_switch(
+        &ctx,
+        |tid, state, now| switch_off(&ctx, &opts, tid, state, now, btf_user_frame),
+        |tid, now| switch_on(&opts, tid, now),
+    );
+    0
+}
+
 #[inline(always)]
 fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let cfg = CONFIG.load();
@@ -106,7 +120,9 @@ fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let id = bpf_get_current_pid_tgid();
     if (id >> 32) as u32 == cfg.target_tgid {
         let state = crate::programs::switch_state(&cfg, &ctx);
-        switch_off::<HELPER>(&ctx, &cfg, &opts, id as u32, state, now);
+        switch_off(&ctx, &opts, id as u32, state, now, || {
+            user_frame::<HELPER>(&cfg)
+        });
     }
     // Another process's thread gets the CPU: no lookup.
     if let Some(next) = crate::programs::target_thread(&cfg, ctx.arg(2)) {
@@ -120,14 +136,16 @@ fn stats() -> Option<*mut OffStats> {
     OFF_STATS.get_ptr_mut(0)
 }
 
+/// A switch off of thread `tid`; `frame` reads the current task's user
+/// `ip`, `sp` and `bp` (see [`user_frame`]).
 #[inline(always)]
-fn switch_off<const HELPER: bool>(
-    ctx: &RawTracePointContext,
-    cfg: &Config,
+fn switch_off(
+    ctx: &impl StackIdContext,
     opts: &OffCpuConfig,
     tid: u32,
     state: u64,
     now: u64,
+    frame: impl FnOnce() -> (u64, u64, u64),
 ) {
     let st = stats();
     if let Some(st) = st {
@@ -143,7 +161,7 @@ fn switch_off<const HELPER: bool>(
         return;
     }
 
-    let (ip, sp, bp) = user_frame::<HELPER>(cfg);
+    let (ip, sp, bp) = frame();
     let hash = if ip == 0 || sp == 0 {
         if let Some(st) = st {
             // SAFETY: as above.
@@ -254,6 +272,28 @@ pub(crate) fn user_frame<const HELPER: bool>(cfg: &Config) -> (u64, u64, u64) {
         }
         let rd = |o: u32| bpf_probe_read_kernel(regs.add(o as usize) as *const u64).unwrap_or(0);
         (rd(off.ip), rd(off.sp), rd(off.bp))
+    }
+}
+
+/// [`user_frame`] in a `tp_btf` program: `bpf_task_pt_regs` returns a
+/// BTF-typed pointer, so the three registers are plain loads at offsets
+/// the verifier knows (see the programs module's `config!`).
+#[inline(always)]
+fn btf_user_frame() -> (u64, u64, u64) {
+    if config!(regs.valid) == 0 {
+        return (0, 0, 0);
+    }
+    // SAFETY: the current task, as a trusted BTF pointer, is valid for the
+    // program's run; the helper returns its saved user registers, typed
+    // by BTF, and the verifier checks each load against that type.
+    unsafe {
+        let regs = bpf_task_pt_regs(current_task::<true>()) as *const u8;
+        let rd = |o: u32| core::ptr::read_volatile(regs.add(o as usize).cast::<u64>());
+        (
+            rd(config!(regs.ip)),
+            rd(config!(regs.sp)),
+            rd(config!(regs.bp)),
+        )
     }
 }
 

@@ -25,13 +25,13 @@ use aya_ebpf::{
         bpf_probe_read_kernel,
         generated::{bpf_get_current_task, bpf_get_task_stack, bpf_seq_write, bpf_task_pt_regs},
     },
-    macros::{map, raw_tracepoint, uprobe},
-    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
-    programs::{ProbeContext, RawTracePointContext, tracing::StackIdContext},
+    macros::{btf_tracepoint, map, raw_tracepoint, uprobe},
+    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{BtfTracePointContext, ProbeContext, RawTracePointContext, tracing::StackIdContext},
 };
 use rip_ebpf::{
-    Config, FnHit, KERNEL_STACK_SIZES, SWITCH_OFF, SWITCH_ON, SwitchEvent, TASK_STACK_DEPTH,
-    TaskRecord, ThreadRecord, UserRegs, task_state,
+    Config, FnHit, KERNEL_STACK_SIZES, SLOT_PROBES, SWITCH_OFF, SWITCH_ON, SlotStats, SwitchEvent,
+    TASK_STACK_DEPTH, TaskRecord, ThreadRecord, ThreadSlot, UserRegs, pid_ns, task_state,
 };
 
 /// Hash maps used from tracing programs are preallocated (flags 0): a
@@ -82,12 +82,50 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     emit_events: 0,
     pid_ns: 0,
     switch_state_arg: 0,
+    slot_mask: 0,
 });
+
+/// One member of [`CONFIG`], read where it lives rather than from a copy
+/// of the whole: `.rodata` is frozen before the programs load, so the
+/// verifier knows the value read. An offset read so is a constant the
+/// verifier accepts for a direct load through a BTF-typed pointer, and a
+/// branch on a flag read so is never explored when not taken.
+macro_rules! config {
+    ($($field:tt)+) => {
+        $crate::programs::volatile(&$crate::programs::config_ref().$($field)+)
+    };
+}
+pub(crate) use config;
+
+/// [`CONFIG`]'s value in place (see [`config!`]).
+#[inline(always)]
+pub(crate) fn config_ref() -> &'static Config {
+    // SAFETY: `Global` is a transparent wrapper of an initialised value,
+    // which nothing in the program writes.
+    unsafe { &*(&raw const CONFIG).cast::<Config>() }
+}
+
+/// A volatile read of `value`: the compiler may not assume what the
+/// loader wrote (see `aya_ebpf::Global`).
+#[inline(always)]
+pub(crate) fn volatile<T: Copy>(value: &T) -> T {
+    // SAFETY: a reference is valid for reads.
+    unsafe { core::ptr::read_volatile(value) }
+}
 
 /// Per-thread state: a thread of the target enters at its first switch
 /// seen (off or onto a CPU).
 #[map]
 static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, PREALLOC);
+
+/// Per-thread state for the BTF-typed program: a slot per thread (see
+/// `rip_ebpf::ThreadSlot`), sized by the loader to a power of two.
+#[map]
+static SLOTS: Array<ThreadSlot> = Array::with_max_entries(1, 0);
+
+/// How `SLOTS` fared.
+#[map]
+static SLOT_STATS: PerCpuArray<SlotStats> = PerCpuArray::with_max_entries(1, 0);
 
 /// Kernel stacks of threads at their last switch off the CPU.
 #[map]
@@ -117,6 +155,81 @@ pub fn switch_kstack(ctx: RawTracePointContext) -> i32 {
     on_switch::<false>(ctx)
 }
 
+/// sched_switch as a BTF-typed tracepoint (`tp_btf`): the same work as
+/// [`sched_switch`] for less. The tasks are BTF-typed pointers, so their
+/// ids and state are plain loads at offsets the verifier knows (see
+/// [`config!`]) rather than helper calls, and `prev`'s ids come from
+/// `prev` rather than from a helper. The loader tries it first and falls
+/// back to the raw tracepoint where the kernel refuses it.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn switch_btf(ctx: BtfTracePointContext) -> i32 {
+    btf_switch(
+        &ctx,
+        |tid, state, now| switch_off::<true, true>(&ctx, tid, state, now),
+        switch_on::<true>,
+    );
+    0
+}
+
+/// The work of a BTF-typed sched_switch program: `off(tid, state, now)`
+/// when `prev` is a thread of the target, then `on(tid, now)` when `next`
+/// is, both read by plain loads.
+#[inline(always)]
+pub(crate) fn btf_switch(
+    ctx: &BtfTracePointContext,
+    off: impl FnOnce(u32, u64, u64),
+    on: impl FnOnce(u32, u64),
+) {
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let prev: *const u8 = ctx.arg(1);
+    let target = config!(target_tgid);
+    // SAFETY: `prev` and `next` are the tracepoint's task pointers, typed
+    // by BTF; the offsets come from the same BTF (see `task_id`).
+    if unsafe { task_id(prev, config!(task.tgid)) } == target {
+        // SAFETY: as above.
+        let tid = unsafe { task_id(prev, config!(task.pid)) };
+        off(tid, btf_switch_state(ctx, prev), now);
+    }
+    let next: *const u8 = ctx.arg(2);
+    // SAFETY: as above.
+    if unsafe { task_id(next, config!(task.tgid)) } == target {
+        // SAFETY: as above.
+        on(unsafe { task_id(next, config!(task.pid)) }, now);
+    }
+}
+
+/// A 32-bit member of a task (`pid`, `tgid`, the low half of `state`) by
+/// a direct load.
+///
+/// # Safety
+/// `task` is a BTF-typed `task_struct` pointer of a `tp_btf` program and
+/// `offset` a value read with [`config!`]: the verifier then checks the
+/// load against the kernel's BTF (and guards it against faults).
+#[inline(always)]
+pub(crate) unsafe fn task_id(task: *const u8, offset: u32) -> u32 {
+    // SAFETY: the caller's contract.
+    unsafe { core::ptr::read_volatile(task.add(offset as usize).cast::<u32>()) }
+}
+
+/// `prev`'s state as it leaves the CPU, in a `tp_btf` program: as
+/// [`switch_state`], by plain loads. The tracepoint's fourth argument is
+/// only read where the kernel has it: the verifier, which knows the flag,
+/// never looks at the other branch (a `tp_btf` program may not name an
+/// argument its tracepoint lacks).
+#[inline(always)]
+pub(crate) fn btf_switch_state(ctx: &BtfTracePointContext, prev: *const u8) -> u64 {
+    let preempt: u64 = ctx.arg(0);
+    let raw = if config!(switch_state_arg) != 0 {
+        ctx.arg::<u64>(3) as u32
+    } else {
+        // SAFETY: as in `switch_btf` (`state` was a long before 5.14: its
+        // value is in its low half on this little-endian target).
+        unsafe { task_id(prev, config!(task.state)) }
+    };
+    reported_state(raw, preempt != 0)
+}
+
 /// Both builds of sched_switch. `HELPER`: read user registers with
 /// `bpf_task_pt_regs` rather than from the top of the kernel stack.
 #[inline(always)]
@@ -128,10 +241,10 @@ fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let id = bpf_get_current_pid_tgid();
     if (id >> 32) as u32 == cfg.target_tgid {
         let state = switch_state(&cfg, &ctx);
-        switch_off::<HELPER>(&ctx, &cfg, id as u32, state, now);
+        switch_off::<HELPER, false>(&ctx, id as u32, state, now);
     }
     if let Some(tid) = target_thread(&cfg, ctx.arg(2)) {
-        switch_on(&cfg, tid, now);
+        switch_on::<false>(tid, now);
     }
     0
 }
@@ -220,27 +333,29 @@ fn reported_state(raw: u32, preempt: bool) -> u64 {
     u64::from(top)
 }
 
+/// A switch off of thread `tid`. `SLOTTED`: its record is in `SLOTS`
+/// (the BTF-typed program), else in `THREADS`.
 #[inline(always)]
-fn switch_off<const HELPER: bool>(
-    ctx: &RawTracePointContext,
-    cfg: &Config,
+fn switch_off<const HELPER: bool, const SLOTTED: bool>(
+    ctx: &impl StackIdContext,
     tid: u32,
     state: u64,
     now: u64,
 ) {
+    let events = config!(emit_events) != 0;
     // This runs at every switch of a traced thread. A kernel stack walk
     // costs microseconds; reports take stacks from the task iterator
     // instead, so only observers of events pay for them.
-    let kstack_id = if cfg.emit_events != 0 {
+    let kstack_id = if events {
         ctx.get_stackid(&STACKS, 0).unwrap_or(-1)
     } else {
         -1
     };
     // Likewise the saved user registers (ten reads): the iterator reads
     // them for reports.
-    let regs = if cfg.emit_events != 0 {
+    let regs = if events {
         // SAFETY: the current task is valid for the duration of the program.
-        unsafe { user_regs::<HELPER>(current_task::<HELPER>(), cfg) }
+        unsafe { user_regs::<HELPER>(current_task::<HELPER>(), &CONFIG.load()) }
     } else {
         UserRegs {
             syscall_nr: -1,
@@ -248,7 +363,7 @@ fn switch_off<const HELPER: bool>(
         }
     };
 
-    let Some(rec) = record(tid) else {
+    let Some(rec) = record::<SLOTTED>(tid) else {
         return;
     };
     // SAFETY: a map value pointer stays valid for the program's run.
@@ -260,23 +375,24 @@ fn switch_off<const HELPER: bool>(
         (*rec).regs = regs;
         (*rec).on_cpu = 0;
     }
-    emit(
-        cfg,
-        SwitchEvent {
-            ts_ns: now,
-            tid,
-            kind: SWITCH_OFF,
-            state,
-            kstack_id,
-            regs,
-        },
-    );
+    emit(SwitchEvent {
+        ts_ns: now,
+        tid,
+        kind: SWITCH_OFF,
+        state,
+        kstack_id,
+        regs,
+    });
 }
 
 /// Thread `tid`'s record, created at its first switch (none when the
-/// table is full).
+/// table is full): in `SLOTS` when `SLOTTED`, else in `THREADS`.
 #[inline(always)]
-fn record(tid: u32) -> Option<*mut ThreadRecord> {
+fn record<const SLOTTED: bool>(tid: u32) -> Option<*mut ThreadRecord> {
+    if SLOTTED {
+        // SAFETY: a map value pointer stays valid for the program's run.
+        return slot(tid).map(|s| unsafe { &raw mut (*s).rec });
+    }
     if let Some(rec) = THREADS.get_ptr_mut(tid) {
         return Some(rec);
     }
@@ -284,8 +400,108 @@ fn record(tid: u32) -> Option<*mut ThreadRecord> {
     THREADS.get_ptr_mut(tid)
 }
 
-fn switch_on(cfg: &Config, tid: u32, now: u64) {
-    let Some(rec) = record(tid) else {
+/// `SLOTS`' entry `i` modulo its size.
+#[inline(always)]
+fn slot_at(tid: u32, i: u32) -> Option<*mut ThreadSlot> {
+    SLOTS.get_ptr_mut(tid.wrapping_add(i) & config!(slot_mask))
+}
+
+/// Thread `tid`'s slot, if it holds one (see `rip_ebpf::ThreadSlot`).
+#[inline(always)]
+pub(crate) fn find_slot(tid: u32) -> Option<*mut ThreadSlot> {
+    // Written out rather than looped: each probe is an array access the
+    // verifier inlines, and the first one nearly always answers.
+    let hit = |s: Option<*mut ThreadSlot>| {
+        // SAFETY: a map value pointer stays valid for the program's run.
+        s.filter(|&s| unsafe { slot_tid(s) } == u64::from(tid))
+    };
+    hit(slot_at(tid, 0))
+        .or_else(|| hit(slot_at(tid, 1)))
+        .or_else(|| hit(slot_at(tid, 2)))
+        .or_else(|| hit(slot_at(tid, 3)))
+}
+
+const _: () = assert!(SLOT_PROBES == 4, "find_slot and slot probe four slots");
+
+/// A slot's `tid`, read once (a claim may change it meanwhile: see
+/// [`claim`]).
+///
+/// # Safety
+/// `s` points to a live map value.
+#[inline(always)]
+unsafe fn slot_tid(s: *mut ThreadSlot) -> u64 {
+    // SAFETY: the caller's contract; `tid` is an aligned u64 written only
+    // by whole-word compare-and-swaps.
+    unsafe { core::ptr::read_volatile(&raw const (*s).tid) }
+}
+
+/// Gives slot `s` to `tid` if it is still held by `held`: one atomic
+/// compare-and-swap (`BPF_CMPXCHG`, Linux 5.12; a kernel without it
+/// refuses the program, which is how the loader learns to fall back).
+#[inline(always)]
+fn claim(s: *mut ThreadSlot, held: u64, tid: u32) -> bool {
+    use core::intrinsics::{AtomicOrdering, atomic_cxchg};
+    // SAFETY: `s` is a live map value; `tid` is an aligned u64 that every
+    // writer changes atomically.
+    let (_, ok) = unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Acquire }>(
+            &raw mut (*s).tid,
+            held,
+            u64::from(tid),
+        )
+    };
+    ok
+}
+
+/// Thread `tid`'s slot, claimed at its first switch: a free one, else one
+/// of an exited thread; none when neither is left (counted either way,
+/// see `rip_ebpf::SlotStats`).
+#[inline(always)]
+fn slot(tid: u32) -> Option<*mut ThreadSlot> {
+    if let Some(s) = find_slot(tid) {
+        return Some(s);
+    }
+    let stats = SLOT_STATS.get_ptr_mut(0);
+    let count = |f: fn(*mut SlotStats)| {
+        if let Some(st) = stats {
+            f(st);
+        }
+    };
+    // A free slot. Two threads may race for it from two CPUs: the
+    // compare-and-swap gives it to one.
+    for i in 0..SLOT_PROBES {
+        let Some(s) = slot_at(tid, i) else { continue };
+        // SAFETY: a map value pointer stays valid for the program's run.
+        if unsafe { slot_tid(s) } == 0 && claim(s, 0, tid) {
+            // SAFETY: as above; the slot is this thread's now.
+            unsafe { (*s).rec = ThreadRecord::default() };
+            // SAFETY: this CPU's value.
+            count(|st| unsafe { (*st).claimed += 1 });
+            return Some(s);
+        }
+    }
+    // The slot of a thread that has exited: its last switch said so, and
+    // it will switch no more.
+    for i in 0..SLOT_PROBES {
+        let Some(s) = slot_at(tid, i) else { continue };
+        // SAFETY: as above.
+        let (held, state) = unsafe { (slot_tid(s), (*s).rec.state) };
+        if held != 0 && state & (task_state::DEAD | task_state::ZOMBIE) != 0 && claim(s, held, tid)
+        {
+            // SAFETY: as above.
+            unsafe { (*s).rec = ThreadRecord::default() };
+            // SAFETY: this CPU's value.
+            count(|st| unsafe { (*st).reused += 1 });
+            return Some(s);
+        }
+    }
+    // SAFETY: this CPU's value.
+    count(|st| unsafe { (*st).full += 1 });
+    None
+}
+
+fn switch_on<const SLOTTED: bool>(tid: u32, now: u64) {
+    let Some(rec) = record::<SLOTTED>(tid) else {
         return;
     };
     // SAFETY: a map value pointer stays valid for the program's run.
@@ -293,23 +509,20 @@ fn switch_on(cfg: &Config, tid: u32, now: u64) {
         (*rec).on_cpu_ns = now;
         (*rec).on_cpu = 1;
     }
-    emit(
-        cfg,
-        SwitchEvent {
-            ts_ns: now,
-            tid,
-            kind: SWITCH_ON,
-            ..SwitchEvent::default()
-        },
-    );
+    emit(SwitchEvent {
+        ts_ns: now,
+        tid,
+        kind: SWITCH_ON,
+        ..SwitchEvent::default()
+    });
 }
 
 /// `BPF_RB_NO_WAKEUP`: the reader polls on a timer instead of being woken
 /// per event, which would cost the traced threads a wakeup per switch.
 const BPF_RB_NO_WAKEUP: u64 = 1;
 
-fn emit(cfg: &Config, ev: SwitchEvent) {
-    if cfg.emit_events == 0 {
+fn emit(ev: SwitchEvent) {
+    if config!(emit_events) == 0 {
         return;
     }
     if let Some(mut slot) = EVENTS.reserve::<SwitchEvent>(0) {
@@ -497,7 +710,12 @@ fn each_task<const HELPER: bool>(ctx: *mut core::ffi::c_void) -> i32 {
         // a report's blocked time needs both to describe one moment (a
         // table read before the pass could predate a wakeup and a new
         // sleep).
-        match THREADS.get(tid) {
+        let found = if config!(slot_mask) != 0 {
+            find_slot(tid).map(|s| &(*s).rec)
+        } else {
+            THREADS.get(tid)
+        };
+        match found {
             Some(sw) => {
                 (*rec).sw_off_ns = sw.off_cpu_ns;
                 (*rec).sw_on_ns = sw.on_cpu_ns;

@@ -529,6 +529,11 @@ impl Session {
             };
             timing::phase("correlate", || correlate::live(&inputs))
         };
+        if let Ok(Some(slots)) = self.probe.slot_stats() {
+            report
+                .warnings
+                .extend(collect::kernel::switch::slot_warnings(&slots));
+        }
         match &go {
             Some(Err(why)) => report.warnings.push(why.clone()),
             Some(Ok(g)) if g.unreadable > 0 => report.warnings.push(format!(

@@ -11,7 +11,13 @@ use rip_tests::{Workload, bpf_tests_enabled};
 
 const CLI: &str = env!("CARGO_BIN_EXE_rip-probe-cli");
 /// Names of rip's programs as the kernel keeps them (bpftool shows these).
-const OURS: [&str; 3] = ["sched_switch", "task_iter", "fn_entry"];
+const OURS: [&str; 5] = [
+    "switch_btf",
+    "sched_switch",
+    "switch_kstack",
+    "task_iter",
+    "fn_entry",
+];
 
 fn bpftool(what: &str) -> serde_json::Value {
     let out = Command::new("bpftool")
@@ -115,7 +121,8 @@ fn sigkill_while_attached_leaves_nothing() {
     };
     // The uprobes are in the kernel, linked to our programs (a perf_event
     // link each, or one uprobe_multi link for all), and sched_switch's
-    // raw tracepoint link: what must go away.
+    // link (a raw tracepoint's, whether the program is the BTF-typed one
+    // or a raw one): what must go away.
     let deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
         let progs = rip_tests::bpf_programs_held_by(probe.id());

@@ -20,7 +20,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
-use rip_ebpf::names;
+use rip_ebpf::{names, offcpu::names as offcpu_names};
 use serde_json::Value;
 
 /// The workload's source: the `SNAP:` markers give the expected lines.
@@ -37,7 +37,8 @@ const HEAP_ROUNDS: u64 = 3;
 /// How long any one rip-probe or workload run may take (TCG is slow).
 const CMD_TIMEOUT: Duration = Duration::from_secs(90);
 /// The names rip's BPF programs carry in the kernel.
-const OUR_PROGS: [&str; 5] = [
+const OUR_PROGS: [&str; 6] = [
+    names::SCHED_SWITCH_BTF,
     names::SCHED_SWITCH,
     names::SCHED_SWITCH_KSTACK,
     names::TASK_ITER,
@@ -136,6 +137,7 @@ fn main() {
     report("calls", check_calls(&paths));
     report("locks", check_locks(&paths));
     report("offcpu", check_offcpu(&paths));
+    report("switch", check_switch(&paths));
     report("bounds", check_bounds(&paths));
     report("foreign", check_foreign(&paths));
     report("pidns", check_pidns(&paths));
@@ -882,6 +884,68 @@ fn check_offcpu(paths: &Paths) -> Result<String> {
         window / 1_000_000,
         stacks.len()
     ))
+}
+
+/// `switch`: which sched_switch program this kernel takes, for `--pid`
+/// and for `offcpu` (`RIP_PROBE_TIMING=1` names it): the BTF-typed one,
+/// or a raw one with the kernel's reason. Both commands must make the same
+/// choice (their BTF-typed programs need the same of the kernel), and
+/// each window must still report the workload's threads.
+fn check_switch(paths: &Paths) -> Result<String> {
+    let w = Workload::start(Command::new(&paths.uninstrumented).arg("2"))?;
+    let pid = w.pid().to_string();
+    let mut chosen = Vec::new();
+    for args in [
+        &["--pid", &pid, "--duration", "1s", "--json"][..],
+        &["offcpu", "--pid", &pid, "--duration", "1s", "--json"][..],
+    ] {
+        let (code, out, err) = run(Command::new(&paths.probe)
+            .args(args)
+            .env("RIP_PROBE_TIMING", "1"))?;
+        ensure!(
+            code == 0,
+            "rip-probe {} exited {code}: {}",
+            args.join(" "),
+            err.lines().last().unwrap_or("")
+        );
+        let v: Value = serde_json::from_str(&out)
+            .with_context(|| format!("rip-probe {}: not JSON", args.join(" ")))?;
+        ensure!(
+            v["window_ns"].as_u64().unwrap_or(0) >= 900_000_000,
+            "rip-probe {}: window {}",
+            args.join(" "),
+            v["window_ns"]
+        );
+        let program = err
+            .lines()
+            .find_map(|l| l.strip_prefix("rip-probe timing: sched_switch program: "))
+            .with_context(|| {
+                format!("rip-probe {} named no sched_switch program", args.join(" "))
+            })?;
+        let name = program.split(' ').next().unwrap_or_default();
+        let btf = [names::SCHED_SWITCH_BTF, offcpu_names::OFFCPU_SWITCH_BTF].contains(&name);
+        let raw = [
+            names::SCHED_SWITCH,
+            names::SCHED_SWITCH_KSTACK,
+            offcpu_names::OFFCPU_SWITCH,
+            offcpu_names::OFFCPU_SWITCH_KSTACK,
+        ]
+        .contains(&name);
+        ensure!(btf || raw, "unknown sched_switch program {program:?}");
+        ensure!(
+            btf || program.contains('('),
+            "{name} loaded with no reason given for the fallback: {program:?}"
+        );
+        // Said as a note too: the matrix lists notes, not what passed.
+        println!("RIPNOTE switch {} runs {program}", args[0]);
+        chosen.push((btf, program.to_string()));
+    }
+    ensure!(
+        chosen[0].0 == chosen[1].0,
+        "--pid and offcpu chose differently: {:?}",
+        chosen
+    );
+    Ok(format!("--pid {}; offcpu {}", chosen[0].1, chosen[1].1))
 }
 
 /// `bounds`: blocked times are true. A vm_stuck looked at as soon as it is

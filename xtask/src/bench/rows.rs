@@ -35,6 +35,10 @@ pub enum Tracer {
     /// `rip-probe offcpu --pid`: off-CPU time summed by stack at each
     /// switch; with `--kernel-stacks` when true.
     RipProbeOffcpu(bool),
+    /// `rip-probe --pid` (false) or `rip-probe offcpu` (true) with
+    /// `RIP_PROBE_TP_BTF=0`: the raw tracepoint program, the fallback for
+    /// kernels that refuse the BTF-typed one (and what ran before it).
+    RipProbeRawTp(bool),
     /// BCC's `offcputime -p PID` (the libbpf-tools build).
     Offcputime,
     /// `rip-probe calls --uprobe` on this function (see `calls.rs`).
@@ -195,6 +199,21 @@ impl Measured {
                     ))
                 ),
             ],
+            Tracer::RipProbeRawTp(offcpu) => {
+                let rel = super::workloads::rel(&ctx.rip_probe);
+                let args = if *offcpu {
+                    tracers::rip_probe_offcpu_args(&rel, "PID", false)
+                } else {
+                    tracers::rip_probe_args(&rel, "PID", None)
+                };
+                vec![
+                    run,
+                    format!(
+                        "RIP_PROBE_TP_BTF=0 RIP_PROBE_TIMING=1 {}",
+                        shell_words(&args)
+                    ),
+                ]
+            }
             Tracer::Offcputime => vec![run, shell_words(&tracers::offcputime_args("PID"))],
             Tracer::RipProbeCalls(f) => vec![
                 run,
@@ -261,7 +280,7 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             Ok((s, Some(bt.finish()?), None))
         }
         Tracer::RipProbe(u) => {
-            let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u)?;
+            let rp = RipProbe::attach(&ctx.rip_probe, w.pid(), u, &[])?;
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
         }
@@ -279,7 +298,17 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             Ok((s, None, rp.finish().err()))
         }
         Tracer::RipProbeOffcpu(kernel) => {
-            let rp = RipProbe::attach_offcpu(&ctx.rip_probe, w.pid(), kernel)?;
+            let rp = RipProbe::attach_offcpu(&ctx.rip_probe, w.pid(), kernel, &[])?;
+            let s = w.go(timeout)?;
+            Ok((s, None, rp.finish().err()))
+        }
+        Tracer::RipProbeRawTp(offcpu) => {
+            let raw = [("RIP_PROBE_TP_BTF", "0")];
+            let rp = if offcpu {
+                RipProbe::attach_offcpu(&ctx.rip_probe, w.pid(), false, &raw)?
+            } else {
+                RipProbe::attach(&ctx.rip_probe, w.pid(), None, &raw)?
+            };
             let s = w.go(timeout)?;
             Ok((s, None, rp.finish().err()))
         }

@@ -264,6 +264,14 @@ impl Offcputime {
 /// rip-probe's CLI attached to a process.
 pub struct RipProbe(Proc);
 
+/// `env` with rip-probe's phase timings on (the attach is waited for by
+/// its line).
+fn with_timing<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = vec![("RIP_PROBE_TIMING", "1")];
+    all.extend_from_slice(env);
+    all
+}
+
 impl RipProbe {
     /// Starts `rip-probe locks --pid PID --duration 600s` with its phase
     /// timings on, and waits until its futex programs are attached and it
@@ -283,11 +291,16 @@ impl RipProbe {
     }
 
     /// Starts `rip-probe offcpu --pid PID --duration 600s
-    /// [--kernel-stacks] --folded` with its phase timings on, and waits
-    /// until its program is attached and it has settled.
-    pub fn attach_offcpu(exe: &Path, pid: u32, kernel: bool) -> Result<RipProbe> {
+    /// [--kernel-stacks] --folded` with its phase timings on (and `env`),
+    /// and waits until its program is attached and it has settled.
+    pub fn attach_offcpu(
+        exe: &Path,
+        pid: u32,
+        kernel: bool,
+        env: &[(&str, &str)],
+    ) -> Result<RipProbe> {
         let args = rip_probe_offcpu_args(&exe.to_string_lossy(), &pid.to_string(), kernel);
-        let mut p = Proc::start(&args, &[("RIP_PROBE_TIMING", "1")])?;
+        let mut p = Proc::start(&args, &with_timing(env))?;
         p.stderr
             .as_mut()
             .expect("piped")
@@ -300,11 +313,16 @@ impl RipProbe {
     }
 
     /// Starts `rip-probe --pid PID [--uprobe F] --duration 600s` with its
-    /// phase timings on, and waits for the line saying its programs are
-    /// attached.
-    pub fn attach(exe: &Path, pid: u32, uprobe: Option<&str>) -> Result<RipProbe> {
+    /// phase timings on (and `env`), and waits for the line saying its
+    /// programs are attached.
+    pub fn attach(
+        exe: &Path,
+        pid: u32,
+        uprobe: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Result<RipProbe> {
         let args = rip_probe_args(&exe.to_string_lossy(), &pid.to_string(), uprobe);
-        let mut p = Proc::start(&args, &[("RIP_PROBE_TIMING", "1")])?;
+        let mut p = Proc::start(&args, &with_timing(env))?;
         let phase = if uprobe.is_some() {
             "rip-probe timing: attach uprobes:"
         } else {

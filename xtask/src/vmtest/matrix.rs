@@ -5,8 +5,8 @@ use std::{collections::BTreeMap, fmt::Write};
 
 /// The checks rip-vmcheck runs, in its order (the matrix's columns).
 pub const CHECKS: &[&str] = &[
-    "pid", "dump", "uprobe", "calls", "locks", "offcpu", "bounds", "foreign", "pidns", "cleanup",
-    "bulk", "leaks", "dmesg",
+    "pid", "dump", "uprobe", "calls", "locks", "offcpu", "switch", "bounds", "foreign", "pidns",
+    "cleanup", "bulk", "leaks", "dmesg",
 ];
 
 /// What one machine (the host or a guest) reported.

@@ -30,7 +30,16 @@ pub(crate) fn hash_map_data(map: &Map) -> Option<&MapData> {
     }
 }
 
-/// Every `(key, value)` of hash map `map`.
+/// The data of array map `map`, or `None` if it is of another type. Its
+/// batch reads work as a hash map's, keyed by index.
+pub(crate) fn array_data(map: &Map) -> Option<&MapData> {
+    match map {
+        Map::Array(data) => Some(data),
+        _ => None,
+    }
+}
+
+/// Every `(key, value)` of hash or array map `map`.
 pub(crate) fn lookup_all<V: Pod + Default>(map: &MapData) -> io::Result<Vec<(u32, V)>> {
     let mut out = Vec::new();
     let mut keys = vec![0u32; CHUNK];

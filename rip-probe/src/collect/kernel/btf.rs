@@ -92,6 +92,17 @@ impl KernelBtf {
             .ok_or_else(|| err(format!("no function {name}")))
     }
 
+    /// The BTF id of typedef `name`.
+    pub fn typedef_id(&self, name: &str) -> Result<u32> {
+        let ids = self
+            .btf
+            .resolve_ids_by_name(name)
+            .map_err(|e| err(format!("typedef {name}: {e}")))?;
+        ids.into_iter()
+            .find(|&id| matches!(self.btf.resolve_type_by_id(id), Ok(Type::Typedef(_))))
+            .ok_or_else(|| err(format!("no typedef {name}")))
+    }
+
     /// `sizeof(struct name)`.
     pub fn size_of(&self, name: &str) -> Result<u32> {
         let st = self.named_struct(name)?;

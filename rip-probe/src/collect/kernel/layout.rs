@@ -40,6 +40,9 @@ pub(crate) struct KernelLayout {
     /// The BTF id of `bpf_iter_task`, the iterator's attach point (0:
     /// none).
     pub(crate) iter_task_id: u32,
+    /// The BTF id of `btf_trace_sched_switch`, the type a BTF-typed
+    /// sched_switch program attaches by (0: none).
+    pub(crate) switch_tp_id: u32,
 }
 
 impl KernelLayout {
@@ -84,6 +87,7 @@ impl KernelLayout {
             } else {
                 0
             },
+            switch_tp_id: btf.typedef_id(SWITCH_TP).unwrap_or(0),
         })
     }
 
@@ -98,6 +102,7 @@ impl KernelLayout {
         out.extend_from_slice(&u32::from(self.switch_state_arg).to_le_bytes());
         out.extend_from_slice(&u32::from(self.task_iter).to_le_bytes());
         out.extend_from_slice(&self.iter_task_id.to_le_bytes());
+        out.extend_from_slice(&self.switch_tp_id.to_le_bytes());
         out
     }
 
@@ -115,6 +120,7 @@ impl KernelLayout {
         let (state_arg, rest) = rest.split_first_chunk::<4>()?;
         let (iter, rest) = rest.split_first_chunk::<4>()?;
         let (id, rest) = rest.split_first_chunk::<4>()?;
+        let (switch_id, rest) = rest.split_first_chunk::<4>()?;
         let flag = |b: &[u8; 4]| match u32::from_le_bytes(*b) {
             0 => Some(false),
             1 => Some(true),
@@ -123,12 +129,14 @@ impl KernelLayout {
         let switch_state_arg = flag(state_arg)?;
         let task_iter = flag(iter)?;
         let iter_task_id = u32::from_le_bytes(*id);
+        let switch_tp_id = u32::from_le_bytes(*switch_id);
         // Whole, and as derived: valid offsets, an attach point when there
-        // is an iterator.
+        // is an iterator, two attach points at two ids.
         if !rest.is_empty()
             || regs.valid != 1
             || task.valid != 1
             || task_iter != (iter_task_id != 0)
+            || (switch_tp_id != 0 && switch_tp_id == iter_task_id)
         {
             return None;
         }
@@ -138,15 +146,17 @@ impl KernelLayout {
             switch_state_arg,
             task_iter,
             iter_task_id,
+            switch_tp_id,
         })
     }
 }
 
-/// What aya asks of the kernel's BTF to load a task iterator: the id of
-/// its attach point, the function `bpf_iter_task`. aya would parse the
-/// whole of it for that one lookup (a quarter of a second and tens of
-/// megabytes); this is a stand-in that holds the function at its id in
-/// the kernel's BTF (from the kernel's layout, cached between runs)
+/// What aya asks of the kernel's BTF to load a task iterator or a
+/// BTF-typed tracepoint: the id of its attach point (the function
+/// `bpf_iter_task`, the type `btf_trace_sched_switch`). aya would parse
+/// the whole of it for that lookup (a quarter of a second and tens of
+/// megabytes); this is a stand-in that holds each attach point at its id
+/// in the kernel's BTF (from the kernel's layout, cached between runs)
 /// behind empty types. Built once per run, in milliseconds. A wrong id
 /// could not go unnoticed: the kernel checks the attach point's name and
 /// type.
@@ -155,35 +165,78 @@ pub(crate) fn aya_shared() -> Result<&'static aya::Btf> {
     if let Some(btf) = BUILT.get() {
         return Ok(btf);
     }
-    let id = KernelLayout::shared()?.iter_task_id;
-    if id == 0 {
+    let layout = KernelLayout::shared()?;
+    if layout.iter_task_id == 0 {
         return Err(super::Error::Unexpected {
             path: super::btf::VMLINUX.into(),
             what: format!("no function {ITER_TASK}"),
         }
         .into());
     }
-    Ok(BUILT.get_or_init(|| attach_point_btf(ITER_TASK, id)))
+    let btf = attach_point_btf(layout.iter_task_id, layout.switch_tp_id).map_err(|e| {
+        super::Error::Unexpected {
+            path: super::btf::VMLINUX.into(),
+            what: format!("the attach points' stand-in BTF: {e}"),
+        }
+    })?;
+    Ok(BUILT.get_or_init(|| btf))
 }
 
 /// The task iterator's attach point in the kernel.
 const ITER_TASK: &str = "bpf_iter_task";
+/// The sched_switch tracepoint's type, a BTF-typed program's attach point.
+pub(crate) const SWITCH_TP: &str = "btf_trace_sched_switch";
 
-/// A BTF whose type `id` is function `name`, every type before it an
-/// anonymous pointer (see [`aya_shared`]).
-fn attach_point_btf(name: &str, id: u32) -> aya::Btf {
-    use aya_obj::btf::{BtfType, Func, FuncLinkage, Ptr};
-    let mut btf = aya::Btf::new();
-    for _ in 1..id {
-        btf.add_type(BtfType::Ptr(Ptr::new(0, 0)));
+/// A BTF whose type `iter_id` is the function [`ITER_TASK`] and whose
+/// type `switch_id` (0: none) is the typedef [`SWITCH_TP`], every other
+/// type before them an anonymous pointer (see [`aya_shared`]). Written
+/// as raw BTF and parsed: aya builds no typedef of its own.
+fn attach_point_btf(iter_id: u32, switch_id: u32) -> std::result::Result<aya::Btf, String> {
+    const KIND_PTR: u32 = 2;
+    const KIND_TYPEDEF: u32 = 8;
+    const KIND_FUNC: u32 = 12;
+    // The string section: "", then the two names.
+    let mut strings = vec![0u8];
+    let mut name = |n: &str| {
+        let at = strings.len() as u32;
+        strings.extend_from_slice(n.as_bytes());
+        strings.push(0);
+        at
+    };
+    let (iter_name, switch_name) = (name(ITER_TASK), name(SWITCH_TP));
+    let last = iter_id.max(switch_id);
+    let mut types = Vec::with_capacity(last as usize * 12);
+    for id in 1..=last {
+        let (name_off, kind) = if id == iter_id {
+            (iter_name, KIND_FUNC)
+        } else if id == switch_id {
+            (switch_name, KIND_TYPEDEF)
+        } else {
+            (0, KIND_PTR)
+        };
+        for word in [name_off, kind << 24, 0] {
+            types.extend_from_slice(&word.to_le_bytes());
+        }
     }
-    let name = btf.add_string(name);
-    btf.add_type(BtfType::Func(Func::new(name, 0, FuncLinkage::Static)));
-    btf
+    let mut bytes = Vec::with_capacity(24 + types.len() + strings.len());
+    bytes.extend_from_slice(&0xeb9f_u16.to_le_bytes());
+    bytes.extend_from_slice(&[1, 0]);
+    for word in [
+        24,
+        0,
+        types.len() as u32,
+        types.len() as u32,
+        strings.len() as u32,
+    ] {
+        bytes.extend_from_slice(&word.to_le_bytes());
+    }
+    bytes.extend_from_slice(&types);
+    bytes.extend_from_slice(&strings);
+    aya::Btf::parse(&bytes, aya::Endianness::Little).map_err(|e| e.to_string())
 }
 
 /// The cache record's first bytes (and format version).
-const MAGIC: &[u8; 8] = b"RIPLAY02";
+const MAGIC: &[u8; 8] = b"RIPLAY03";
 /// No record is larger (the key is a release, a build id and a size).
 const RECORD_MAX: usize = 1024;
 
@@ -319,6 +372,7 @@ mod tests {
             switch_state_arg: true,
             task_iter: true,
             iter_task_id: 64247,
+            switch_tp_id: 70001,
         }
     }
 
@@ -347,7 +401,7 @@ mod tests {
         assert_eq!(KernelLayout::decode(&longer, KEY), None);
         let header = MAGIC.len() + 4 + KEY.len();
         // The flags: sched_switch's state argument, the task iterator.
-        for i in (0..header).chain(rec.len() - 12..rec.len() - 4) {
+        for i in (0..header).chain(rec.len() - 16..rec.len() - 8) {
             let mut bad = rec.clone();
             bad[i] ^= 0x5a;
             assert_eq!(KernelLayout::decode(&bad, KEY), None, "byte {i} changed");

@@ -18,6 +18,7 @@ mod near_names;
 pub mod offcpu;
 pub(crate) mod pidns;
 pub(crate) mod privileges;
+pub mod switch;
 pub(crate) mod tracefs;
 pub mod uprobe;
 mod uprobe_multi;
@@ -29,9 +30,11 @@ use std::{collections::HashMap, path::PathBuf, time::Duration};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{MapData, RingBuf, StackTraceMap},
-    programs::{Iter, RawTracePoint},
+    programs::Iter,
 };
-use rip_ebpf::{Config, FnHit, SwitchEvent, TaskRecord, TaskWait, ThreadRecord, names};
+use rip_ebpf::{
+    Config, FnHit, SlotStats, SwitchEvent, TaskRecord, TaskWait, ThreadRecord, ThreadSlot, names,
+};
 use rustix::{
     event::{PollFd, PollFlags, poll},
     io::Errno,
@@ -58,7 +61,9 @@ pub struct KernelProbe {
     /// sched_switch records the target's switches (see
     /// [`KernelProbe::snapshots_only`]).
     switches: bool,
-    switch_link: Option<aya::programs::raw_trace_point::RawTracePointLinkId>,
+    switch_link: Option<switch::SwitchLink>,
+    /// The sched_switch program loaded, and why (none without switches).
+    switch_choice: Option<switch::SwitchChoice>,
     /// What the kernel offers, and so which build of the programs is loaded.
     features: features::KernelFeatures,
     /// When rip-probe runs in a pid namespace other than the host's: the
@@ -91,6 +96,32 @@ enum Watch {
     Nothing,
 }
 
+/// Where the per-thread records are kept.
+#[derive(Clone, Copy)]
+enum Table {
+    /// `THREADS`, a hash map (the raw tracepoint programs).
+    Hash,
+    /// `SLOTS`, an array (the BTF-typed program).
+    Slots,
+}
+
+/// Entries of the `SLOTS` array for `entries` threads: a power of two
+/// (a thread's slots are found by masking its id), within the bound.
+fn slot_entries(entries: u32) -> u32 {
+    entries
+        .max(MIN_THREAD_ENTRIES)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_THREAD_ENTRIES)
+        .min(MAX_THREAD_ENTRIES)
+}
+
+/// The `--pid` session's sched_switch programs.
+const SWITCH_NAMES: switch::SwitchNames = switch::SwitchNames {
+    btf: names::SCHED_SWITCH_BTF,
+    raw_helper: names::SCHED_SWITCH,
+    raw_kstack: names::SCHED_SWITCH_KSTACK,
+};
+
 /// The smallest per-thread map.
 const MIN_THREAD_ENTRIES: u32 = 1024;
 /// The largest (the programs' compiled-in size).
@@ -108,8 +139,9 @@ pub(crate) struct SwitchSetup {
 
 impl SwitchSetup {
     /// Checks that `tgid` exists and that rip-probe may trace it, and
-    /// reads the layouts (sched_switch is a raw tracepoint: no tracefs). `regs` forces a build of
-    /// the register-reading programs (see [`KernelProbe::attach_with`]).
+    /// reads the layouts (sched_switch is a raw or BTF-typed tracepoint:
+    /// no tracefs). `regs` forces a build of the register-reading programs
+    /// (see [`KernelProbe::attach_with`]).
     pub(crate) fn new(
         tgid: u32,
         events: bool,
@@ -132,6 +164,7 @@ impl SwitchSetup {
             emit_events: u32::from(events),
             pid_ns: rip_ebpf::pid_ns::HOST,
             switch_state_arg: u32::from(layout.switch_state_arg),
+            slot_mask: 0,
         };
 
         Ok(SwitchSetup { config, features })
@@ -154,13 +187,24 @@ impl KernelProbe {
     /// [`Self::attach`], loading the given build of the register-reading
     /// programs instead of the one the kernel's features select: the build
     /// for older kernels also runs on newer ones, which is how it is tested
-    /// without booting them.
+    /// without booting them. A forced build also means the raw
+    /// sched_switch tracepoint rather than the BTF-typed one (see
+    /// [`switch`]).
     pub fn attach_with(
         tgid: u32,
         events: bool,
         regs: Option<features::RegsSource>,
     ) -> Result<Self> {
-        Self::load(tgid, Watch::Switches { events }, regs)
+        Self::load(tgid, Watch::Switches { events }, regs, None)
+    }
+
+    /// [`Self::attach`] with `slots` entries in the BTF-typed program's
+    /// per-thread array (a power of two, at least
+    /// [`rip_ebpf::SLOT_PROBES`]) instead of room for twice the target's
+    /// threads: how a full array is tested.
+    pub fn attach_with_slots(tgid: u32, slots: u32) -> Result<Self> {
+        let slots = slots.max(rip_ebpf::SLOT_PROBES).next_power_of_two();
+        Self::load(tgid, Watch::Switches { events: false }, None, Some(slots))
     }
 
     /// Loads only what a snapshot of process `tgid` needs: the task
@@ -177,7 +221,7 @@ impl KernelProbe {
     /// [`Self::snapshots_only`] with the given build of the task iterator
     /// (as [`Self::attach_with`]).
     pub fn snapshots_only_with(tgid: u32, regs: Option<features::RegsSource>) -> Result<Self> {
-        Self::load(tgid, Watch::Nothing, regs)
+        Self::load(tgid, Watch::Nothing, regs, None)
     }
 
     /// Whether this probe records the target's context switches (see
@@ -186,14 +230,19 @@ impl KernelProbe {
         self.switches
     }
 
-    fn load(tgid: u32, watch: Watch, regs: Option<features::RegsSource>) -> Result<Self> {
+    fn load(
+        tgid: u32,
+        watch: Watch,
+        regs: Option<features::RegsSource>,
+        slots: Option<u32>,
+    ) -> Result<Self> {
         let events = matches!(watch, Watch::Switches { events: true });
         let switches = matches!(watch, Watch::Switches { .. });
         let SwitchSetup {
             mut config,
             features,
         } = SwitchSetup::new(tgid, events, regs)?;
-        let (switch_prog, iter_prog) = features.regs_source().programs();
+        let (_, iter_prog) = features.regs_source().programs();
 
         // The programs need no CO-RE relocations, so the loader goes
         // without the kernel's BTF. In a pid namespace of rip-probe's own,
@@ -221,29 +270,60 @@ impl KernelProbe {
         } else {
             1
         };
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .override_global(names::CONFIG, &config, true)
-            .map_max_entries(names::THREADS, entries)
-            .map_max_entries(names::LAST_FN, entries)
-            // Kernel stacks at switch time are only taken for observers.
-            .map_max_entries(names::STACKS, if events { 1 << 14 } else { 1 })
-            .map_max_entries(names::EVENTS, if events { 1 << 20 } else { 4096 })
-            .load(EBPF_OBJECT)
-            .map_err(Error::load)?;
+        let slots = slots.unwrap_or_else(|| slot_entries(entries));
+        let object = |config: &Config, table: Table| {
+            let (hash, slots) = match table {
+                Table::Hash => (entries, 1),
+                Table::Slots => (1, slots),
+            };
+            EbpfLoader::new()
+                .btf(None)
+                .override_global(names::CONFIG, config, true)
+                .map_max_entries(names::THREADS, hash)
+                .map_max_entries(names::SLOTS, slots)
+                .map_max_entries(names::LAST_FN, entries)
+                // Kernel stacks at switch time are only taken for observers.
+                .map_max_entries(names::STACKS, if events { 1 << 14 } else { 1 })
+                .map_max_entries(names::EVENTS, if events { 1 << 20 } else { 4096 })
+                .load(EBPF_OBJECT)
+                .map_err(Error::load)
+        };
 
         // The program learns the target's threads from the tasks it sees
-        // switch: the table needs no seeding.
-        let switch_link = if switches {
-            let prog: &mut RawTracePoint = program(&mut ebpf, switch_prog)?;
-            prog.load()
-                .map_err(|e| Error::program(ProgramOp::Load, "sched_switch", e))?;
-            Some(
-                prog.attach("sched_switch")
-                    .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?,
-            )
-        } else {
-            None
+        // switch: the table needs no seeding. The BTF-typed program keeps
+        // them in an array, the raw one in a hash map: the object is
+        // loaded for the first, and again for the second if the kernel
+        // refuses the first (the maps are sized before the programs load).
+        let wanted = switch::Wanted::new(features.regs_source(), regs);
+        let mut refused = None;
+        let mut slotted = None;
+        if switches && wanted.btf {
+            config.slot_mask = slots - 1;
+            let mut ebpf = object(&config, Table::Slots)?;
+            match timing::phase("load sched_switch", || {
+                switch::try_btf(&mut ebpf, SWITCH_NAMES.btf)
+            }) {
+                Ok(()) => slotted = Some(ebpf),
+                Err(why) => refused = Some(why),
+            }
+        }
+        let (mut ebpf, choice) = match slotted {
+            Some(ebpf) => (ebpf, Some(switch::btf_choice(SWITCH_NAMES))),
+            None => {
+                config.slot_mask = 0;
+                let mut ebpf = object(&config, Table::Hash)?;
+                let choice = if switches {
+                    let why = refused.unwrap_or_else(|| wanted.not_btf());
+                    Some(switch::load_raw(&mut ebpf, SWITCH_NAMES, wanted.raw, why)?)
+                } else {
+                    None
+                };
+                (ebpf, choice)
+            }
+        };
+        let (switch_link, switch_choice) = match choice {
+            Some(choice) => (Some(switch::attach(&mut ebpf, &choice)?), Some(choice)),
+            None => (None, None),
         };
 
         Ok(KernelProbe {
@@ -254,6 +334,7 @@ impl KernelProbe {
             waits_loaded: false,
             switches,
             switch_link,
+            switch_choice,
             features,
             ids,
             uprobe_links: Vec::new(),
@@ -269,6 +350,12 @@ impl KernelProbe {
     /// offsets), for diagnostics.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The sched_switch program this probe runs, and why that one (`None`
+    /// for a probe that takes snapshots only).
+    pub fn switch_choice(&self) -> Option<&switch::SwitchChoice> {
+        self.switch_choice.as_ref()
     }
 
     /// What the running kernel offers, as probed at attach.
@@ -287,7 +374,46 @@ impl KernelProbe {
 
     /// The per-thread records the programs have written so far.
     pub fn threads(&self) -> Result<HashMap<u32, ThreadRecord>> {
-        self.read_table(names::THREADS)
+        Ok(self.our_ids(self.switch_records()?))
+    }
+
+    /// The per-thread records by the kernel's thread ids: from `SLOTS`
+    /// (the BTF-typed program) or `THREADS` (the raw one).
+    fn switch_records(&self) -> Result<HashMap<u32, ThreadRecord>> {
+        if self.config.slot_mask == 0 {
+            return self.read_global_table::<ThreadRecord>(names::THREADS);
+        }
+        let map = self
+            .ebpf
+            .map(names::SLOTS)
+            .and_then(batch::array_data)
+            .ok_or_else(|| missing(names::SLOTS))?;
+        let slots = batch::lookup_all::<ThreadSlot>(map)
+            .map_err(|e| Error::map_batch(MapOp::Read, names::SLOTS, e))?;
+        Ok(slots
+            .into_iter()
+            .filter_map(|(_, s)| Some((u32::try_from(s.tid).ok().filter(|&t| t != 0)?, s.rec)))
+            .collect())
+    }
+
+    /// How the BTF-typed program's slots fared, summed over the CPUs
+    /// (`None`: the raw program runs, with its hash map).
+    pub fn slot_stats(&self) -> Result<Option<SlotStats>> {
+        if self.config.slot_mask == 0 {
+            return Ok(None);
+        }
+        let map: aya::maps::PerCpuArray<_, SlotStats> = aya::maps::PerCpuArray::try_from(
+            self.ebpf
+                .map(names::SLOT_STATS)
+                .ok_or_else(|| missing(names::SLOT_STATS))?,
+        )
+        .map_err(|e| Error::map(MapOp::Open, names::SLOT_STATS, e))?;
+        let per_cpu = map
+            .get(&0, 0)
+            .map_err(|e| Error::map(MapOp::Read, names::SLOT_STATS, e))?;
+        let mut sum = SlotStats::default();
+        per_cpu.iter().for_each(|c| sum.merge(c));
+        Ok(Some(sum))
     }
 
     /// `table`, keyed by the BPF's thread ids, keyed by rip-probe's
@@ -300,12 +426,7 @@ impl KernelProbe {
     }
 
     /// A whole `HashMap<u32, V>` map of the programs (keyed by thread),
-    /// copied out, with rip-probe's thread ids.
-    fn read_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
-        Ok(self.our_ids(self.read_global_table(name)?))
-    }
-
-    /// [`Self::read_table`] with the kernel's global ids.
+    /// copied out, with the kernel's global thread ids.
     fn read_global_table<V: aya::Pod + Default>(&self, name: &str) -> Result<HashMap<u32, V>> {
         let map = self
             .ebpf
@@ -323,9 +444,7 @@ impl KernelProbe {
     /// translated after the pass, which learns the ids of threads created
     /// during the window.
     pub fn snapshot(&mut self, with_tasks: bool) -> Result<KernelSnapshot> {
-        let switches = timing::phase("read thread map", || {
-            self.read_global_table::<ThreadRecord>(names::THREADS)
-        })?;
+        let switches = timing::phase("read thread map", || self.switch_records())?;
         let hits = self.read_global_table::<FnHit>(names::LAST_FN)?;
         let tasks = if with_tasks {
             timing::phase("task iterator", || self.tasks())?
@@ -405,14 +524,9 @@ impl KernelProbe {
     /// (tens of milliseconds), which need not delay the report. The maps
     /// stay readable.
     pub fn detach_switches(&mut self) -> Result<()> {
-        let Some(id) = self.switch_link.take() else {
+        let Some(link) = self.switch_link.take() else {
             return Ok(());
         };
-        let (switch_prog, _) = self.features.regs_source().programs();
-        let prog: &mut RawTracePoint = program(&mut self.ebpf, switch_prog)?;
-        let link = prog
-            .take_link(id)
-            .map_err(|e| Error::program(ProgramOp::TakeLink, "the sched_switch link", e))?;
         crate::util::background::spawn("rip-detach", move || drop(link));
         Ok(())
     }
@@ -547,6 +661,7 @@ pub(crate) fn loader_without_session_maps<'a>() -> EbpfLoader<'a> {
     let mut l = EbpfLoader::new();
     l.btf(None)
         .map_max_entries(names::THREADS, 1)
+        .map_max_entries(names::SLOTS, 1)
         .map_max_entries(names::LAST_FN, 1)
         .map_max_entries(names::STACKS, 1)
         .map_max_entries(names::EVENTS, 4096);

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
-    programs::RawTracePoint,
 };
 use rip_ebpf::{
     names as base_names,
@@ -18,11 +17,17 @@ use rip_ebpf::{
     },
 };
 
-use super::{SwitchSetup, features::RegsSource, missing, pidns::NsIds, program};
+use super::{
+    SwitchSetup,
+    features::RegsSource,
+    missing,
+    pidns::NsIds,
+    switch::{self, SwitchChoice, SwitchLink, SwitchNames},
+};
 use crate::{
     collect::{
         Result,
-        kernel::{Error, MapOp, ProgramOp},
+        kernel::{Error, MapOp},
     },
     util::monotonic_ns,
 };
@@ -37,6 +42,13 @@ pub struct OffCpuOptions {
     /// Read each thread's last librip snap (the target maps a ring).
     pub snaps: bool,
 }
+
+/// `offcpu`'s sched_switch programs.
+const OFFCPU_NAMES: SwitchNames = SwitchNames {
+    btf: names::OFFCPU_SWITCH_BTF,
+    raw_helper: names::OFFCPU_SWITCH,
+    raw_kstack: names::OFFCPU_SWITCH_KSTACK,
+};
 
 /// `BPF_NOEXIST`: insert only if absent.
 const BPF_NOEXIST: u64 = 1;
@@ -54,8 +66,9 @@ const KERNEL_STACKS: u32 = 1 << 14;
 /// descriptor).
 pub struct OffCpuProbe {
     ebpf: Ebpf,
-    program: &'static str,
-    link: Option<aya::programs::raw_trace_point::RawTracePointLinkId>,
+    /// The sched_switch program loaded, and why that one.
+    choice: SwitchChoice,
+    link: Option<SwitchLink>,
     /// In a pid namespace other than the host's (a debug container): the
     /// target's global ids against the namespace's.
     ids: Option<NsIds>,
@@ -83,10 +96,7 @@ impl OffCpuProbe {
         if let Some(ids) = &ids {
             setup.config.target_tgid = ids.table.global_tgid();
         }
-        let prog_name = match setup.features.regs_source() {
-            RegsSource::Helper => names::OFFCPU_SWITCH,
-            RegsSource::KernelStack => names::OFFCPU_SWITCH_KSTACK,
-        };
+        let wanted = switch::Wanted::new(setup.features.regs_source(), regs);
         let per_thread = u32::try_from(threads.saturating_mul(2).saturating_add(1024))
             .unwrap_or(u32::MAX)
             .min(1 << 18);
@@ -118,18 +128,14 @@ impl OffCpuProbe {
             )
             .load(super::EBPF_OBJECT)
             .map_err(Error::load)?;
-        let prog: &mut RawTracePoint = program(&mut ebpf, prog_name)?;
-        prog.load()
-            .map_err(|e| Error::program(ProgramOp::Load, prog_name, e))?;
+        let choice = switch::load(&mut ebpf, OFFCPU_NAMES, wanted)?;
         // The window begins just before the attach (after the load, which
         // can take long): every period the program sums starts inside it.
         let start_ns = monotonic_ns();
-        let link = prog
-            .attach("sched_switch")
-            .map_err(|e| Error::program(ProgramOp::Attach, "sched:sched_switch", e))?;
+        let link = switch::attach(&mut ebpf, &choice)?;
         Ok(OffCpuProbe {
             ebpf,
-            program: prog_name,
+            choice,
             link: Some(link),
             ids,
             start_ns,
@@ -160,14 +166,15 @@ impl OffCpuProbe {
         }
     }
 
+    /// The sched_switch program this probe runs, and why that one.
+    pub fn switch_choice(&self) -> &SwitchChoice {
+        &self.choice
+    }
+
     /// Detaches the program: the totals stop growing and stay readable.
     pub fn detach(&mut self) -> Result<()> {
-        let Some(id) = self.link.take() else {
-            return Ok(());
-        };
-        let prog: &mut RawTracePoint = program(&mut self.ebpf, self.program)?;
-        prog.detach(id)
-            .map_err(|e| Error::program(ProgramOp::Detach, "sched:sched_switch", e).into())
+        drop(self.link.take());
+        Ok(())
     }
 
     fn hash_map<K: aya::Pod, V: aya::Pod>(
