@@ -31,7 +31,7 @@ use aya_ebpf::{
 };
 use rip_ebpf::{
     Config, FnHit, KERNEL_STACK_SIZES, SLOT_PROBES, SWITCH_OFF, SWITCH_ON, SlotStats, SwitchEvent,
-    TASK_STACK_DEPTH, TaskRecord, ThreadRecord, ThreadSlot, UserRegs, pid_ns, task_state,
+    TASK_STACK_DEPTH, TaskRecord, ThreadRecord, ThreadSlot, UserRegs, task_state,
 };
 
 /// Hash maps used from tracing programs are preallocated (flags 0): a
