@@ -38,7 +38,7 @@ use std::{
 };
 
 use crate::writer::alloc::REQUESTED_MEAN;
-pub use crate::writer::alloc::{SAMPLE_ENV, TABLE_ENV};
+pub use crate::writer::alloc::{CHECK_UNWIND_ENV, SAMPLE_ENV, TABLE_ENV};
 
 /// The environment variable naming the ring a preloaded librip creates
 /// (`%p` is the pid); without it, the default path (with `.1`, `.2`, …
