@@ -36,11 +36,17 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unwind.h>
 
 #include "alloc.h"
 #include "unwind.h"
+
+/* Linux 5.14's; older headers lack it (older kernels say EINVAL). */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 /* Region header (docs/FORMAT.md). */
 #define RA_ENTRY_WORDS (RIP_ALLOC_ENTRY_SIZE / 8)
@@ -239,6 +245,8 @@ static void filter_add(uint64_t addr, int d)
 void rip_alloc_mark_forever(const void *ptr)
 {
     __atomic_store_n(&rip_alloc_near[rip_alloc_near_slot(ptr)], 255, __ATOMIC_RELAXED);
+    __atomic_store_n(&rip_alloc_far[rip_alloc_far_slot((uint64_t)(uintptr_t)ptr)], 255,
+                     __ATOMIC_RELAXED);
 }
 
 /* The frames as walked: the one into the walk's first function's caller
@@ -412,15 +420,15 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
 
 void rip_alloc_forget(void *ptr)
 {
-    if (rip_alloc_maybe_sampled(ptr))
-        rip_alloc_forget_past_first_look(ptr);
+    if (rip_alloc_maybe_sampled(ptr) && rip_alloc_maybe_sampled_far(ptr))
+        rip_alloc_forget_looked(ptr);
 }
 
-void rip_alloc_forget_past_first_look(void *ptr)
+void rip_alloc_forget_looked(void *ptr)
 {
     uint64_t *entries = ra_entries;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
-    if (!rip_alloc_maybe_sampled_far(ptr) || entries == 0 || ptr == 0)
+    if (entries == 0 || ptr == 0)
         return;
     uint64_t h = table_hash(addr);
     for (unsigned i = 0; i < RIP_ALLOC_PROBE; i++) {
@@ -448,12 +456,20 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     ra_header = region;
     ra_mask = capacity - 1;
     ra_mean = mean ? mean : 1;
+    /* The table's pages were reserved in the file (fallocate): mapping
+     * them all now costs no memory and takes the page faults (up to one
+     * per 16 entries) out of the samples. Kernels before 5.14 say EINVAL:
+     * then the samples fault them in, as before. */
+    (void)madvise(region, RIP_ALLOC_HEADER_SIZE + capacity * RIP_ALLOC_ENTRY_SIZE,
+                  MADV_POPULATE_WRITE);
     /* Counts of another table (a forked child's parent's) go; the marks
      * of bootstrap blocks stay. */
     for (unsigned i = 0; i < RIP_ALLOC_NEAR_BUCKETS; i++)
         if (rip_alloc_near[i] != 255)
             rip_alloc_near[i] = 0;
-    memset(rip_alloc_far, 0, sizeof rip_alloc_far);
+    for (unsigned i = 0; i < sizeof rip_alloc_far; i++)
+        if (rip_alloc_far[i] != 255)
+            rip_alloc_far[i] = 0;
     __atomic_fetch_add(&ra_generation, 1, __ATOMIC_RELEASE);
     /* The calling thread draws afresh on its next allocation; others do
      * once their countdown runs out (within OFF_AHEAD bytes). */

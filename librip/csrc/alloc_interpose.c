@@ -90,7 +90,7 @@ static void *bootstrap_alloc(size_t size, size_t align)
             return 0;
     } while (!__atomic_compare_exchange_n(&bootstrap_used, &at, end, 1, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));
-    /* free and realloc of it go past their first look, to in_bootstrap. */
+    /* free and realloc of it go past both looks, to in_bootstrap. */
     rip_alloc_mark_forever(bootstrap + start);
     /* Static storage is zeroed: calloc's contract holds. */
     return bootstrap + start;
@@ -209,15 +209,13 @@ __attribute__((visibility("default"))) void *calloc(size_t n, size_t size)
     COMMON_PATH(calloc, (n, size), n * size, (n, size, CALLER));
 }
 
-/* free of an address the first look lets through: nearly always one
- * that shares its bucket with a live sample, which the second look lets
- * go on to the real free. */
-static __attribute__((noinline, cold)) void free_slow(void *p)
+/* free of an address both looks let through: a sampled block (or a
+ * bootstrap one, or one whose buckets it shares with a sampled one). */
+static __attribute__((noinline, cold)) void free_sampled(void *p)
 {
     if (in_bootstrap(p))
         return;
-    if (__builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
-        rip_alloc_forget_past_first_look(p);
+    rip_alloc_forget_looked(p);
     real.free(p);
 }
 
@@ -229,10 +227,15 @@ static __attribute__((noinline, cold)) void free_early(void *p)
     real.free(p);
 }
 
+/* An address the first look lets through nearly always shares its
+ * bucket with a live sample and no more: the second look, a few
+ * instructions in the cold part of this function, lets it go on to the
+ * real free. */
 __attribute__((visibility("default"))) void free(void *p)
 {
-    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0))
-        return free_slow(p);
+    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0) &&
+        __builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
+        return free_sampled(p);
     real.free(p);
 }
 
@@ -259,7 +262,7 @@ static __attribute__((noinline, cold)) void *realloc_forgetting(void *p, size_t 
 {
     if (in_bootstrap(p))
         return bootstrap_realloc(p, size);
-    rip_alloc_forget_past_first_look(p);
+    rip_alloc_forget_looked(p);
     if (!rip_alloc_countdown(size))
         return real.realloc(p, size);
     return realloc_past(p, size, caller);
@@ -270,7 +273,8 @@ static __attribute__((noinline, cold)) void *realloc_forgetting(void *p, size_t 
  * and records nothing, since it returns null). */
 __attribute__((visibility("default"))) void *realloc(void *p, size_t size)
 {
-    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0))
+    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0) &&
+        __builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
         return realloc_forgetting(p, size, CALLER);
     if (__builtin_expect(!rip_alloc_countdown(size), 1))
         return real.realloc(p, size);
