@@ -290,16 +290,19 @@ int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned 
                 return -1;
         }
         unsigned flags = r->flags;
-        if (__builtin_expect(flags & RIP_CFI_END, 0))
-            return (int)n;
-        uint64_t base = sp;
-        if (flags & RIP_CFI_CFA_RBP) {
-            /* A CFA from an rbp no rule has said: libgcc's to walk. */
-            if (bp_lost)
-                return -1;
-            base = bp;
+        uint64_t cfa = sp + (uint64_t)(int64_t)r->cfa_off;
+        if (__builtin_expect(flags & ~RIP_CFI_BP_SAVED, 0)) {
+            if (flags & RIP_CFI_END)
+                return (int)n;
+            if (flags & RIP_CFI_CFA_RBP) {
+                /* A CFA from an rbp no rule has said: libgcc's to walk. */
+                if (bp_lost)
+                    return -1;
+                cfa = bp + (uint64_t)(int64_t)r->cfa_off;
+            }
+            if (flags & RIP_CFI_BP_UNDEFINED)
+                bp_lost = 1;
         }
-        uint64_t cfa = base + (uint64_t)(int64_t)r->cfa_off;
         /* The stack grows down: a caller's frame lies above. Anything else
          * is a rule this walk misread. */
         if (__builtin_expect(cfa - sp - 1 >= (1u << 24), 0))
@@ -307,8 +310,6 @@ int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned 
         if (flags & RIP_CFI_BP_SAVED) {
             bp = *(const uint64_t *)(uintptr_t)(cfa + (uint64_t)(int64_t)r->bp_off);
             bp_lost = 0;
-        } else if (flags & RIP_CFI_BP_UNDEFINED) {
-            bp_lost = 1;
         }
         uint64_t ip = *(const uint64_t *)(uintptr_t)(cfa - 8);
         sp = cfa;
