@@ -8,11 +8,12 @@
  * never guessed.
  *
  * The .eh_frame of a loaded module is this process's own read-only
- * memory, which libgcc's unwinder reads the same way; the numbers read
- * inside a record (LEB128s, the augmentation) stay inside the length it
- * gives.
+ * memory, which libgcc's unwinder reads the same way. Every read still
+ * stays inside the two records' lengths (rip_cfi_rule_in takes them as
+ * bounds, so that any bytes can be given to it: the fuzz target `cfi`).
  */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdint.h>
 
 #include "unwind.h"
@@ -116,10 +117,23 @@ struct cie {
     int has_aug_data;
 };
 
-static int parse_cie(const uint8_t *p, struct cie *c)
+/* Skips `n` bytes of [*p, end): 0 when they are not there. */
+static int skip(const uint8_t **p, const uint8_t *end, uint64_t n)
 {
+    if (n > (uint64_t)(end - *p))
+        return 0;
+    *p += n;
+    return 1;
+}
+
+/* The CIE record at `p`, of at most `size` bytes. */
+static int parse_cie(const uint8_t *p, size_t size, struct cie *c)
+{
+    if (size < 9)
+        return 0;
     uint32_t len = load32(p);
-    if (len == 0 || len == 0xffffffffu)
+    /* 0xffffffff: a 64-bit length follows (never in .eh_frame). */
+    if (len < 5 || len == 0xffffffffu || len > size - 4)
         return 0;
     const uint8_t *end = p + 4 + len;
     p += 4;
@@ -137,14 +151,21 @@ static int parse_cie(const uint8_t *p, struct cie *c)
     p++;
     c->code_align = uleb(&p, end);
     c->data_align = sleb(&p, end);
-    c->ra_reg = version == 1 ? *p++ : uleb(&p, end);
+    if (version == 1) {
+        if (p >= end)
+            return 0;
+        c->ra_reg = *p++;
+    } else {
+        c->ra_reg = uleb(&p, end);
+    }
     c->fde_enc = 0; /* absptr */
     c->has_aug_data = aug[0] == 'z';
     if (c->has_aug_data) {
         uint64_t n = uleb(&p, end);
-        const uint8_t *data = p, *data_end = p + n;
-        if (data_end > end)
+        const uint8_t *data = p;
+        if (!skip(&p, end, n))
             return 0;
+        const uint8_t *data_end = p;
         for (const char *a = aug + 1; *a; a++) {
             if (data >= data_end)
                 return 0;
@@ -153,16 +174,14 @@ static int parse_cie(const uint8_t *p, struct cie *c)
             } else if (*a == 'L') {
                 data++;
             } else if (*a == 'P') {
-                int size = enc_size(*data++);
-                if (size < 0)
+                int n = enc_size(*data++);
+                if (n < 0 || !skip(&data, data_end, (uint64_t)n))
                     return 0;
-                data += size;
             } else {
                 /* 'S' (a signal frame) and anything unknown. */
                 return 0;
             }
         }
-        p = data_end;
     } else if (aug[0] != 0) {
         return 0;
     }
@@ -267,12 +286,14 @@ static int run(const uint8_t *p, const uint8_t *end, const struct cie *c, uint64
             break;
         case 0x0f: /* def_cfa_expression */
             r->cfa_expr = 1;
-            p += uleb(&p, end);
+            if (!skip(&p, end, uleb(&p, end)))
+                return 0;
             break;
         case 0x10: /* expression */
         case 0x16: /* val_expression */
             reg = uleb(&p, end);
-            p += uleb(&p, end);
+            if (!skip(&p, end, uleb(&p, end)))
+                return 0;
             set_reg(r, reg, UNSUPPORTED, 0);
             break;
         case 0x11: /* offset_extended_sf */
@@ -317,28 +338,36 @@ int rip_cfi_rule(uint64_t pc, struct rip_cfi_rule *rule)
     const uint8_t *fde = _Unwind_Find_FDE((void *)(uintptr_t)pc, &bases);
     if (fde == 0)
         return -1;
+    /* The records' own lengths bound the reads, as libgcc trusts them. */
+    const uint8_t *cie = fde + 4 - load32(fde + 4);
+    return rip_cfi_rule_in(fde, 4 + (size_t)load32(fde), cie, 4 + (size_t)load32(cie),
+                           (uint64_t)(uintptr_t)bases.func, pc, rule);
+}
+
+int rip_cfi_rule_in(const uint8_t *fde, size_t fde_size, const uint8_t *cie, size_t cie_size,
+                    uint64_t func, uint64_t pc, struct rip_cfi_rule *rule)
+{
+    if (fde_size < 8)
+        return 0;
     uint32_t len = load32(fde);
-    if (len == 0 || len == 0xffffffffu)
+    if (len < 4 || len == 0xffffffffu || len > fde_size - 4)
         return 0;
     const uint8_t *end = fde + 4 + len;
-    const uint8_t *cie_ptr = fde + 4 - load32(fde + 4);
     struct cie c;
-    if (!parse_cie(cie_ptr, &c) || c.ra_reg != REG_RA)
+    if (!parse_cie(cie, cie_size, &c) || c.ra_reg != REG_RA)
         return 0;
     int size = enc_size(c.fde_enc);
-    if (size < 0)
+    const uint8_t *p = fde + 8;
+    if (size < 0 || !skip(&p, end, 2 * (uint64_t)size))
         return 0;
-    const uint8_t *p = fde + 8 + 2 * size;
-    if (c.has_aug_data)
-        p += uleb(&p, end);
-    if (p > end)
+    if (c.has_aug_data && !skip(&p, end, uleb(&p, end)))
         return 0;
 
     struct row init = {.cfa_reg = REG_RSP, .bp = {SAME, 0}, .ra = {UNDEFINED, 0}};
     if (!run(c.insns, c.end, &c, 0, UINT64_MAX, &init, &init))
         return 0;
     struct row r = init;
-    if (!run(p, end, &c, (uint64_t)(uintptr_t)bases.func, pc, &r, &init))
+    if (!run(p, end, &c, func, pc, &r, &init))
         return 0;
 
     if (r.cfa_expr || (r.cfa_reg != REG_RSP && r.cfa_reg != REG_RBP))
@@ -365,6 +394,13 @@ int rip_cfi_rule(uint64_t pc, struct rip_cfi_rule *rule)
 {
     (void)pc;
     (void)rule;
+    return 0;
+}
+
+int rip_cfi_rule_in(const uint8_t *fde, size_t fde_size, const uint8_t *cie, size_t cie_size,
+                    uint64_t func, uint64_t pc, struct rip_cfi_rule *rule)
+{
+    (void)fde, (void)fde_size, (void)cie, (void)cie_size, (void)func, (void)pc, (void)rule;
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #ifndef RIP_UNWIND_H
 #define RIP_UNWIND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* What stepping over one frame on x86-64 needs, from the DWARF CFI at an
@@ -42,5 +43,11 @@ const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
  * walks with libgcc), -1 no FDE (the end of what CFI can walk, as for
  * libgcc). Reads only the loaded modules' .eh_frame; never allocates. */
 int rip_cfi_rule(uint64_t pc, struct rip_cfi_rule *rule);
+
+/* The same from an FDE record (`fde_size` bytes at most) and its CIE
+ * record (`cie_size` at most), of a function starting at `func`: any
+ * bytes, every read inside those bounds. */
+int rip_cfi_rule_in(const uint8_t *fde, size_t fde_size, const uint8_t *cie, size_t cie_size,
+                    uint64_t func, uint64_t pc, struct rip_cfi_rule *rule);
 
 #endif

@@ -38,6 +38,9 @@ use std::{
 };
 
 use crate::writer::alloc::REQUESTED_MEAN;
+
+#[doc(hidden)]
+pub mod cfi;
 pub use crate::writer::alloc::{CHECK_UNWIND_ENV, SAMPLE_ENV, TABLE_ENV};
 
 /// The environment variable naming the ring a preloaded librip creates
