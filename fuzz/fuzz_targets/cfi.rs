@@ -9,52 +9,9 @@
 use libfuzzer_sys::fuzz_target;
 use librip::alloc::cfi;
 
-/// Two pages, the second inaccessible; `hold` puts bytes at the end of
-/// the first.
-struct Guarded {
-    base: *mut u8,
-    page: usize,
-}
-
-impl Guarded {
-    fn new() -> Guarded {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        // SAFETY: a fresh private mapping, its second page made
-        // inaccessible; never unmapped (one per fuzzing thread).
-        let base = unsafe {
-            let m = libc::mmap(
-                std::ptr::null_mut(),
-                2 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(m, libc::MAP_FAILED);
-            assert_eq!(
-                libc::mprotect(m.cast::<u8>().add(page).cast(), page, libc::PROT_NONE),
-                0
-            );
-            m.cast::<u8>()
-        };
-        Guarded { base, page }
-    }
-
-    fn hold(&mut self, bytes: &[u8]) -> &[u8] {
-        let bytes = &bytes[..bytes.len().min(self.page)];
-        // SAFETY: inside the accessible page, used by nothing else.
-        unsafe {
-            let at = self.base.add(self.page - bytes.len());
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
-            std::slice::from_raw_parts(at, bytes.len())
-        }
-    }
-}
-
 thread_local! {
-    static PAGES: std::cell::RefCell<(Guarded, Guarded)> =
-        std::cell::RefCell::new((Guarded::new(), Guarded::new()));
+    static PAGES: std::cell::RefCell<(cfi::Guarded, cfi::Guarded)> =
+        std::cell::RefCell::new((cfi::Guarded::new(), cfi::Guarded::new()));
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -83,6 +83,66 @@ pub fn rule_at(pc: u64) -> At {
     }
 }
 
+#[derive(Debug)]
+/// Room for bytes placed so that the first byte past them is an
+/// inaccessible page: a read beyond them faults (the fuzz target's and the
+/// tests' check that the C side reads only what it is given).
+pub struct Guarded {
+    base: *mut u8,
+    page: usize,
+}
+
+impl Guarded {
+    /// Two fresh pages, the second inaccessible.
+    pub fn new() -> Guarded {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: a fresh private mapping of two pages, the second made
+        // inaccessible; unmapped on drop.
+        let base = unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(m, libc::MAP_FAILED);
+            assert_eq!(
+                libc::mprotect(m.cast::<u8>().add(page).cast(), page, libc::PROT_NONE),
+                0
+            );
+            m.cast::<u8>()
+        };
+        Guarded { base, page }
+    }
+
+    /// `bytes` (at most a page of them) copied to end at the guard page.
+    pub fn hold(&mut self, bytes: &[u8]) -> &[u8] {
+        let bytes = &bytes[..bytes.len().min(self.page)];
+        // SAFETY: inside the accessible page, which nothing else uses.
+        unsafe {
+            let at = self.base.add(self.page - bytes.len());
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
+            std::slice::from_raw_parts(at, bytes.len())
+        }
+    }
+}
+
+impl Default for Guarded {
+    fn default() -> Guarded {
+        Guarded::new()
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new.
+        unsafe { libc::munmap(self.base.cast(), 2 * self.page) };
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
@@ -121,57 +181,6 @@ mod tests {
                 std::slice::from_raw_parts(cie, len(cie)).to_vec(),
                 b.func as u64,
             )
-        }
-    }
-
-    /// Bytes placed so that the first byte past them is an inaccessible
-    /// page: a read beyond them faults.
-    struct Guarded {
-        base: *mut u8,
-        page: usize,
-    }
-
-    impl Guarded {
-        fn new() -> Guarded {
-            // SAFETY: sysconf has no preconditions.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-            // SAFETY: a fresh private mapping of two pages, the second made
-            // inaccessible; unmapped on drop.
-            let base = unsafe {
-                let m = libc::mmap(
-                    std::ptr::null_mut(),
-                    2 * page,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                assert_ne!(m, libc::MAP_FAILED);
-                assert_eq!(
-                    libc::mprotect(m.cast::<u8>().add(page).cast(), page, libc::PROT_NONE),
-                    0
-                );
-                m.cast::<u8>()
-            };
-            Guarded { base, page }
-        }
-
-        /// `bytes` ending at the guard page.
-        fn hold(&mut self, bytes: &[u8]) -> &[u8] {
-            assert!(bytes.len() <= self.page);
-            // SAFETY: inside the accessible page, which nothing else uses.
-            unsafe {
-                let at = self.base.add(self.page - bytes.len());
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
-                std::slice::from_raw_parts(at, bytes.len())
-            }
-        }
-    }
-
-    impl Drop for Guarded {
-        fn drop(&mut self) {
-            // SAFETY: the mapping made in new.
-            unsafe { libc::munmap(self.base.cast(), 2 * self.page) };
         }
     }
 
