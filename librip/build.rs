@@ -13,7 +13,9 @@ fn main() {
 
     let mut c = cc::Build::new();
     c.file(dir.join("csrc/rip.c"))
-        .file(dir.join("csrc/alloc.c"));
+        .file(dir.join("csrc/alloc.c"))
+        .file(dir.join("csrc/unwind.c"))
+        .file(dir.join("csrc/cfi.c"));
     // The malloc family itself only with the feature: a Rust program that
     // links librip (rip-probe reads rings through it) keeps its allocator.
     let sampler = env::var_os("CARGO_FEATURE_SAMPLER").is_some();

@@ -17,10 +17,13 @@
  * free, live and whole, or marked "writing" (the reader counts it torn).
  *
  * free() of an allocation that was never sampled must stay cheap: a
- * private bit per group of buckets, set while the group counts a live
- * sampled address, answers "certainly not sampled" with one load from
- * 256 bytes for nearly every free; the per-bucket counts behind it, then
- * the table, are read only when the bit is set.
+ * private count of live sampled addresses per bucket of the address's
+ * low bits answers "certainly not sampled" with one load from 4 KiB for
+ * nearly every free (alloc.h); a second count per bucket of a hash of the
+ * address, then the table, are read only when the first is not zero.
+ *
+ * The stack of a sample is walked by the address's cached CFI rules
+ * (unwind.c), and by libgcc's _Unwind_Backtrace where those cannot say.
  *
  * Everything here may run inside malloc: it never allocates, never locks
  * and calls only the unwinder, whose own mallocs the per-thread guard
@@ -28,13 +31,22 @@
  */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unwind.h>
 
 #include "alloc.h"
+#include "unwind.h"
+
+/* Linux 5.14's; older headers lack it (older kernels say EINVAL). */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 /* Region header (docs/FORMAT.md). */
 #define RA_ENTRY_WORDS (RIP_ALLOC_ENTRY_SIZE / 8)
@@ -53,15 +65,23 @@ static uint64_t *ra_header;
 static uint64_t ra_mask;
 static uint64_t ra_mean;
 
-/* Per-bucket counts of live sampled addresses, and the hint bits over
- * them (private memory; alloc.h). */
-uint8_t rip_alloc_filter[1u << RIP_ALLOC_FILTER_BITS];
-#define ra_filter rip_alloc_filter
-uint64_t rip_alloc_hint[RIP_ALLOC_HINT_WORDS] __attribute__((aligned(64)));
+/* The counts of live sampled addresses: by the address's low bits (the
+ * first look of every free, alloc.h), and by a hash of the address over
+ * more buckets (the second). Private memory; both saturate at 255. */
+uint8_t rip_alloc_near[RIP_ALLOC_NEAR_BUCKETS] __attribute__((aligned(64)));
+uint8_t rip_alloc_far[1u << RIP_ALLOC_FAR_BITS];
 
-/* Bytes left before this thread's next sample (0: not drawn yet). */
-__thread int64_t rip_alloc_left __attribute__((tls_model("initial-exec")));
-#define ra_left rip_alloc_left
+/* Incremented each time a table is configured: a thread whose countdown
+ * was drawn for another one (or for none) draws afresh. */
+static uint32_t ra_generation;
+/* How far ahead the next sample point is put while sampling is off: a
+ * thread then asks again after this many bytes, so a table configured
+ * later (sample_allocations) reaches threads that were already running. */
+#define OFF_AHEAD ((int64_t)1 << 20)
+
+__thread int64_t rip_alloc_past __attribute__((tls_model("initial-exec")));
+/* The generation this thread's countdown was drawn under (0: none). */
+static __thread uint32_t ra_gen __attribute__((tls_model("initial-exec")));
 /* The thread's id, once asked (0: not yet; reset in a forked child). */
 static __thread uint32_t ra_tid __attribute__((tls_model("initial-exec")));
 /* The thread's random state (0: not seeded). */
@@ -82,25 +102,34 @@ static uint64_t mix(uint64_t x)
 
 static uint64_t table_hash(uint64_t addr) { return mix(addr >> 4); }
 
-#define filter_slot rip_alloc_filter_slot
-
-/* The check word: a hash of the live state word and the entry's other
+/* The check word is a hash of the live state word and the entry's other
  * words up to its last recorded frame, so that a torn or reused entry
- * fails it (docs/FORMAT.md). One multiply per word: it is computed for
- * every sample. */
-static uint64_t check_of(const uint64_t *w, uint64_t state)
+ * fails it (docs/FORMAT.md): one multiply per word, as each is stored. */
+_Static_assert(RIP_ALLOC_CHECK_WORD == 6 && RA_FRAME0 == 8, "store_checked's order");
+
+#define STORE_CHECKED(i, v)                                                                        \
+    do {                                                                                           \
+        uint64_t v_ = (v);                                                                         \
+        __atomic_store_n(&e[i], v_, __ATOMIC_RELAXED);                                             \
+        h = (h ^ v_) * 0x9e3779b97f4a7c15ULL;                                                      \
+        h ^= h >> 32;                                                                              \
+    } while (0)
+
+/* Stores an entry's words 1 to 7 but the check word (from `w`), its `n`
+ * frames, and its check word. */
+static void store_checked(uint64_t *e, const uint64_t *w, const uint64_t *frames, unsigned n,
+                          uint64_t state)
 {
-    uint64_t n = w[RIP_ALLOC_THREAD_WORD] >> 32;
-    if (n > RIP_ALLOC_FRAMES)
-        n = RIP_ALLOC_FRAMES;
     uint64_t h = state ^ 0x52495041u;
-    for (unsigned i = 1; i < RA_FRAME0 + n; i++) {
-        if (i == RIP_ALLOC_CHECK_WORD)
-            continue;
-        h = (h ^ w[i]) * 0x9e3779b97f4a7c15ULL;
-        h ^= h >> 32;
-    }
-    return mix(h);
+    STORE_CHECKED(1, w[1]);
+    STORE_CHECKED(2, w[2]);
+    STORE_CHECKED(3, w[3]);
+    STORE_CHECKED(4, w[4]);
+    STORE_CHECKED(5, w[5]);
+    STORE_CHECKED(7, 0);
+    for (unsigned i = 0; i < n; i++)
+        STORE_CHECKED(RA_FRAME0 + i, frames[i]);
+    __atomic_store_n(&e[RIP_ALLOC_CHECK_WORD], mix(h), __ATOMIC_RELAXED);
 }
 
 /* -ln(u) for u in (0, 1]: frexp and the atanh series of ln on [1, 2)
@@ -149,69 +178,86 @@ static int64_t draw(void)
 
 int rip_alloc_should_sample_slow(size_t size)
 {
-    if (ra_entries == 0 || rip_alloc_busy)
+    if (ra_entries == 0) {
+        rip_alloc_past = -OFF_AHEAD;
         return 0;
-    if (ra_mean == 1)
+    }
+    /* Inside the sampler: the count stays past the point, so the first
+     * allocation after it is sampled. */
+    if (rip_alloc_busy)
+        return 0;
+    uint32_t gen = __atomic_load_n(&ra_generation, __ATOMIC_ACQUIRE);
+    if (ra_mean == 1) {
+        /* Every call, malloc(0) included: the next one is past again. */
+        ra_gen = gen;
+        rip_alloc_past = 0;
         return 1;
-    int64_t left = ra_left;
-    if (left == 0) {
-        /* This thread's first allocation: draw its first distance. */
-        left = draw() - (int64_t)size;
-        if (left > 0) {
-            ra_left = left;
+    }
+    if (ra_gen != gen) {
+        /* This thread's first allocation under this table: its first
+         * distance, from this allocation on. */
+        ra_gen = gen;
+        int64_t past = (int64_t)size - draw();
+        if (past < 0) {
+            rip_alloc_past = past;
             return 0;
         }
     }
-    ra_left = draw();
+    rip_alloc_past = -draw();
     return 1;
 }
 
-int rip_alloc_should_sample(size_t size) { return rip_alloc_sample_now(size); }
+/* The Rust allocator's question (out of line): unlike the interposer's
+ * threads, a Rust thread may have allocated before the table was
+ * configured, so the generation is checked first. */
+int rip_alloc_should_sample(size_t size)
+{
+    if (ra_entries == 0)
+        return 0;
+    if (ra_gen != __atomic_load_n(&ra_generation, __ATOMIC_ACQUIRE))
+        rip_alloc_past = 0;
+    return rip_alloc_sample_now(size);
+}
 
 /* Frames of the sampler itself (this file and the interposed function)
  * at most, above the allocator's caller. */
 #define RA_OWN_FRAMES 8
 
-/* Whether any bucket of `slot`'s group counts a live address. */
-static int group_counts(unsigned slot)
+/* Adds `d` to a count unless it is saturated (then it stays). A count is
+ * raised before the sampled address is returned to the program and
+ * lowered only after that address is forgotten, so while it is live its
+ * buckets never read 0: no free of a live sampled address is let through
+ * (which would leave a false leak). */
+static void count_add(uint8_t *count, int d)
 {
-    unsigned first = slot & ~((1u << RIP_ALLOC_GROUP_SHIFT) - 1);
-    for (unsigned i = 0; i < 1u << RIP_ALLOC_GROUP_SHIFT; i++)
-        if (__atomic_load_n(&ra_filter[first + i], __ATOMIC_SEQ_CST) != 0)
-            return 1;
-    return 0;
-}
-
-/* Adds `d` to a bucket's count unless it is saturated (then it stays),
- * then sets its group's hint bit to whether the group counts anything.
- * Every step is sequentially consistent and each hint change bumps its
- * word's version: a change computed from counts read before another
- * thread's count change fails its compare-and-swap when that thread's own
- * change came first, or is followed by it. So once a sampler has set the
- * bit (before its malloc returns), only a change that read the counts
- * after the address was forgotten clears it: no free of a live sampled
- * address is ever let through (which would leave a false leak). */
-static void filter_add(unsigned slot, int d)
-{
-    uint8_t c = __atomic_load_n(&ra_filter[slot], __ATOMIC_SEQ_CST);
-    while (c != 255 && !__atomic_compare_exchange_n(&ra_filter[slot], &c, (uint8_t)(c + d), 1,
-                                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-    }
-    unsigned group = slot >> RIP_ALLOC_GROUP_SHIFT;
-    uint64_t *word = &rip_alloc_hint[group >> 5];
-    uint64_t bit = 1ULL << (group & 31);
-    uint64_t w = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-    for (;;) {
-        uint64_t bits = group_counts(slot) ? (w | bit) : (w & ~bit);
-        uint64_t next = (bits & 0xffffffffULL) | (((w >> 32) + 1) << 32);
-        if (__atomic_compare_exchange_n(word, &w, next, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-            return;
+    uint8_t c = __atomic_load_n(count, __ATOMIC_RELAXED);
+    while (c != 255 && !__atomic_compare_exchange_n(count, &c, (uint8_t)(c + d), 1,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 }
 
+static void filter_add(uint64_t addr, int d)
+{
+    count_add(&rip_alloc_near[rip_alloc_near_slot((const void *)(uintptr_t)addr)], d);
+    count_add(&rip_alloc_far[rip_alloc_far_slot(addr)], d);
+}
+
+void rip_alloc_mark_forever(const void *ptr)
+{
+    __atomic_store_n(&rip_alloc_near[rip_alloc_near_slot(ptr)], 255, __ATOMIC_RELAXED);
+    __atomic_store_n(&rip_alloc_far[rip_alloc_far_slot((uint64_t)(uintptr_t)ptr)], 255,
+                     __ATOMIC_RELAXED);
+}
+
+/* The frames as walked: the one into the walk's first function's caller
+ * first. */
+#define RA_WALKED (RIP_ALLOC_FRAMES + RA_OWN_FRAMES)
+
+/* libgcc's walk: each frame's address and its function's start. */
 struct frames {
-    uint64_t out[RIP_ALLOC_FRAMES + RA_OWN_FRAMES];
-    unsigned n, skip;
+    uint64_t ip[1 + RA_OWN_FRAMES + RA_WALKED];
+    uint64_t func[1 + RA_OWN_FRAMES + RA_WALKED];
+    unsigned n;
 };
 
 static _Unwind_Reason_Code one_frame(struct _Unwind_Context *ctx, void *arg)
@@ -220,15 +266,102 @@ static _Unwind_Reason_Code one_frame(struct _Unwind_Context *ctx, void *arg)
     uintptr_t ip = _Unwind_GetIP(ctx);
     if (ip == 0)
         return _URC_END_OF_STACK;
-    if (f->skip > 0) {
-        f->skip--;
-        return _URC_NO_REASON;
+    f->ip[f->n] = ip;
+    f->func[f->n] = _Unwind_GetRegionStart(ctx);
+    f->n++;
+    return f->n == sizeof f->ip / sizeof f->ip[0] ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* Set (RIP_ALLOC_CHECK_UNWIND, for tests) to walk every sample's stack
+ * both ways and count where they differ. */
+static int ra_check_unwind;
+static uint64_t ra_checked, ra_differed;
+
+static void say(const char *line, int len)
+{
+    if (len > 0)
+        (void)!write(2, line, (size_t)len);
+}
+
+static void report_checks(void)
+{
+    char line[160];
+    say(line, snprintf(line, sizeof line,
+                       "librip: %llu sampled stacks walked both ways, %llu differed\n",
+                       (unsigned long long)__atomic_load_n(&ra_checked, __ATOMIC_RELAXED),
+                       (unsigned long long)__atomic_load_n(&ra_differed, __ATOMIC_RELAXED)));
+}
+
+/* The first few stacks that differ, both ways, on stderr. */
+static void say_differed(const uint64_t *ours, unsigned n, const uint64_t *theirs, unsigned m)
+{
+    char line[64];
+    say(line, snprintf(line, sizeof line, "librip: walked %u frames, libgcc %u:\n", n, m));
+    for (unsigned i = 0; i < n || i < m; i++)
+        say(line, snprintf(line, sizeof line, "  %#18llx %#18llx\n",
+                           (unsigned long long)(i < n ? ours[i] : 0),
+                           (unsigned long long)(i < m ? theirs[i] : 0)));
+}
+
+/* The calling thread's stack by libgcc, from the frame above the one that
+ * `here` is in (found by its function's start), as rip_alloc_unwind
+ * gives it; the whole walk when that frame is not found. */
+static __attribute__((noinline)) unsigned walk_libgcc(const struct rip_alloc_regs *here,
+                                                      uint64_t *out)
+{
+    struct frames f = {.n = 0};
+    _Unwind_Backtrace(one_frame, &f);
+    struct dwarf_eh_bases bases;
+    unsigned from = 0;
+    if (_Unwind_Find_FDE((void *)(uintptr_t)here->ip, &bases) != 0) {
+        for (unsigned i = 0; i < f.n; i++) {
+            if (f.func[i] == (uint64_t)(uintptr_t)bases.func) {
+                from = i + 1;
+                break;
+            }
+        }
     }
-    f->out[f->n++] = ip;
-    return f->n == RIP_ALLOC_FRAMES + RA_OWN_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
+    unsigned m = f.n - from < RA_WALKED ? f.n - from : RA_WALKED;
+    memcpy(out, f.ip + from, m * sizeof(uint64_t));
+    return m;
+}
+
+/* The calling thread's stack from `here` on: the return address into the
+ * function `here` was taken in first. */
+static unsigned walk(const struct rip_alloc_regs *here, uint64_t *out)
+{
+    int n = rip_alloc_unwind(here, out, RA_WALKED);
+    if (__builtin_expect(n >= 0 && !ra_check_unwind, 1))
+        return (unsigned)n;
+    if (n < 0)
+        return walk_libgcc(here, out);
+    uint64_t theirs[RA_WALKED];
+    unsigned m = walk_libgcc(here, theirs);
+    __atomic_fetch_add(&ra_checked, 1, __ATOMIC_RELAXED);
+    if ((unsigned)n != m || memcmp(out, theirs, m * sizeof(uint64_t)) != 0) {
+        if (__atomic_fetch_add(&ra_differed, 1, __ATOMIC_RELAXED) < 3)
+            say_differed(out, (unsigned)n, theirs, m);
+    }
+    return (unsigned)n;
+}
+
+/* Turns the check on (RIP_ALLOC_CHECK_UNWIND): each sample's stack is
+ * walked by libgcc too, and the counts are said at exit. */
+void rip_alloc_check_unwind(void)
+{
+    if (!ra_check_unwind && atexit(report_checks) == 0)
+        ra_check_unwind = 1;
 }
 
 void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller, unsigned skip)
+{
+    struct rip_alloc_regs here;
+    RIP_ALLOC_HERE(here);
+    rip_alloc_record_at(&here, ptr, requested, size, caller, skip);
+}
+
+void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t requested,
+                         size_t size, uintptr_t caller, unsigned skip)
 {
     uint64_t *entries = ra_entries;
     if (entries == 0 || ptr == 0)
@@ -236,28 +369,29 @@ void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller
     int was_busy = rip_alloc_busy;
     rip_alloc_busy = 1;
 
-    uint64_t w[RA_ENTRY_WORDS];
-    memset(w, 0, sizeof w);
+    /* Words 1 to 5 (the frames follow from the walk; the rest of the
+     * entry is neither read nor checked). */
+    uint64_t w[RA_FRAME0];
     w[RIP_ALLOC_ADDR_WORD] = (uint64_t)(uintptr_t)ptr;
     w[RIP_ALLOC_SIZE_WORD] = size;
     w[RIP_ALLOC_REQUESTED_WORD] = requested;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     w[RIP_ALLOC_TIME_WORD] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    /* The unwinder may call malloc (the guard sends it to the real one).
-     * The stack starts at `caller` (the allocator's caller) when it is
-     * found among the first frames, else after `skip` frames. */
-    struct frames f = {.n = 0, .skip = 1};
-    _Unwind_Backtrace(one_frame, &f);
-    unsigned from = skip < f.n ? skip : f.n;
-    for (unsigned i = 0; caller && i < f.n && i < RA_OWN_FRAMES; i++) {
-        if (f.out[i] == caller) {
+    /* libgcc's unwinder may call malloc (the guard sends it to the real
+     * one). The stack starts at `caller` (the allocator's caller) when it
+     * is found among the first frames, else after `skip` frames above the
+     * function `here` was taken in. */
+    uint64_t out[RA_WALKED];
+    unsigned nf = walk(here, out);
+    unsigned from = skip < nf ? skip : nf;
+    for (unsigned i = 0; caller && i < nf && i < RA_OWN_FRAMES; i++) {
+        if (out[i] == caller) {
             from = i;
             break;
         }
     }
-    unsigned n = f.n - from < RIP_ALLOC_FRAMES ? f.n - from : RIP_ALLOC_FRAMES;
-    memcpy(&w[RA_FRAME0], &f.out[from], n * sizeof(uint64_t));
+    unsigned n = nf - from < RIP_ALLOC_FRAMES ? nf - from : RIP_ALLOC_FRAMES;
     if (ra_tid == 0)
         ra_tid = (uint32_t)syscall(SYS_gettid);
     w[RIP_ALLOC_THREAD_WORD] = (uint64_t)ra_tid | (uint64_t)n << 32;
@@ -274,11 +408,9 @@ void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller
                                          __ATOMIC_RELAXED))
             continue;
         uint64_t live = claimed - RA_WRITING + RA_LIVE;
-        w[RIP_ALLOC_CHECK_WORD] = check_of(w, live);
-        for (unsigned k = 1; k < RA_FRAME0 + n; k++)
-            __atomic_store_n(&e[k], w[k], __ATOMIC_RELAXED);
+        store_checked(e, w, out + from, n, live);
         __atomic_store_n(&e[0], live, __ATOMIC_RELEASE);
-        filter_add(filter_slot(w[RIP_ALLOC_ADDR_WORD]), 1);
+        filter_add(w[RIP_ALLOC_ADDR_WORD], 1);
         placed = 1;
     }
     __atomic_fetch_add(&ra_header[placed ? RIP_ALLOC_HDR_SAMPLED : RIP_ALLOC_HDR_DROPPED], 1,
@@ -288,14 +420,15 @@ void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller
 
 void rip_alloc_forget(void *ptr)
 {
+    if (rip_alloc_maybe_sampled(ptr) && rip_alloc_maybe_sampled_far(ptr))
+        rip_alloc_forget_looked(ptr);
+}
+
+void rip_alloc_forget_looked(void *ptr)
+{
     uint64_t *entries = ra_entries;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
     if (entries == 0 || ptr == 0)
-        return;
-    if (!rip_alloc_maybe_sampled(ptr))
-        return;
-    unsigned fs = filter_slot(addr);
-    if (__atomic_load_n(&ra_filter[fs], __ATOMIC_RELAXED) == 0)
         return;
     uint64_t h = table_hash(addr);
     for (unsigned i = 0; i < RIP_ALLOC_PROBE; i++) {
@@ -305,7 +438,7 @@ void rip_alloc_forget(void *ptr)
             continue;
         /* Only the owner of `ptr` frees it: nobody else moves this entry. */
         __atomic_store_n(&e[0], (st & ~3ULL) | RA_FREE, __ATOMIC_RELEASE);
-        filter_add(fs, -1);
+        filter_add(addr, -1);
         __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_FREED], 1, __ATOMIC_RELAXED);
         return;
     }
@@ -323,8 +456,24 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     ra_header = region;
     ra_mask = capacity - 1;
     ra_mean = mean ? mean : 1;
-    memset(ra_filter, 0, sizeof ra_filter);
-    memset(rip_alloc_hint, 0, sizeof rip_alloc_hint);
+    /* The table's pages were reserved in the file (fallocate): mapping
+     * them all now costs no memory and takes the page faults (up to one
+     * per 16 entries) out of the samples. Kernels before 5.14 say EINVAL:
+     * then the samples fault them in, as before. */
+    (void)madvise(region, RIP_ALLOC_HEADER_SIZE + capacity * RIP_ALLOC_ENTRY_SIZE,
+                  MADV_POPULATE_WRITE);
+    /* Counts of another table (a forked child's parent's) go; the marks
+     * of bootstrap blocks stay. */
+    for (unsigned i = 0; i < RIP_ALLOC_NEAR_BUCKETS; i++)
+        if (rip_alloc_near[i] != 255)
+            rip_alloc_near[i] = 0;
+    for (unsigned i = 0; i < sizeof rip_alloc_far; i++)
+        if (rip_alloc_far[i] != 255)
+            rip_alloc_far[i] = 0;
+    __atomic_fetch_add(&ra_generation, 1, __ATOMIC_RELEASE);
+    /* The calling thread draws afresh on its next allocation; others do
+     * once their countdown runs out (within OFF_AHEAD bytes). */
+    rip_alloc_past = 0;
     __atomic_store_n(&ra_entries, region + RIP_ALLOC_HEADER_SIZE / 8, __ATOMIC_RELEASE);
 }
 
@@ -338,5 +487,6 @@ int rip_alloc_enabled(void) { return ra_entries != 0; }
 void rip_alloc_bench_mean(uint64_t mean)
 {
     ra_mean = mean ? mean : 1;
-    ra_left = 0;
+    ra_gen = 0;
+    rip_alloc_past = 0;
 }

@@ -36,45 +36,69 @@
 
 /* Nonzero while this thread is inside the sampler. */
 extern __thread int rip_alloc_busy __attribute__((tls_model("initial-exec")));
-/* Bytes this thread may still allocate before its next sample (0: none
- * drawn yet). */
-extern __thread int64_t rip_alloc_left __attribute__((tls_model("initial-exec")));
+/* Bytes this thread has allocated past its next sample point: negative
+ * while the point is still ahead (by that many bytes), 0 or more once an
+ * allocation reached it. Starts at 0, so a thread's first allocation
+ * goes to rip_alloc_should_sample_slow, which draws the first distance. */
+extern __thread int64_t rip_alloc_past __attribute__((tls_model("initial-exec")));
 /* The table's entries (null: sampling off). */
 extern uint64_t *volatile rip_alloc_entries;
-/* Per-bucket counts of live sampled addresses, saturating at 255 (a
- * saturated bucket stays so): the second look of a free that the hint
- * below let through. */
-#define RIP_ALLOC_FILTER_BITS 13
-extern uint8_t rip_alloc_filter[1u << RIP_ALLOC_FILTER_BITS];
-/* The first look of every free: one bit per group of 8 buckets (set while
- * any of them counts a live sample), 32 bits to a word beside a 32-bit
- * version that every change increments (so that a change computed from
- * stale counts fails its compare-and-swap). 256 bytes: four cache lines
- * that every free touches stay in the first-level cache, where the 8 KiB
- * of counts were evicted by the program's own blocks. */
-#define RIP_ALLOC_GROUP_SHIFT 3
-#define RIP_ALLOC_HINT_WORDS ((1u << RIP_ALLOC_FILTER_BITS) >> RIP_ALLOC_GROUP_SHIFT >> 5)
-extern uint64_t rip_alloc_hint[RIP_ALLOC_HINT_WORDS];
+
+/* The first look of every free: a count of live sampled addresses per
+ * bucket of the address's bits 6-15, saturating at 255 (a saturated
+ * bucket stays so; the bootstrap buffer's blocks are marked so too). The
+ * bits are taken as they are, without a hash: two instructions. 1 KiB, so
+ * that its lines stay in the first-level cache beside the program's own
+ * blocks: measured by cachegrind on alloc_mix, 4 KiB missed the cache on
+ * one free in five (0.33 misses an operation more than untraced, against
+ * 0.09 at 1 KiB), which costs more than the few frees more that a bucket
+ * shared by more addresses sends on to the second look (ten instructions,
+ * in the interposer). Blocks of a page-aligned allocator (glibc's mmapped
+ * chunks) fall in 16 buckets. */
+#ifndef RIP_ALLOC_NEAR_SHIFT
+#define RIP_ALLOC_NEAR_SHIFT 6
+#endif
+#define RIP_ALLOC_NEAR_BUCKETS (65536u >> RIP_ALLOC_NEAR_SHIFT)
+extern uint8_t rip_alloc_near[RIP_ALLOC_NEAR_BUCKETS];
+/* The second look: a count per bucket of a hash of the address, over
+ * more buckets. Both saturate at 255. */
+#define RIP_ALLOC_FAR_BITS 16
+extern uint8_t rip_alloc_far[1u << RIP_ALLOC_FAR_BITS];
+
+static inline __attribute__((always_inline)) unsigned rip_alloc_near_slot(const void *ptr)
+{
+#if defined(__x86_64__)
+    /* One zero-extending move where the compiler writes a move and a mask. */
+    unsigned low;
+    __asm__("movzwl %w1, %0" : "=r"(low) : "r"(ptr));
+    return low >> RIP_ALLOC_NEAR_SHIFT;
+#else
+    return (unsigned)(uint16_t)(uintptr_t)ptr >> RIP_ALLOC_NEAR_SHIFT;
+#endif
+}
+
+static inline unsigned rip_alloc_far_slot(uint64_t addr)
+{
+    return (unsigned)((addr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - RIP_ALLOC_FAR_BITS));
+}
 
 /* Whether an allocation of `size` bytes is to be sampled (counts it). */
 int rip_alloc_should_sample(size_t size);
-/* The same past the countdown: draws the next distance. */
+/* Past the countdown (rip_alloc_past is 0 or more, this call's size
+ * included): whether to sample this call; draws the next distance. */
 int rip_alloc_should_sample_slow(size_t size);
 
-/* The countdown inline (the interposer's every call): one TLS
- * subtraction and a predictable branch. Nonzero when this call crossed
- * the thread's countdown (or drew none yet): rip_alloc_should_sample_slow
+/* The countdown inline (the interposer's every call): one add into the
+ * thread-local count and a predictable branch, with no test of whether
+ * sampling is on (when it is off, rip_alloc_should_sample_slow puts the
+ * next sample point 1 MiB ahead, to look again then). Nonzero when this
+ * call reached the thread's sample point: rip_alloc_should_sample_slow
  * then decides. */
 static inline __attribute__((always_inline)) int rip_alloc_countdown(size_t size)
 {
-    if (__builtin_expect(rip_alloc_entries == 0, 1))
-        return 0;
-    int64_t left = rip_alloc_left - (int64_t)size;
-    if (__builtin_expect(left > 0, 1)) {
-        rip_alloc_left = left;
-        return 0;
-    }
-    return 1;
+    int64_t past = rip_alloc_past + (int64_t)size;
+    rip_alloc_past = past;
+    return __builtin_expect(past >= 0, 0);
 }
 
 static inline __attribute__((always_inline)) int rip_alloc_sample_now(size_t size)
@@ -82,28 +106,70 @@ static inline __attribute__((always_inline)) int rip_alloc_sample_now(size_t siz
     return rip_alloc_countdown(size) && rip_alloc_should_sample_slow(size);
 }
 
-static inline unsigned rip_alloc_filter_slot(uint64_t addr)
-{
-    return (unsigned)((addr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - RIP_ALLOC_FILTER_BITS));
-}
-
-/* Whether `ptr` may be in the table (inline: every free asks). All hint
- * bits are clear while nothing is sampled. A relaxed load suffices: the
- * thread that frees `ptr` was given it after the thread that sampled it
- * set its bit, and the bit is cleared only once no address of its group
- * is counted (rip_alloc_forget). */
+/* Whether `ptr` may be in the table (inline: every free asks). A relaxed
+ * load suffices: the thread that frees `ptr` was given it after the
+ * thread that sampled it counted it here, and the count of `ptr`'s bucket
+ * comes down only once `ptr` itself is forgotten. */
 static inline __attribute__((always_inline)) int rip_alloc_maybe_sampled(const void *ptr)
 {
-    unsigned group = rip_alloc_filter_slot((uint64_t)(uintptr_t)ptr) >> RIP_ALLOC_GROUP_SHIFT;
-    uint64_t w = __atomic_load_n(&rip_alloc_hint[group >> 5], __ATOMIC_RELAXED);
-    return (int)((w >> (group & 31)) & 1);
+    /* A plain load: used once, it is one load whatever the compiler does,
+     * and a byte load is single-copy atomic on every target. As a relaxed
+     * atomic load it costs a second instruction (a load, then a test,
+     * where this is one compare with memory). */
+    return rip_alloc_near[rip_alloc_near_slot(ptr)] != 0;
 }
+
+/* Marks `ptr`'s bucket saturated, for good: its frees and reallocs then
+ * take the slow path (the interposer's bootstrap blocks, which the real
+ * allocator must never see). */
+void rip_alloc_mark_forever(const void *ptr);
+
+/* Where a walk starts: an instruction's address and the stack and frame
+ * pointers there. */
+struct rip_alloc_regs {
+    uint64_t ip, sp, bp;
+};
+
+#if defined(__x86_64__)
+/* The registers at this point of the calling function (the address is the
+ * instruction after the lea, where rsp and rbp are read). */
+#define RIP_ALLOC_HERE(r)                                                                          \
+    __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"                       \
+                     : "=r"((r).ip), "=r"((r).sp), "=r"((r).bp))
+#else
+#define RIP_ALLOC_HERE(r) ((r).ip = (r).sp = (r).bp = 0)
+#endif
+
+/* Walks the calling thread's stack by its CFI from `from` (taken by
+ * RIP_ALLOC_HERE in the calling function), with each address's rule
+ * cached (unwind.c): writes up to `max` return addresses, from the one
+ * into that function's caller outwards, and returns how many; -1 when a
+ * frame needs more than the cached rules say (then walk it with
+ * _Unwind_Backtrace, as before). */
+int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned max);
+
 /* Records a sampled allocation with the stack from `caller` (the return
  * address of the interposed function) outwards; where `caller` is 0 or not
  * found, `skip` frames above rip_alloc_record are left out. */
 void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller, unsigned skip);
+/* The same with the walk starting at `here` (taken by RIP_ALLOC_HERE in
+ * the interposed function's slow path): the stack from the return address
+ * into that function's caller. */
+void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t requested,
+                         size_t size, uintptr_t caller, unsigned skip);
 /* Removes `ptr` from the table if it was sampled (before the real free). */
 void rip_alloc_forget(void *ptr);
+/* The same, once rip_alloc_maybe_sampled(ptr) and
+ * rip_alloc_maybe_sampled_far(ptr) said yes. */
+void rip_alloc_forget_looked(void *ptr);
+
+/* Whether `ptr` may be in the table, once rip_alloc_maybe_sampled(ptr)
+ * said yes: the second look (then rip_alloc_forget_looked). */
+static inline __attribute__((always_inline)) int rip_alloc_maybe_sampled_far(const void *ptr)
+{
+    /* A plain load, as in rip_alloc_maybe_sampled. */
+    return rip_alloc_far[rip_alloc_far_slot((uint64_t)(uintptr_t)ptr)] != 0;
+}
 /* Points the sampler at a table (null: off). */
 void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean);
 

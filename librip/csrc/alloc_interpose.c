@@ -8,8 +8,10 @@
  *
  * Sampling starts only when the environment asks for it (RIP_ALLOC_SAMPLE,
  * read by the constructor): linking librip never changes allocation
- * behaviour silently. Without it every call is one predictable branch
- * more than the C library's.
+ * behaviour silently. Sampling or not, a call that is not sampled costs
+ * four instructions more than the C library's (malloc: the countdown's
+ * add into thread-local storage, its branch, and the jump on), a free six
+ * (the first look, alloc.h).
  *
  * The real functions are found with dlsym(RTLD_NEXT), which may itself
  * call calloc or malloc: those calls are served from a static buffer that
@@ -88,6 +90,8 @@ static void *bootstrap_alloc(size_t size, size_t align)
             return 0;
     } while (!__atomic_compare_exchange_n(&bootstrap_used, &at, end, 1, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));
+    /* free and realloc of it go past both looks, to in_bootstrap. */
+    rip_alloc_mark_forever(bootstrap + start);
     /* Static storage is zeroed: calloc's contract holds. */
     return bootstrap + start;
 }
@@ -133,13 +137,19 @@ static __attribute__((noinline, cold)) int resolve_now(void)
  * the real function, and everything else (the first calls, a crossed
  * countdown) is a tail call to an out-of-line function: no frame of ours,
  * no register saved on the common path. */
-static __attribute__((noinline, cold)) void *noted(void *p, size_t requested, uintptr_t caller)
+/* Records `p` (a sampled allocation) with the stack from the function it
+ * is inlined into (the interposed function's slow path, which the common
+ * path reached by a tail call: its caller is the program). */
+static inline __attribute__((always_inline)) void *noted(void *p, size_t requested,
+                                                         uintptr_t caller)
 {
     if (p != 0) {
+        struct rip_alloc_regs here;
+        RIP_ALLOC_HERE(here);
         rip_alloc_busy = 1;
         size_t size = real.usable ? real.usable(p) : requested;
         rip_alloc_busy = 0;
-        rip_alloc_record(p, requested, size, caller, 1);
+        rip_alloc_record_at(&here, p, requested, size, caller, 0);
     }
     return p;
 }
@@ -192,17 +202,21 @@ static inline size_t calloc_total(size_t n, size_t size)
 SLOW_PATHS(void *, calloc, P2(size_t, n, size_t, size), (n, size), calloc_total(n, size),
            calloc_total(n, size) == SIZE_MAX ? 0 : bootstrap_alloc(n * size, 16))
 
+/* The countdown counts the product as it wraps: when it overflows, the
+ * real calloc fails, and a sample drawn for it is lost, never false. */
 __attribute__((visibility("default"))) void *calloc(size_t n, size_t size)
 {
-    COMMON_PATH(calloc, (n, size), calloc_total(n, size), (n, size, CALLER));
+    COMMON_PATH(calloc, (n, size), n * size, (n, size, CALLER));
 }
 
-/* free of an address the hint lets through. */
-static __attribute__((noinline, cold)) void free_slow(void *p)
+/* free of an address both looks let through: a sampled block (or a
+ * bootstrap one, or one whose buckets it shares with a sampled one). */
+static __attribute__((noinline, cold)) void free_sampled(void *p)
 {
-    rip_alloc_forget(p);
-    if (!in_bootstrap(p))
-        real.free(p);
+    if (in_bootstrap(p))
+        return;
+    rip_alloc_forget_looked(p);
+    real.free(p);
 }
 
 /* free before the real functions are known. */
@@ -213,10 +227,15 @@ static __attribute__((noinline, cold)) void free_early(void *p)
     real.free(p);
 }
 
+/* An address the first look lets through nearly always shares its
+ * bucket with a live sample and no more: the second look, a few
+ * instructions in the cold part of this function, lets it go on to the
+ * real free. */
 __attribute__((visibility("default"))) void free(void *p)
 {
-    if (__builtin_expect(rip_alloc_maybe_sampled(p) || in_bootstrap(p), 0))
-        return free_slow(p);
+    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0) &&
+        __builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
+        return free_sampled(p);
     real.free(p);
 }
 
@@ -241,19 +260,23 @@ SLOW_PATHS(void *, realloc, P2(void *, p, size_t, size), (p, size), size,
 static __attribute__((noinline, cold)) void *realloc_forgetting(void *p, size_t size,
                                                                  uintptr_t caller)
 {
-    rip_alloc_forget(p);
-    if (size == 0 || !rip_alloc_countdown(size))
+    if (in_bootstrap(p))
+        return bootstrap_realloc(p, size);
+    rip_alloc_forget_looked(p);
+    if (!rip_alloc_countdown(size))
         return real.realloc(p, size);
     return realloc_past(p, size, caller);
 }
 
+/* realloc(p, 0) frees: its countdown adds nothing, so it never reaches a
+ * sample point unless the one before did (then realloc_past forwards it
+ * and records nothing, since it returns null). */
 __attribute__((visibility("default"))) void *realloc(void *p, size_t size)
 {
-    if (__builtin_expect(in_bootstrap(p), 0))
-        return bootstrap_realloc(p, size);
-    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0))
+    if (__builtin_expect(rip_alloc_maybe_sampled(p), 0) &&
+        __builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
         return realloc_forgetting(p, size, CALLER);
-    if (__builtin_expect(size == 0 || !rip_alloc_countdown(size), 1))
+    if (__builtin_expect(!rip_alloc_countdown(size), 1))
         return real.realloc(p, size);
     return realloc_past(p, size, CALLER);
 }

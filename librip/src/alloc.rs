@@ -38,11 +38,15 @@ use std::{
 };
 
 use crate::writer::alloc::REQUESTED_MEAN;
-pub use crate::writer::alloc::{SAMPLE_ENV, TABLE_ENV};
+
+#[doc(hidden)]
+pub mod cfi;
+pub use crate::writer::alloc::{CHECK_UNWIND_ENV, SAMPLE_ENV, TABLE_ENV};
 
 /// The environment variable naming the ring a preloaded librip creates
-/// (`%p` is the pid); without it, the default path (with `.1`, `.2`, …
-/// when a program this process exec'd from already left one there).
+/// (`%p` is the pid); without it, the default path. Either gets `.1`,
+/// `.2`, … before `.ring` when a program this process exec'd from (a
+/// shell script, a launcher) already left a ring there.
 pub const RING_ENV: &str = "RIP_ALLOC_RING";
 
 unsafe extern "C" {
@@ -141,10 +145,8 @@ pub extern "C" fn rip_alloc_start_from_env() {
         return;
     }
     let opts = crate::RingOptions::default();
-    let made = match std::env::var_os(RING_ENV) {
-        Some(path) => crate::Ring::create(path, opts),
-        None => crate::Ring::create_default_numbered(opts),
-    };
+    let path = std::env::var_os(RING_ENV).map(std::path::PathBuf::from);
+    let made = crate::Ring::create_numbered(path.as_deref(), opts);
     match made {
         Ok(_) => crate::writer::alloc::CREATED_AT_LOAD.store(true, Ordering::Relaxed),
         Err(e) => eprintln!(

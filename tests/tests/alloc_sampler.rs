@@ -210,33 +210,74 @@ fn wait_or_hang(child: &mut std::process::Child, limit: Duration, what: &str) ->
     }
 }
 
+/// The counts of `RIP_ALLOC_CHECK_UNWIND`'s line on `stderr`: stacks the
+/// cached unwinder walked that libgcc walked too, and how many differed.
+fn unwind_checks(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("sampled stacks walked both ways"))
+        .unwrap_or_else(|| panic!("no check line in {stderr:?}"));
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(nums.len(), 2, "{line}");
+    (nums[0], nums[1])
+}
+
 /// Four threads through every member of the malloc family, every call
 /// sampled, while the main thread forks twenty children (with fork
 /// handlers that allocate and free): no deadlock, every child exits 0, and
 /// the table's books balance exactly (recorded − freed = live entries,
-/// none torn, none dropped): forked children never wrote to it.
+/// none torn, none dropped): forked children never wrote to it. Each
+/// sample's stack is walked by libgcc too (`RIP_ALLOC_CHECK_UNWIND`): the
+/// cached unwinder's stacks are libgcc's, in code with and without frame
+/// pointers.
 #[test]
 fn storm_with_fork_keeps_the_table_whole() {
     let dir = TempDir::new("/dev/shm", "alloc-storm");
     for (name, exe, preload) in [
         ("preloaded", alloc_leaks(), true),
         ("linked", alloc_leaks_linked(), false),
+        (
+            "frame pointers",
+            build_c("alloc_leaks", &["-fno-omit-frame-pointer"]),
+            true,
+        ),
     ] {
-        let ring = dir.join(&format!("{name}.ring"));
+        let ring = dir.join(&format!("{}.ring", name.replace(' ', "-")));
         let mut cmd = Command::new(exe);
-        cmd.args(["storm", "4"]).stdout(Stdio::piped());
+        cmd.args(["storm", "4"])
+            .env(librip::alloc::CHECK_UNWIND_ENV, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut cmd = if preload {
             preloaded(cmd, "1", &ring)
         } else {
             sampled(cmd, "1", &ring)
         };
         let mut child = cmd.spawn().expect("spawn the storm");
+        let err = {
+            let mut e = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut e, &mut s);
+                s
+            })
+        };
         let ok = wait_or_hang(&mut child, Duration::from_secs(600), name);
         let mut out = String::new();
         std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-        assert!(ok && out.contains("storm ok 20 forks"), "{name}: {out}");
+        let err = err.join().unwrap();
+        assert!(
+            ok && out.contains("storm ok 20 forks"),
+            "{name}: {out}{err}"
+        );
         let t = table(&ring);
         assert_eq!((t.torn, t.dropped), (0, 0), "{name}");
+        let (walked, differed) = unwind_checks(&err);
+        assert_eq!(differed, 0, "{name}: {err}");
+        assert_eq!(walked, t.sampled, "{name}: every stack walked by the cache");
         assert!(t.sampled > 800_000, "{name}: {} recorded", t.sampled);
         assert_eq!(
             t.sampled - t.freed,
@@ -333,6 +374,45 @@ fn preloaded_python_leak_found_after_sigkill() {
     assert!(
         (mib - truth).abs() < 0.2 * truth,
         "{mib:.1} MiB estimated: truth {truth:.1} MiB"
+    );
+}
+
+/// Debian's python3 (its interpreter, libc, and extension modules it
+/// loads at run time: sqlite3, decimal, json), every allocation sampled
+/// and each stack walked by libgcc too: none differs.
+#[test]
+fn cached_unwinder_walks_python_as_libgcc_does() {
+    let dir = TempDir::new("/dev/shm", "alloc-pycheck");
+    let ring = dir.join("py.ring");
+    let script = [
+        "import decimal, json, sqlite3",
+        "db = sqlite3.connect(':memory:')",
+        "db.execute('create table t (k integer, v text)')",
+        "for i in range(3000):",
+        "    db.execute('insert into t values (?, ?)', (i, 'v' * (i % 200)))",
+        "rows = db.execute('select k, v from t order by v desc').fetchall()",
+        "s = json.dumps({str(k): v for k, v in rows})",
+        "d = sum(decimal.Decimal(k) / 7 for k in range(2000))",
+        "print(len(json.loads(s)), d > 0)",
+    ]
+    .join("\n");
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.args(["-c", &script])
+        .env(librip::alloc::CHECK_UNWIND_ENV, "1");
+    let out = preloaded(cmd, "1", &ring)
+        .output()
+        .expect("run /usr/bin/python3");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3000 True\n");
+    let (walked, differed) = unwind_checks(&err);
+    assert_eq!(differed, 0, "{err}");
+    let t = table(&ring);
+    assert!(walked > 5_000, "{walked} stacks walked");
+    assert_eq!(
+        walked,
+        t.sampled + t.dropped,
+        "every stack walked by the cache"
     );
 }
 

@@ -29,6 +29,7 @@ use crate::{
 const FUZZ_TARGETS: [(&str, u32, bool); 10] = [
     ("reader", 9, false),
     ("alloc_table", 3, false),
+    ("cfi", 3, false),
     ("ring_file", 6, false),
     ("ring_poll", 3, false),
     ("maps", 5, false),

@@ -25,8 +25,14 @@ pub const SAMPLE_ENV: &str = "RIP_ALLOC_SAMPLE";
 /// The environment variable that sizes the table (entries, a power of two).
 pub const TABLE_ENV: &str = "RIP_ALLOC_TABLE";
 
+/// The environment variable that makes every sample's stack be walked by
+/// libgcc's unwinder too, and the number of stacks that differed be said
+/// on stderr at exit (a check of the cached unwinder, for tests).
+pub const CHECK_UNWIND_ENV: &str = "RIP_ALLOC_CHECK_UNWIND";
+
 unsafe extern "C" {
     fn rip_alloc_configure(region: *mut u64, capacity: u64, mean: u64);
+    fn rip_alloc_check_unwind();
 }
 
 /// What a new ring's table looks like.
@@ -108,6 +114,10 @@ pub(crate) fn start(shm: &Shm, layout: &Layout, cfg: Config) {
         Ordering::Release,
     );
     let base = shm.base().wrapping_add(region as usize).cast::<u64>();
+    if std::env::var_os(CHECK_UNWIND_ENV).is_some_and(|v| !v.is_empty()) {
+        // SAFETY: sets a flag and registers an exit handler.
+        unsafe { rip_alloc_check_unwind() };
+    }
     // SAFETY: the region lies inside the ring's mapping, which stays mapped
     // for the life of the process (anonymous memory after fork).
     unsafe { rip_alloc_configure(base, u64::from(layout.alloc_capacity), cfg.mean) };

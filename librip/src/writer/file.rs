@@ -14,7 +14,7 @@ use std::{
     io,
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::{ffi::OsStrExt, fs::FileExt, fs::MetadataExt},
+        unix::{ffi::OsStrExt, ffi::OsStringExt, fs::FileExt, fs::MetadataExt},
     },
     path::{Path, PathBuf},
 };
@@ -49,6 +49,21 @@ pub(crate) fn default_path() -> PathBuf {
         "/dev/shm/rip-{uid}/{comm}.{}.ring",
         std::process::id()
     ))
+}
+
+/// `path` with `.n` before its `.ring` (after the name when it has none):
+/// the `n`th other ring a chain of programs in one process makes there.
+#[cfg_attr(not(feature = "sampler"), allow(dead_code))]
+pub(crate) fn numbered(path: &Path, n: u32) -> PathBuf {
+    let bytes = path.as_os_str().as_bytes();
+    let (stem, ext) = match bytes.strip_suffix(b".ring") {
+        Some(stem) => (stem, &b".ring"[..]),
+        None => (bytes, &b""[..]),
+    };
+    let mut out = stem.to_vec();
+    out.extend_from_slice(format!(".{n}").as_bytes());
+    out.extend_from_slice(ext);
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Expands `%p` to the pid and `%%` to `%`.
@@ -402,6 +417,18 @@ fn is_tmpfs(file: &File) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbered_rings_keep_their_extension() {
+        assert_eq!(
+            numbered(Path::new("/x/a.12.ring"), 1),
+            PathBuf::from("/x/a.12.1.ring")
+        );
+        assert_eq!(
+            numbered(Path::new("/x/a.out"), 3),
+            PathBuf::from("/x/a.out.3")
+        );
+    }
 
     #[test]
     fn expands_pid_and_percent() {

@@ -111,19 +111,26 @@ impl Ring {
         Ring::create_at(file::default_path(), opts, true)
     }
 
-    /// [`Ring::create_default`], or when that path exists (an earlier
-    /// program this process exec'd from left its ring there), the same
-    /// path with `.1`, `.2`, … before `.ring`.
+    /// The ring at `path` (`%p` expanded), or at the default path, or when
+    /// that path exists (an earlier program this process exec'd from left
+    /// its ring there: a shell script's, a launcher's), the same path with
+    /// `.1`, `.2`, … before `.ring` (or after it when it does not end so).
+    /// The file found there is never touched.
     #[cfg(feature = "sampler")]
-    pub(crate) fn create_default_numbered(opts: RingOptions) -> Result<&'static Ring, Error> {
-        let first = file::default_path();
-        let mut res = Ring::create_at(first.clone(), opts, true);
+    pub(crate) fn create_numbered(
+        path: Option<&Path>,
+        opts: RingOptions,
+    ) -> Result<&'static Ring, Error> {
+        let (first, private_dir) = match path {
+            Some(p) => (file::expand(p), false),
+            None => (file::default_path(), true),
+        };
+        let mut res = Ring::create_at(first.clone(), opts, private_dir);
         for n in 1..64 {
             if !matches!(res, Err(Error::Exists(_))) {
                 break;
             }
-            let path = first.with_extension(format!("{n}.ring"));
-            res = Ring::create_at(path, opts, true);
+            res = Ring::create_at(file::numbered(&first, n), opts, private_dir);
         }
         res
     }

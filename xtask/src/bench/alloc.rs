@@ -10,7 +10,10 @@
 //! which other work on the machine does not add to. Each row's peak RSS
 //! (workload, and the tool's own process) comes from
 //! `tests/bench/maxrss.c`. A tool that cannot run here is a row saying
-//! why. Printed and written to target/bench/alloc.md.
+//! why. The first three rows are counted in instructions too (callgrind,
+//! which other work on the machine does not change): the interposer's
+//! cost, and the sampler's, per operation. Printed and written to
+//! target/bench/alloc.md.
 
 use std::{
     fmt::Write as _,
@@ -38,6 +41,15 @@ const MEMLEAK_HEADER: &str = "stacks with outstanding allocations";
 /// The window given to the attaching tools: ended by SIGTERM as soon as
 /// the workload has done its operations, so it is only a bound.
 const WINDOW: &str = "600s";
+
+/// Operations of the two callgrind runs of a row: the difference in
+/// instructions over the difference in operations leaves out what does
+/// not repeat per operation (start-up, the ring's creation, exit).
+const CG_OPS: (u64, u64) = (100_000, 1_100_000);
+
+/// The rows (from the first) counted in instructions: untraced, preloaded
+/// but not sampling, sampling at the default mean.
+const CG_ROWS: usize = 3;
 
 /// Runs the rows and prints their section.
 pub fn run_alloc_only() -> Result<()> {
@@ -124,7 +136,7 @@ struct Tools {
 /// Measures `rounds` rounds; the section of docs/BENCHMARKS.md.
 pub fn section(rounds: usize) -> Result<String> {
     step("bench: peers for the heap (heaptrack, bpfcc-tools)");
-    let peers = Peers::ensure_only(&["heaptrack", "bpfcc-tools", "libbpf-tools"]);
+    let peers = Peers::ensure_only(&["heaptrack", "bpfcc-tools", "libbpf-tools", "valgrind"]);
     step("bench: cargo build --release -p librip --lib --features sampler");
     let target = root().join("target/bench-sampler");
     exec(
@@ -193,9 +205,139 @@ pub fn section(rounds: usize) -> Result<String> {
             }
         }
     }
+    step("bench: heap tracing, instructions (callgrind)");
+    let instructions = instructions(&t);
     let _ = std::fs::remove_dir_all(&t.rings);
     let load = (load_before, super::load_average());
-    render(&tally, rounds, &load)
+    let mut s = render(&tally, rounds, &load)?;
+    render_instructions(&mut s, &instructions)?;
+    Ok(s)
+}
+
+/// Instructions per operation of the first [`CG_ROWS`] rows, or why they
+/// were not counted.
+fn instructions(t: &Tools) -> Result<Vec<f64>, String> {
+    t.peers.need(&["valgrind"])?;
+    ROWS[..CG_ROWS]
+        .iter()
+        .map(|(name, how, _)| {
+            let How::Plain(preload, env) = *how else {
+                return Err(format!("{name}: not a plain run"));
+            };
+            let count = |ops| callgrind_run(t, preload, env, ops).map_err(|e| format!("{e:#}"));
+            let (a, b) = (count(CG_OPS.0)?, count(CG_OPS.1)?);
+            Ok((b as f64 - a as f64) / (CG_OPS.1 - CG_OPS.0) as f64)
+        })
+        .collect()
+}
+
+/// The command counting a plain run's instructions: callgrind follows
+/// `env` into the workload, which makes its ring in the bench's own
+/// directory (numbered after valgrind's launcher's, which the preload
+/// reaches first in the same process).
+fn callgrind_args(
+    t: &Tools,
+    preload: bool,
+    env: &[(&str, &str)],
+    ops: u64,
+    out: &Path,
+) -> Vec<String> {
+    let mut a = vec![
+        "valgrind".to_string(),
+        "--tool=callgrind".into(),
+        "--trace-children=yes".into(),
+        format!("--callgrind-out-file={}/cg.%p", out.display()),
+        "env".into(),
+    ];
+    if preload {
+        a.push(format!("LD_PRELOAD={}", t.lib.display()));
+    }
+    a.push(format!(
+        "RIP_ALLOC_RING={}",
+        t.rings.join("cg.%p.ring").display()
+    ));
+    a.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    a.push(t.exe.display().to_string());
+    a.push(ops.to_string());
+    a
+}
+
+/// Instructions of one run, every process it became included.
+fn callgrind_run(t: &Tools, preload: bool, env: &[(&str, &str)], ops: u64) -> Result<u64> {
+    let out = t.out.join("alloc-callgrind");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out)?;
+    std::fs::create_dir_all(&t.rings)?;
+    let a = callgrind_args(t, preload, env, ops, &out);
+    let res = Command::new(&a[0])
+        .args(&a[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("running valgrind")?;
+    if !res.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            super::proc::shell_words(&a),
+            String::from_utf8_lossy(&res.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    let mut total = 0;
+    for e in std::fs::read_dir(&out)? {
+        let path = e?.path();
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        total += super::callgrind::parse_totals(&text)
+            .with_context(|| format!("no totals in {}", path.display()))?;
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&t.rings);
+    Ok(total)
+}
+
+/// The instruction table after the section's text.
+fn render_instructions(s: &mut String, counted: &Result<Vec<f64>, String>) -> Result<()> {
+    writeln!(
+        s,
+        "
+Instructions per operation, which other work on the machine does not change:"
+    )?;
+    let per_op = match counted {
+        Ok(v) => v,
+        Err(e) => {
+            writeln!(s, "not counted: {e}.")?;
+            return Ok(());
+        }
+    };
+    writeln!(
+        s,
+        "`valgrind --tool=callgrind --trace-children=yes env [LD_PRELOAD=…] [RIP_ALLOC_SAMPLE=…] \
+         target/bench/alloc_mix OPS` at {} and {} operations, the difference in instructions \
+         (every process of the run) over the difference in operations.\n",
+        super::stats::thousands(CG_OPS.0),
+        super::stats::thousands(CG_OPS.1),
+    )?;
+    writeln!(
+        s,
+        "| run | instructions per operation | vs untraced |\n| --- | ---: | ---: |"
+    )?;
+    let base = per_op[0];
+    for (i, ((name, _, _), n)) in ROWS.iter().zip(per_op).enumerate() {
+        if i == 0 {
+            writeln!(s, "| {name} | {n:.1} | |")?;
+        } else {
+            writeln!(
+                s,
+                "| {name} | {n:.1} | {:+.1} ({:+.2} %) |",
+                n - base,
+                100.0 * (n - base) / base
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Why a row cannot run on this machine (a row of the table, not a
