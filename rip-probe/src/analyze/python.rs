@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     collect::runtime::python::{
-        GilState, PyFrame, Snapshot,
+        GcState, GilState, PyFrame, PyThread, Snapshot,
         locks::{LockRead, LockType, LockWait, PyLock},
     },
     model::{
@@ -31,12 +31,14 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         GilState::Held(tstate) => snap.threads.iter().find(|p| p.tstate == tstate),
         _ => None,
     };
+    let collector = gc_thread(snap, holder);
     let mut gil_waiters = Vec::new();
     for t in &mut report.threads {
         let Some(p) = snap.threads.iter().find(|p| p.tid == t.tid) else {
             continue;
         };
         let holds_gil = holder.is_some_and(|h| h.tid == p.tid);
+        let runs_gc = collector == Some(p.tid);
         // The holder waits for nothing of its own: a wait seen on it is
         // from before it took the GIL, and is not claimed.
         let gil_wait = gil_wait(t, snap).filter(|_| !holds_gil);
@@ -57,6 +59,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
                 merged: false,
                 note: Some("its Python frames changed at every read".into()),
                 holds_gil,
+                runs_gc,
                 gil_wait,
                 waits_on: None,
             });
@@ -90,6 +93,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
             merged,
             note,
             holds_gil,
+            runs_gc,
             gil_wait,
             waits_on: None,
         });
@@ -105,8 +109,28 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         .into(),
         gil_holder: holder.map(|p| p.tid),
         gil_waiters,
+        gc: match snap.gc {
+            GcState::Running => "running",
+            GcState::Idle => "idle",
+            GcState::Changing => "changing",
+        }
+        .into(),
+        gc_thread: collector,
         locks: Vec::new(),
     });
+}
+
+/// The thread the cyclic GC runs on, when `snap` says it runs: a
+/// collection holds the GIL from start to end and runs no bytecode, so
+/// it is the GIL's `holder` when that thread held the GIL all the time
+/// between the two reads that saw the collection, and its Python frames
+/// held still while they were read. Otherwise none is claimed (a
+/// finalizer the collection calls may run Python code, or give the GIL
+/// up to another thread).
+fn gc_thread(snap: &Snapshot, holder: Option<&PyThread>) -> Option<u64> {
+    let h = holder?;
+    (snap.gc == GcState::Running && snap.gil_kept && h.frames.is_some() && h.tid != 0)
+        .then_some(h.tid)
 }
 
 /// Groups the threads waiting on `threading` objects by object (from
@@ -391,10 +415,7 @@ pub(crate) fn merged(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        collect::runtime::python::PyThread,
-        model::{Mode, ProcessInfo, StackTable, Thread, ThreadState},
-    };
+    use crate::model::{Mode, ProcessInfo, StackTable, Thread, ThreadState};
 
     fn native(name: &str) -> Frame {
         Frame {
@@ -416,6 +437,16 @@ mod tests {
     }
 
     fn report(frames: Vec<Frame>, py_frames: Option<Vec<PyFrame>>, gil: GilState) -> Report {
+        report_with(frames, py_frames, gil, |_| {})
+    }
+
+    /// [`report`], with `change` made to the snapshot read first.
+    fn report_with(
+        frames: Vec<Frame>,
+        py_frames: Option<Vec<PyFrame>>,
+        gil: GilState,
+        change: impl FnOnce(&mut Snapshot),
+    ) -> Report {
         let mut r = Report {
             schema: crate::model::SCHEMA_VERSION,
             mode: Mode::Pid,
@@ -434,7 +465,7 @@ mod tests {
         let mut t = Thread::new(7, "python3".into(), "comm", ThreadState::Sleeping);
         t.frames = frames.into();
         r.threads.push(t);
-        let snap = Snapshot {
+        let mut snap = Snapshot {
             version: "3.11".into(),
             threads: vec![PyThread {
                 tid: 7,
@@ -445,11 +476,56 @@ mod tests {
             }],
             gil,
             gil_waits: None,
+            gil_kept: true,
+            gc: GcState::Idle,
             asyncio: None,
             locks: Vec::new(),
         };
+        change(&mut snap);
         merge(&mut r, &snap);
         r
+    }
+
+    #[test]
+    fn the_gc_runs_on_the_thread_that_held_the_gil_throughout_with_frames_that_held_still() {
+        let frames = || Some(vec![py("collect_loop", 4, true)]);
+        let gc = |kept: bool, gc: GcState, py: Option<Vec<PyFrame>>, gil: GilState| {
+            let r = report_with(vec![], py, gil, |s| {
+                s.gil_kept = kept;
+                s.gc = gc;
+            });
+            let py = r.python.unwrap();
+            let runs = r.threads[0].python.as_ref().unwrap().runs_gc;
+            (py.gc, py.gc_thread, runs)
+        };
+        let held = GilState::Held(0x5000);
+        assert_eq!(
+            gc(true, GcState::Running, frames(), held),
+            ("running".into(), Some(7), true)
+        );
+        // The GIL changed hands between the reads, its holder's frames
+        // moved, or no thread held it both times: running, on no thread
+        // claimed.
+        for (kept, py, gil) in [
+            (false, frames(), held),
+            (true, None, held),
+            (true, frames(), GilState::Changing),
+            (true, frames(), GilState::Free),
+        ] {
+            assert_eq!(
+                gc(kept, GcState::Running, py, gil),
+                ("running".into(), None, false)
+            );
+        }
+        // Seen by one read only, or by none: never claimed running.
+        assert_eq!(
+            gc(true, GcState::Changing, frames(), held),
+            ("changing".into(), None, false)
+        );
+        assert_eq!(
+            gc(true, GcState::Idle, frames(), held),
+            ("idle".into(), None, false)
+        );
     }
 
     fn names(frames: &[Frame]) -> Vec<&str> {
@@ -576,6 +652,8 @@ mod tests {
             threads,
             gil: GilState::Free,
             gil_waits: None,
+            gil_kept: true,
+            gc: GcState::Idle,
             asyncio: None,
             locks: vec![
                 wait(1, 0xa0, LockType::Lock, [held, held]),
