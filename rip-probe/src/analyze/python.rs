@@ -10,6 +10,7 @@ use std::{
 };
 
 use crate::{
+    analyze::waits::WaitEdge,
     collect::runtime::python::{
         GcState, GilState, PyFrame, PyThread, Snapshot,
         locks::{LockRead, LockType, LockWait, PyLock},
@@ -182,6 +183,51 @@ pub(crate) fn locks(report: &mut Report, snap: &Snapshot) {
     if let Some(py) = &mut report.python {
         py.locks = out;
     }
+}
+
+/// The wait-graph edges of the Python lock waiters looked at again
+/// (`snap.locks_again`, after [`locks`] judged them): a waiter keeps its
+/// edge to its lock's owner only when it still slept on the same futex
+/// and the lock, read once more, still names that owner as its first two
+/// reads did; otherwise its edge has no owner, and a cycle through it is
+/// no deadlock. What [`crate::analyze::waits::confirm`] compares with the
+/// edges of the first look.
+pub(crate) fn again(report: &Report, snap: &Snapshot) -> BTreeMap<u32, WaitEdge> {
+    let tid_of: HashMap<u64, u64> = snap.threads.iter().map(|t| (t.ident, t.tid)).collect();
+    let mut out = BTreeMap::new();
+    for a in &snap.locks_again {
+        let (Ok(tid), Some(wait)) = (
+            u32::try_from(a.tid),
+            snap.locks.iter().find(|w| w.tid == a.tid),
+        ) else {
+            continue;
+        };
+        let Some(w) = report
+            .threads
+            .iter()
+            .find(|t| t.tid == a.tid)
+            .and_then(|t| t.waits_for.as_ref())
+            .filter(|w| w.runtime == Some(RuntimeWait::PythonLock))
+        else {
+            continue;
+        };
+        let first = wait.owned().and_then(|l| l.reads[0]);
+        let owner = match (a.still_waiting, a.read, first) {
+            (true, Some(r), Some(f)) if r == f && r.held => tid_of
+                .get(&r.owner)
+                .and_then(|&t| u32::try_from(t).ok())
+                .filter(|&o| w.owner_tid == Some(o)),
+            _ => None,
+        };
+        out.insert(
+            tid,
+            WaitEdge {
+                lock: w.lock,
+                owner,
+            },
+        );
+    }
+    out
 }
 
 /// `threading.RLock rlock at 0x7f…`: what a waiter waits on, in words.
@@ -415,7 +461,10 @@ pub(crate) fn merged(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Mode, ProcessInfo, StackTable, Thread, ThreadState};
+    use crate::{
+        collect::runtime::python::locks::LockAgain,
+        model::{Mode, ProcessInfo, StackTable, Thread, ThreadState},
+    };
 
     fn native(name: &str) -> Frame {
         Frame {
@@ -480,6 +529,7 @@ mod tests {
             gc: GcState::Idle,
             asyncio: None,
             locks: Vec::new(),
+            locks_again: Vec::new(),
         };
         change(&mut snap);
         merge(&mut r, &snap);
@@ -619,10 +669,9 @@ mod tests {
         })
     }
 
-    /// Threads: 1-3 wait on a Lock, 4 and 5 on an RLock owned by 6 (ident
-    /// 0x66), 7 on an RLock whose two reads disagree, 8 on an RLock that
-    /// names itself as owner.
-    fn lock_report() -> Report {
+    /// A report of threads 1–8 (ident 0x60 + tid) and the interpreter's
+    /// read of them with `locks`, merged and judged.
+    fn with_locks(locks_read: Vec<LockWait>) -> (Report, Snapshot) {
         let mut r = report(vec![], None, GilState::Free);
         r.threads.clear();
         for tid in 1..=8 {
@@ -642,11 +691,6 @@ mod tests {
                 name: None,
             })
             .collect();
-        let held = Some(LockRead {
-            held: true,
-            owner: 0,
-            count: 0,
-        });
         let snap = Snapshot {
             version: "3.11".into(),
             threads,
@@ -655,19 +699,101 @@ mod tests {
             gil_kept: true,
             gc: GcState::Idle,
             asyncio: None,
-            locks: vec![
-                wait(1, 0xa0, LockType::Lock, [held, held]),
-                wait(2, 0xa0, LockType::Lock, [held, held]),
-                wait(3, 0xa0, LockType::Lock, [held, held]),
-                wait(4, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
-                wait(5, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
-                wait(7, 0xc0, LockType::RLock, [owned(0x66, 1), owned(0x65, 1)]),
-                wait(8, 0xd0, LockType::RLock, [owned(0x68, 1), owned(0x68, 1)]),
-            ],
+            locks: locks_read,
+            locks_again: Vec::new(),
         };
         merge(&mut r, &snap);
         locks(&mut r, &snap);
+        (r, snap)
+    }
+
+    /// Threads: 1-3 wait on a Lock, 4 and 5 on an RLock owned by 6 (ident
+    /// 0x66), 7 on an RLock whose two reads disagree, 8 on an RLock that
+    /// names itself as owner.
+    fn lock_report() -> Report {
+        let held = Some(LockRead {
+            held: true,
+            owner: 0,
+            count: 0,
+        });
+        with_locks(vec![
+            wait(1, 0xa0, LockType::Lock, [held, held]),
+            wait(2, 0xa0, LockType::Lock, [held, held]),
+            wait(3, 0xa0, LockType::Lock, [held, held]),
+            wait(4, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
+            wait(5, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
+            wait(7, 0xc0, LockType::RLock, [owned(0x66, 1), owned(0x65, 1)]),
+            wait(8, 0xd0, LockType::RLock, [owned(0x68, 1), owned(0x68, 1)]),
+        ])
+        .0
+    }
+
+    /// Two threads each holding the RLock the other waits for, a third
+    /// queued behind one of them; then the second look (`again`: each
+    /// waiter's (still waiting, the lock's owner read once more)), and
+    /// what the wait graph confirms.
+    fn rlock_cycle(again_of: &[(u64, bool, u64)]) -> Report {
+        let (mut r, mut snap) = with_locks(vec![
+            wait(1, 0xa0, LockType::RLock, [owned(0x62, 1), owned(0x62, 1)]),
+            wait(2, 0xb0, LockType::RLock, [owned(0x61, 1), owned(0x61, 1)]),
+            wait(3, 0xa0, LockType::RLock, [owned(0x62, 1), owned(0x62, 1)]),
+        ]);
+        // The waits before the second look: a cycle of 1 and 2, 3 on its
+        // way into it.
+        assert_eq!(crate::analyze::waits::cycles(&r), [vec![1, 2]]);
+        let t3 = r.threads.iter().find(|t| t.tid == 3).unwrap();
+        assert_eq!(t3.waits_for.as_ref().unwrap().owner_tid, Some(2));
+        snap.locks_again = again_of
+            .iter()
+            .map(|&(tid, still, owner)| LockAgain {
+                tid,
+                still_waiting: still,
+                read: owned(owner, 1),
+            })
+            .collect();
+        let runtime = again(&r, &snap);
+        let cycles = crate::analyze::waits::cycles(&r);
+        crate::analyze::waits::confirm(
+            &mut r,
+            &cycles,
+            &crate::collect::locks::LockEvidence::default(),
+            &runtime,
+        );
         r
+    }
+
+    #[test]
+    fn a_cycle_of_rlock_owners_is_a_deadlock_when_the_second_look_finds_it_again() {
+        let r = rlock_cycle(&[(1, true, 0x62), (2, true, 0x61)]);
+        assert_eq!(r.deadlocks, [vec![1, 2]]);
+        let t1 = r.threads.iter().find(|t| t.tid == 1).unwrap();
+        let w = t1.waits_for.as_ref().unwrap();
+        assert_eq!((w.lock, w.owner_tid), (0xa0, Some(2)));
+        // Gone on the second look: the other's RLock released, a waiter
+        // no longer in its wait, or no second look at all.
+        for again_of in [
+            &[(1, true, 0x62), (2, true, 0)][..],
+            &[(1, false, 0x62), (2, true, 0x61)][..],
+            &[(1, true, 0x62)][..],
+            &[][..],
+        ] {
+            let r = rlock_cycle(again_of);
+            assert!(r.deadlocks.is_empty(), "{again_of:?}");
+            for tid in [1, 2] {
+                let t = r.threads.iter().find(|t| t.tid == tid).unwrap();
+                let w = t.waits_for.as_ref().unwrap();
+                assert_eq!(
+                    (&w.owner, w.owner_tid),
+                    (
+                        &Owner::Changing {
+                            cause: LockChange::CycleGone
+                        },
+                        None
+                    ),
+                    "{again_of:?}"
+                );
+            }
+        }
     }
 
     #[test]

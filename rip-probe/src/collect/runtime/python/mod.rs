@@ -129,6 +129,29 @@ pub(crate) struct Snapshot {
     /// The `threading` locks the threads asleep on a futex wait on, each
     /// read twice.
     pub(crate) locks: Vec<locks::LockWait>,
+    /// The waits of `locks` a cycle could run through, looked at again a
+    /// moment later ([`Python::look_again`]; empty until then).
+    pub(crate) locks_again: Vec<locks::LockAgain>,
+}
+
+impl Snapshot {
+    /// Renames every thread id read (as the target's own pid namespace
+    /// numbers its threads: `native_thread_id`, glibc's descriptor,
+    /// `threading`'s `_native_id`) with `ours` (its id → ours). A thread
+    /// `ours` does not know (gone, or too new to be in the map) gets no
+    /// tid (0) and its lock wait is dropped: never another thread's id.
+    pub(crate) fn map_tids(&mut self, ours: impl Fn(u64) -> Option<u64>) {
+        for t in &mut self.threads {
+            t.tid = ours(t.tid).unwrap_or(0);
+        }
+        self.locks.retain_mut(|w| match ours(w.tid) {
+            Some(tid) => {
+                w.tid = tid;
+                true
+            }
+            None => false,
+        });
+    }
 }
 
 impl Python {
@@ -281,6 +304,7 @@ impl Python {
             threads,
             asyncio,
             locks,
+            locks_again: Vec::new(),
             gil_kept: switches.is_some() && switches == switches_again,
             gc: match (collecting, collecting_again) {
                 (Some(true), Some(true)) => GcState::Running,
@@ -294,6 +318,28 @@ impl Python {
                 GilState::Changing
             },
         }
+    }
+
+    /// The second look at the lock waits of `snap` a cycle of waits could
+    /// run through ([`locks::chained`]; `futex` as for [`Self::read`]):
+    /// when there are any, after `pause`, each waiter's futex wait now
+    /// (from `now_of`) and its lock's owner are read once more, into
+    /// `snap.locks_again`. Nothing is waited for when there are none.
+    pub(crate) fn look_again(
+        &self,
+        mem: &impl Memory,
+        snap: &mut Snapshot,
+        futex: &HashMap<u64, u64>,
+        pause: std::time::Duration,
+        now_of: &mut dyn FnMut(&[u32]) -> HashMap<u32, Option<(i64, u64)>>,
+    ) {
+        let chained = locks::chained(&snap.locks, &snap.threads, futex);
+        if chained.is_empty() {
+            return;
+        }
+        std::thread::sleep(pause);
+        let mut heap = objects::Heap::new(mem, &self.offsets);
+        snap.locks_again = locks::again(&mut heap, &self.version, &chained, now_of);
     }
 
     /// Each thread's frame chain alone, by tid (`None`: two reads never
@@ -808,6 +854,46 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn ids_from_another_pid_namespace_are_renamed_ours_or_dropped() {
+        let thread = |tid| PyThread {
+            tid,
+            ident: 0x60 + tid,
+            tstate: 0x5000 + tid,
+            frames: None,
+            name: None,
+        };
+        let wait = |tid| locks::LockWait {
+            tid,
+            futex: 0x1000,
+            lock: locks::PyLock {
+                addr: 0xa0,
+                kind: locks::LockType::Lock,
+                reads: [None, None],
+            },
+            through: None,
+            name: None,
+        };
+        let mut snap = Snapshot {
+            version: "3.11".into(),
+            threads: vec![thread(1), thread(2), thread(3)],
+            gil: GilState::Free,
+            gil_kept: true,
+            gc: GcState::Idle,
+            gil_waits: None,
+            asyncio: None,
+            locks: vec![wait(1), wait(3)],
+            locks_again: Vec::new(),
+        };
+        let ours = HashMap::from([(1u64, 101u64), (2, 102)]);
+        snap.map_tids(|t| ours.get(&t).copied());
+        let tids: Vec<u64> = snap.threads.iter().map(|t| t.tid).collect();
+        assert_eq!(tids, [101, 102, 0]);
+        // Thread 3 left its namespace's map: its wait names no thread.
+        let waits: Vec<u64> = snap.locks.iter().map(|w| w.tid).collect();
+        assert_eq!(waits, [101]);
     }
 
     #[test]
