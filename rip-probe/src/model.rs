@@ -91,6 +91,18 @@ pub struct Python {
     /// GIL's own condition variable or mutex, or blocked in `take_gil`
     /// (see [`PythonThread::gil_wait`]); never the holder.
     pub gil_waiters: Vec<u64>,
+    /// The main interpreter's cyclic garbage collector, by its
+    /// `collecting` flag read twice between the GIL's two reads:
+    /// `running` (set both times), `idle` (clear both times) or
+    /// `changing` (a collection started or ended between the reads, or a
+    /// read failed: nothing is claimed). CPython records no start time.
+    pub gc: String,
+    /// The thread the collection runs on, when `gc` is `running`: the
+    /// one that held the GIL throughout (both reads name it and the GIL
+    /// changed hands no time between them) with Python frames that held
+    /// still (a collection holds the GIL and runs no bytecode, unless a
+    /// finalizer it calls runs Python code or gives the GIL up).
+    pub gc_thread: Option<u64>,
     /// The `threading` objects threads wait on, each once with its
     /// waiters, most waiters first.
     pub locks: Vec<PythonLock>,
@@ -144,6 +156,9 @@ pub struct PythonThread {
     pub note: Option<String>,
     /// The thread holds the GIL (two reads agreed).
     pub holds_gil: bool,
+    /// The cyclic garbage collector runs on this thread (see
+    /// [`Python::gc_thread`]).
+    pub runs_gc: bool,
     /// The thread waits to take the GIL, and what says so: asleep in a
     /// futex wait on the GIL's condition variable or mutex (the kernel's
     /// word), or blocked with `take_gil` on its native stack. Absent when

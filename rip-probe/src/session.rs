@@ -567,13 +567,17 @@ impl Session {
             Some(Err(why)) => report.warnings.push(why.clone()),
             _ => {}
         }
-        if let (Some(l), false) = (&locks, lost_now) {
-            timing::phase("locks", || lock_waits(&mut report, l, &lock_names));
-        }
-        // Python's locks after: a waiter's `threading` object replaces the
-        // futex word its wait was judged by.
-        if let (Some(Ok(snap)), false) = (&python, lost_now) {
-            analyze::python::locks(&mut report, snap);
+        let py_snap = python.as_ref().and_then(|p| p.as_ref().ok());
+        match (&locks, lost_now) {
+            (Some(l), false) => timing::phase("locks", || {
+                lock_waits(&mut report, l, &lock_names, py_snap);
+            }),
+            (None, false) => {
+                if let Some(snap) = py_snap {
+                    analyze::python::locks(&mut report, snap);
+                }
+            }
+            _ => {}
         }
         self.tell_what_is_missing(&mut report, unreadable, &hits);
         Ok(report)
@@ -620,8 +624,33 @@ fn read_python(
     maps: &ProcessMaps,
     futex: &HashMap<u64, u64>,
 ) -> Option<std::result::Result<crate::collect::runtime::python::Snapshot, String>> {
-    use crate::collect::{memory::ProcessMemory, runtime::python::Python};
-    Some(Python::detect(view, maps)?.map(|p| p.read(&ProcessMemory::new(pid), futex)))
+    use crate::collect::{memory::ProcessMemory, namespaces::TidMap, runtime::python::Python};
+    Some(Python::detect(view, maps)?.map(|p| {
+        let mem = ProcessMemory::new(pid);
+        // A process in a pid namespace of its own records its threads'
+        // ids as that namespace numbers them: the kernel's waits are
+        // looked up by those, and what is read is renamed to ours.
+        let ids = TidMap::of(view);
+        let mut snap = match &ids {
+            Some(ids) => {
+                let ns = ids.to_ns();
+                let theirs: HashMap<u64, u64> = futex
+                    .iter()
+                    .filter_map(|(&t, &f)| Some((*ns.get(&u32::try_from(t).ok()?)?, f)))
+                    .collect();
+                let mut snap = p.read(&mem, &theirs);
+                snap.map_tids(|t| ids.host(t).map(u64::from));
+                snap
+            }
+            None => p.read(&mem, futex),
+        };
+        // The waits a cycle could run through, looked at again as the
+        // futex evidence's are.
+        p.look_again(&mem, &mut snap, futex, SECOND_LOOK, &mut |tids| {
+            collect::locks::proc_waits_now(view, tids)
+        });
+        snap
+    }))
 }
 
 /// The futex each blocked thread of `tasks` sleeps on, by tid (a
@@ -784,13 +813,33 @@ fn name_semaphores(report: &mut Report, pid: u32, maps: Option<&ProcessMaps>) {
     }
 }
 
-/// The lock stage of analyze: who waits for whom from the evidence; a
-/// cycle is a deadlock only if the second look found it again.
-fn lock_waits(report: &mut Report, locks: &LockSnapshot, names: &HashMap<u64, Option<String>>) {
-    let cycles = analyze::waits::fill(report, &locks.first, names);
+/// The lock stage of analyze: who waits for whom from the evidence, then
+/// (with the CPython interpreter's read, `python`) who holds the
+/// `threading` locks: a waiter's `threading` object replaces the futex
+/// word its wait was judged by, and an `RLock`'s owner is an edge of the
+/// wait graph. A cycle is a deadlock only if the second look found it
+/// again.
+fn lock_waits(
+    report: &mut Report,
+    locks: &LockSnapshot,
+    names: &HashMap<u64, Option<String>>,
+    python: Option<&crate::collect::runtime::python::Snapshot>,
+) {
+    let mut cycles = analyze::waits::fill(report, &locks.first, names);
+    let mut runtime = std::collections::BTreeMap::new();
+    if let Some(snap) = python {
+        analyze::python::locks(report, snap);
+        cycles = analyze::waits::cycles(report);
+        runtime = analyze::python::again(report, snap);
+    }
     if !cycles.is_empty() {
         let none = collect::locks::LockEvidence::default();
-        analyze::waits::confirm(report, &cycles, locks.second.as_ref().unwrap_or(&none));
+        analyze::waits::confirm(
+            report,
+            &cycles,
+            locks.second.as_ref().unwrap_or(&none),
+            &runtime,
+        );
     }
 }
 

@@ -613,3 +613,75 @@ fn several_processes_say_how_long_each_was_observed() {
          attach to its report)"
     );
 }
+
+/// CPython's line in the header and a thread's Python line: the GIL's
+/// holder running the cyclic GC; a collection seen on no thread claimed;
+/// one whose two reads differ.
+#[test]
+fn python_gil_and_gc_lines() {
+    let mut r = live_report();
+    r.threads.truncate(1);
+    r.threads[0].state = ThreadState::Running;
+    r.threads[0].blocked = None;
+    r.threads[0].python = Some(PythonThread {
+        ident: 7,
+        name: None,
+        frames: vec![Frame {
+            addr: 0x7000,
+            function: Some("collect_loop".into()),
+            file: Some("/srv/app.py".into()),
+            line: Some(4),
+            python: true,
+            ..Frame::default()
+        }],
+        merged: false,
+        note: None,
+        holds_gil: true,
+        runs_gc: true,
+        gil_wait: None,
+        waits_on: None,
+    });
+    r.python = Some(Python {
+        version: "3.12".into(),
+        gil: "held".into(),
+        gil_holder: Some(10),
+        gil_waiters: vec![],
+        gc: "running".into(),
+        gc_thread: Some(10),
+        locks: vec![],
+    });
+    let text = |r: &Report| {
+        let got = render(render::live, r);
+        got.lines()
+            .filter(|l| l.starts_with("python ") || l.contains("python:"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_eq!(
+        text(&r),
+        "\
+python 3.12: threads and frames read from the interpreter; the GIL is held by tid 10, which runs the cyclic GC (collecting at both reads, the GIL held throughout)
+           python: [holds the GIL, runs the cyclic GC] collect_loop (/srv/app.py:4)
+"
+    );
+    let py = r.python.as_mut().unwrap();
+    py.gc_thread = None;
+    r.threads[0].python.as_mut().unwrap().runs_gc = false;
+    assert_eq!(
+        text(&r),
+        "\
+python 3.12: threads and frames read from the interpreter; the GIL is held by tid 10; the cyclic GC is collecting (at both reads), on no thread claimed: the GIL changed hands or its holder's frames moved between the reads
+           python: [holds the GIL] collect_loop (/srv/app.py:4)
+"
+    );
+    r.python.as_mut().unwrap().gc = "changing".into();
+    assert!(text(&r).starts_with(
+        "python 3.12: threads and frames read from the interpreter; the GIL is held by tid 10; \
+         the cyclic GC's two reads differ (or one failed): it is not claimed running\n"
+    ));
+    // Idle: nothing said of it.
+    r.python.as_mut().unwrap().gc = "idle".into();
+    assert!(text(&r).starts_with(
+        "python 3.12: threads and frames read from the interpreter; the GIL is held by tid 10\n"
+    ));
+}

@@ -9,7 +9,9 @@
 //! (two reads agree), and say that a `Lock` and a semaphore record no
 //! owner, in JSON and text, on Debian's 3.11 (waiters of one lock sleep on
 //! its `sem_t`), on a shared 3.12, and on Debian's 3.13 (each `Lock`
-//! waiter parks on a futex of its own in CPython's parking lot).
+//! waiter parks on a futex of its own in CPython's parking lot). The same
+//! program in a pid namespace of its own is reported under our ids. Two
+//! threads each holding the `RLock` the other waits for are a deadlock.
 
 use std::{
     collections::HashMap,
@@ -78,8 +80,36 @@ print("ready", flush=True)
 time.sleep(100000)
 "#;
 
-/// The Python program, killed on drop.
-struct Program(Child);
+/// The Python program (or `unshare` running it, and then the program's
+/// pid), killed on drop.
+struct Program(Child, Option<u32>);
+
+impl Program {
+    /// The program's pid, as the host numbers it.
+    fn pid(&self) -> u32 {
+        self.1.unwrap_or_else(|| self.0.id())
+    }
+}
+
+/// Our tid of the thread process `pid`'s own pid namespace numbers
+/// `ns_tid` (the last id of its `NSpid` line).
+fn host_tid(pid: u32, ns_tid: u64) -> u32 {
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let tid: u32 = e.unwrap().file_name().to_str().unwrap().parse().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+        let ids: Vec<u64> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .unwrap()
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        if ids.len() == 2 && ids[1] == ns_tid {
+            return tid;
+        }
+    }
+    panic!("no thread {ns_tid} in the pid namespace of {pid}");
+}
 
 impl Drop for Program {
     fn drop(&mut self) {
@@ -96,25 +126,51 @@ struct Started {
 }
 
 fn start(python: &str, dir: &TempDir) -> Started {
+    start_program(python, dir, PROGRAM, false)
+}
+
+/// Starts `program` under `python`, in a pid namespace of its own when
+/// `contained` (`unshare --pid --fork --mount-proc`: it is pid 1 there,
+/// and `Started` gives our ids of its threads, not the ones it printed).
+fn start_program(python: &str, dir: &TempDir, program: &str, contained: bool) -> Started {
     assert!(
         std::path::Path::new(python).exists(),
         "{python} is missing: run `cargo xtask setup`"
     );
     let script = dir.join("locks.py");
-    std::fs::write(&script, PROGRAM).unwrap();
-    let mut child = Program(
+    std::fs::write(&script, program).unwrap();
+    let mut cmd = if contained {
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--kill-child", "--mount-proc", python]);
+        c
+    } else {
         Command::new(python)
-            .arg(&script)
+    };
+    let mut child = Program(
+        cmd.arg(&script)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{python}: {e}")),
+        None,
     );
     let (mut tids, mut ids) = (HashMap::new(), HashMap::new());
     let out = BufReader::new(child.0.stdout.take().unwrap());
     for line in out.lines() {
         let line = line.unwrap();
         if line == "ready" {
+            if contained {
+                // unshare's child is the program.
+                let unshare = child.0.id();
+                let children =
+                    std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+                        .unwrap();
+                let pid: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+                for tid in tids.values_mut() {
+                    *tid = u64::from(host_tid(pid, *tid));
+                }
+                child.1 = Some(pid);
+            }
             return Started {
                 program: child,
                 tids,
@@ -187,9 +243,12 @@ fn settled(pid: u32, s: &Started) -> Value {
 
 fn check(python: &str, version: &str) {
     let dir = TempDir::new("/tmp", "rip-python-locks");
-    let s = start(python, &dir);
-    let pid = s.program.0.id();
-    let report = settled(pid, &s);
+    check_started(&start(python, &dir), version);
+}
+
+fn check_started(s: &Started, version: &str) {
+    let pid = s.program.pid();
+    let report = settled(pid, s);
     assert_eq!(report["python"]["version"], version);
     let py = &report["python"];
     // One entry per object waited on, and no other.
@@ -307,4 +366,183 @@ fn locks_by_object_3_13() {
         return;
     }
     check(rip_tests::PYTHON_3_13, "3.13");
+}
+
+/// A CPython process in a pid namespace of its own records its threads'
+/// ids as that namespace numbers them: the waiters, the RLock's owner and
+/// every line are under ours (the program printed its own; they were
+/// mapped to ours through `NSpid`), the same report as outside.
+#[test]
+fn locks_by_object_in_a_pid_namespace_3_11() {
+    if !bpf_tests_enabled("locks_by_object_in_a_pid_namespace_3_11") {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "rip-python-locks");
+    let s = start_program("/usr/bin/python3.11", &dir, PROGRAM, true);
+    let pid = s.program.pid();
+    // Its ids are not ours: the test would prove nothing otherwise.
+    assert!(s.tids.values().all(|&t| t != 1 && t > 100), "{:?}", s.tids);
+    check_started(&s, "3.11");
+    let report = rip_probe_json(
+        CLI,
+        &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+    );
+    // Every Python thread merged under one of our tids: the main thread
+    // (1 there) is the process.
+    let main = report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == pid)
+        .unwrap();
+    assert_eq!(main["name"], "MainThread", "{main}");
+}
+
+/// Two threads each holding the `RLock` the other waits for (and a third
+/// queued behind one of them): a deadlock through Python locks.
+const DEADLOCK: &str = r#"
+import threading, time
+r1 = threading.RLock()
+r2 = threading.RLock()
+both = threading.Barrier(2)
+tids = {}
+def left():
+    with r1:
+        both.wait()
+        r2.acquire()
+def right():
+    with r2:
+        both.wait()
+        r1.acquire()
+def behind():
+    time.sleep(0.2)
+    r1.acquire()
+def run(name, f):
+    tids[name] = threading.get_native_id()
+    f()
+for name, f in [("left", left), ("right", right), ("behind", behind)]:
+    threading.Thread(target=run, args=(name, f), name=name, daemon=True).start()
+while len(tids) < 3:
+    time.sleep(0.01)
+for name, tid in tids.items():
+    print(name, tid, flush=True)
+for name in ["r1", "r2"]:
+    print("id", name, id(globals()[name]), flush=True)
+print("ready", flush=True)
+time.sleep(100000)
+"#;
+
+/// `rip-probe --pid` names the cycle in `deadlocks` and at the top of the
+/// text, through the `RLock`s' owners, as it does for glibc mutexes;
+/// the thread queued behind is no part of it.
+fn deadlock_check(python: &str, version: &str) {
+    let dir = TempDir::new("/tmp", "rip-python-deadlock");
+    let s = start_program(python, &dir, DEADLOCK, false);
+    let pid = s.program.pid();
+    let (left, right, behind) = (s.tids["left"], s.tids["right"], s.tids["behind"]);
+    let cycle = {
+        let mut c = [left, right];
+        c.sort_unstable();
+        c
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let report = loop {
+        let report = rip_probe_json(
+            CLI,
+            &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+        );
+        assert_eq!(report["python"]["version"], version);
+        // Never another cycle than the one there is.
+        let deadlocks = report["deadlocks"].as_array().unwrap();
+        assert!(deadlocks.len() <= 1, "{deadlocks:?}");
+        if let Some(d) = deadlocks.first() {
+            // In wait order from the smallest tid: both orders are the
+            // cycle's rotations.
+            let got: Vec<u64> = d
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap())
+                .collect();
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, cycle, "{d}");
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deadlock was never reported: {}",
+            report["python"]
+        );
+    };
+    let thread = |tid: u64| {
+        report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"] == tid)
+            .unwrap()
+    };
+    for (tid, lock, owner) in [
+        (left, "r2", right),
+        (right, "r1", left),
+        (behind, "r1", left),
+    ] {
+        let w = &thread(tid)["waits_for"];
+        assert_eq!(w["lock"], s.ids[lock], "{w}");
+        assert_eq!(w["owner_tid"], owner, "{w}");
+        assert_eq!(w["runtime"], "python_lock", "{w}");
+    }
+    let text = rip_probe_ok(CLI, &["--pid", &pid.to_string(), "--duration", "0"]);
+    let name = |tid: u64| if tid == left { "left" } else { "right" };
+    let (a, b) = (cycle[0], cycle[1]);
+    assert!(
+        text.contains(&format!(
+            "DEADLOCK: 2 threads wait for each other: {a} ({}), {b} ({})",
+            name(a),
+            name(b)
+        )),
+        "{text}"
+    );
+    let (lock_a, lock_b) = if a == left {
+        ("r2", "r1")
+    } else {
+        ("r1", "r2")
+    };
+    assert!(
+        text.contains(&format!(
+            "  {a} ({}) waits for threading.RLock {lock_a} at {:#x} held by {b} ({}), which waits \
+             for threading.RLock {lock_b} at {:#x} held by {a} ({}): deadlock",
+            name(a),
+            s.ids[lock_a],
+            name(b),
+            s.ids[lock_b],
+            name(a)
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn rlock_deadlock_3_11() {
+    if !bpf_tests_enabled("rlock_deadlock_3_11") {
+        return;
+    }
+    deadlock_check("/usr/bin/python3.11", "3.11");
+}
+
+#[test]
+fn rlock_deadlock_3_12() {
+    if !bpf_tests_enabled("rlock_deadlock_3_12") {
+        return;
+    }
+    deadlock_check("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+}
+
+#[test]
+fn rlock_deadlock_3_13() {
+    if !bpf_tests_enabled("rlock_deadlock_3_13") {
+        return;
+    }
+    deadlock_check(rip_tests::PYTHON_3_13, "3.13");
 }

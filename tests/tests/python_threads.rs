@@ -10,6 +10,9 @@
 //! machine of the project's kind (Debian's python3.11, which `cargo xtask
 //! setup` installs, and the image's pyenv builds, which it checks), and
 //! so is Debian's 3.13, which setup unpacks ([`rip_tests::PYTHON_3_13`]).
+//! That program disables the cyclic GC, and no report may say it runs;
+//! another keeps one thread in `gc.collect()`, and a report must say the
+//! GC runs on that thread, and never on another.
 
 use std::{
     collections::HashMap,
@@ -35,7 +38,8 @@ const ROLES: [(&str, &str); 7] = [
 ];
 
 const PROGRAM: &str = r#"
-import threading, time, queue, socket
+import gc, threading, time, queue, socket
+gc.disable()
 lock = threading.Lock(); lock.acquire()
 rlock = threading.RLock()
 cond = threading.Condition()
@@ -163,6 +167,9 @@ fn parked_report(pid: u32, tids: &HashMap<String, u32>) -> Value {
             CLI,
             &["--pid", &pid.to_string(), "--duration", "0", "--json"],
         );
+        // The GC is disabled: never said to run.
+        assert_eq!(report["python"]["gc"], "idle", "{}", report["python"]);
+        assert!(report["python"]["gc_thread"].is_null());
         if all_parked(&report, tids) {
             return report;
         }
@@ -288,6 +295,96 @@ fn check(python: &str, version: &str, outermost: Option<&str>) {
         );
     }
     assert!(text.contains(&format!("python {version}: ")), "{text}");
+    assert!(!text.contains("cyclic GC"), "{text}");
+}
+
+/// The cyclic GC made to run long: a thread named `collector` keeps
+/// calling `gc.collect()` over a million live lists in 500,000 cycles
+/// (each full collection walks them all), while another sleeps.
+const GC_PROGRAM: &str = r#"
+import gc, threading, time
+keep = []
+for i in range(500000):
+    a = []; b = [a]; a.append(b); keep.append(a)
+tids = {}
+def collector():
+    while True:
+        gc.collect()
+def sleeper():
+    time.sleep(100000)
+def run(name, f):
+    tids[name] = threading.get_native_id()
+    f()
+for name, f in [("collector", collector), ("sleeper", sleeper)]:
+    threading.Thread(target=run, args=(name, f), name=name, daemon=True).start()
+while len(tids) < 2:
+    time.sleep(0.01)
+for name, tid in tids.items():
+    print(name, tid, flush=True)
+print("ready", flush=True)
+time.sleep(100000)
+"#;
+
+/// The GC caught running, on the thread that runs it: polled (a report
+/// may fall between two collections, or see the GIL change hands) until
+/// one says so, and no report ever names another thread.
+fn gc_check(python: &str, version: &str) {
+    let dir = TempDir::new("/tmp", "rip-python-gc");
+    let script = dir.join("gc.py");
+    std::fs::write(&script, GC_PROGRAM).unwrap();
+    let (program, tids) = start_script(python, &script);
+    let pid = program.0.id();
+    let collector = u64::from(tids["collector"]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let report = rip_probe_json(
+            CLI,
+            &["--pid", &pid.to_string(), "--duration", "0", "--json"],
+        );
+        let py = &report["python"];
+        assert_eq!(py["version"], version, "{py}");
+        // Never idle while it collects all the time, never on another
+        // thread than the collector.
+        assert_ne!(py["gc"], "idle", "{py}");
+        assert!(
+            py["gc_thread"].is_null() || py["gc_thread"] == collector,
+            "{py}"
+        );
+        for t in report["threads"].as_array().unwrap() {
+            if t["python"]["runs_gc"] == true {
+                assert_eq!(t["tid"], collector, "{t}");
+            }
+        }
+        if py["gc"] == "running" && py["gc_thread"] == collector {
+            let t = thread(&report, tids["collector"]);
+            assert_eq!(t["python"]["runs_gc"], true, "{t}");
+            assert_eq!(t["python"]["holds_gil"], true, "{t}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the GC was never seen running on the collector {collector}: {py}"
+        );
+    }
+    // The text says so where it says who holds the GIL, once seen.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = rip_probe_ok(CLI, &["--pid", &pid.to_string(), "--duration", "0"]);
+        let line = text.lines().find(|l| l.starts_with("python ")).unwrap();
+        if line.contains(&format!(
+            "the GIL is held by tid {collector}, which runs the cyclic GC"
+        )) {
+            assert!(
+                text.contains("[holds the GIL, runs the cyclic GC]"),
+                "{text}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the text never said the collector runs the GC: {line}"
+        );
+    }
 }
 
 /// The GIL held across a blocking call: the main thread calls `pause()`
@@ -515,4 +612,66 @@ fn gil_holder_and_waiters_debians_3_9() {
         return;
     }
     gil_check(rip_tests::DEBIAN_PYTHON_3_9);
+}
+
+/// The cyclic GC running, on each CPython version: its `collecting` flag
+/// in `_PyRuntime` (3.8), in the interpreter (3.9–3.12, from rip's
+/// tables), where 3.13 publishes it.
+#[test]
+fn gc_running_3_8() {
+    if !bpf_tests_enabled("gc_running_3_8") {
+        return;
+    }
+    gc_check(rip_tests::PYTHON_3_8, "3.8");
+}
+
+#[test]
+fn gc_running_3_9() {
+    if !bpf_tests_enabled("gc_running_3_9") {
+        return;
+    }
+    gc_check(rip_tests::PYTHON_3_9, "3.9");
+}
+
+#[test]
+fn gc_running_debians_3_9() {
+    if !bpf_tests_enabled("gc_running_debians_3_9") {
+        return;
+    }
+    gc_check(rip_tests::DEBIAN_PYTHON_3_9, "3.9");
+}
+
+#[test]
+fn gc_running_3_10() {
+    if !bpf_tests_enabled("gc_running_3_10") {
+        return;
+    }
+    gc_check(rip_tests::PYTHON_3_10, "3.10");
+}
+
+#[test]
+fn gc_running_3_11() {
+    if !bpf_tests_enabled("gc_running_3_11") {
+        return;
+    }
+    gc_check("/usr/bin/python3.11", "3.11");
+}
+
+#[test]
+fn gc_running_3_12() {
+    if !bpf_tests_enabled("gc_running_3_12") {
+        return;
+    }
+    gc_check("/root/.pyenv/versions/3.12.1/bin/python3.12", "3.12");
+}
+
+/// pyenv's 3.13.0 and Debian's 3.13 (trixie's): where `_Py_DebugOffsets`
+/// says.
+#[test]
+fn gc_running_3_13() {
+    if !bpf_tests_enabled("gc_running_3_13") {
+        return;
+    }
+    gc_check("/root/.pyenv/versions/3.13.0/bin/python3.13", "3.13");
+    gc_check(rip_tests::PYTHON_3_13, "3.13");
 }

@@ -10,8 +10,9 @@ use std::{
 };
 
 use crate::{
+    analyze::waits::WaitEdge,
     collect::runtime::python::{
-        GilState, PyFrame, Snapshot,
+        GcState, GilState, PyFrame, PyThread, Snapshot,
         locks::{LockRead, LockType, LockWait, PyLock},
     },
     model::{
@@ -31,12 +32,14 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         GilState::Held(tstate) => snap.threads.iter().find(|p| p.tstate == tstate),
         _ => None,
     };
+    let collector = gc_thread(snap, holder);
     let mut gil_waiters = Vec::new();
     for t in &mut report.threads {
         let Some(p) = snap.threads.iter().find(|p| p.tid == t.tid) else {
             continue;
         };
         let holds_gil = holder.is_some_and(|h| h.tid == p.tid);
+        let runs_gc = collector == Some(p.tid);
         // The holder waits for nothing of its own: a wait seen on it is
         // from before it took the GIL, and is not claimed.
         let gil_wait = gil_wait(t, snap).filter(|_| !holds_gil);
@@ -57,6 +60,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
                 merged: false,
                 note: Some("its Python frames changed at every read".into()),
                 holds_gil,
+                runs_gc,
                 gil_wait,
                 waits_on: None,
             });
@@ -90,6 +94,7 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
             merged,
             note,
             holds_gil,
+            runs_gc,
             gil_wait,
             waits_on: None,
         });
@@ -105,8 +110,28 @@ pub(crate) fn merge(report: &mut Report, snap: &Snapshot) {
         .into(),
         gil_holder: holder.map(|p| p.tid),
         gil_waiters,
+        gc: match snap.gc {
+            GcState::Running => "running",
+            GcState::Idle => "idle",
+            GcState::Changing => "changing",
+        }
+        .into(),
+        gc_thread: collector,
         locks: Vec::new(),
     });
+}
+
+/// The thread the cyclic GC runs on, when `snap` says it runs: a
+/// collection holds the GIL from start to end and runs no bytecode, so
+/// it is the GIL's `holder` when that thread held the GIL all the time
+/// between the two reads that saw the collection, and its Python frames
+/// held still while they were read. Otherwise none is claimed (a
+/// finalizer the collection calls may run Python code, or give the GIL
+/// up to another thread).
+fn gc_thread(snap: &Snapshot, holder: Option<&PyThread>) -> Option<u64> {
+    let h = holder?;
+    (snap.gc == GcState::Running && snap.gil_kept && h.frames.is_some() && h.tid != 0)
+        .then_some(h.tid)
 }
 
 /// Groups the threads waiting on `threading` objects by object (from
@@ -158,6 +183,51 @@ pub(crate) fn locks(report: &mut Report, snap: &Snapshot) {
     if let Some(py) = &mut report.python {
         py.locks = out;
     }
+}
+
+/// The wait-graph edges of the Python lock waiters looked at again
+/// (`snap.locks_again`, after [`locks`] judged them): a waiter keeps its
+/// edge to its lock's owner only when it still slept on the same futex
+/// and the lock, read once more, still names that owner as its first two
+/// reads did; otherwise its edge has no owner, and a cycle through it is
+/// no deadlock. What [`crate::analyze::waits::confirm`] compares with the
+/// edges of the first look.
+pub(crate) fn again(report: &Report, snap: &Snapshot) -> BTreeMap<u32, WaitEdge> {
+    let tid_of: HashMap<u64, u64> = snap.threads.iter().map(|t| (t.ident, t.tid)).collect();
+    let mut out = BTreeMap::new();
+    for a in &snap.locks_again {
+        let (Ok(tid), Some(wait)) = (
+            u32::try_from(a.tid),
+            snap.locks.iter().find(|w| w.tid == a.tid),
+        ) else {
+            continue;
+        };
+        let Some(w) = report
+            .threads
+            .iter()
+            .find(|t| t.tid == a.tid)
+            .and_then(|t| t.waits_for.as_ref())
+            .filter(|w| w.runtime == Some(RuntimeWait::PythonLock))
+        else {
+            continue;
+        };
+        let first = wait.owned().and_then(|l| l.reads[0]);
+        let owner = match (a.still_waiting, a.read, first) {
+            (true, Some(r), Some(f)) if r == f && r.held => tid_of
+                .get(&r.owner)
+                .and_then(|&t| u32::try_from(t).ok())
+                .filter(|&o| w.owner_tid == Some(o)),
+            _ => None,
+        };
+        out.insert(
+            tid,
+            WaitEdge {
+                lock: w.lock,
+                owner,
+            },
+        );
+    }
+    out
 }
 
 /// `threading.RLock rlock at 0x7f…`: what a waiter waits on, in words.
@@ -392,7 +462,7 @@ pub(crate) fn merged(
 mod tests {
     use super::*;
     use crate::{
-        collect::runtime::python::PyThread,
+        collect::runtime::python::locks::LockAgain,
         model::{Mode, ProcessInfo, StackTable, Thread, ThreadState},
     };
 
@@ -416,6 +486,16 @@ mod tests {
     }
 
     fn report(frames: Vec<Frame>, py_frames: Option<Vec<PyFrame>>, gil: GilState) -> Report {
+        report_with(frames, py_frames, gil, |_| {})
+    }
+
+    /// [`report`], with `change` made to the snapshot read first.
+    fn report_with(
+        frames: Vec<Frame>,
+        py_frames: Option<Vec<PyFrame>>,
+        gil: GilState,
+        change: impl FnOnce(&mut Snapshot),
+    ) -> Report {
         let mut r = Report {
             schema: crate::model::SCHEMA_VERSION,
             mode: Mode::Pid,
@@ -434,7 +514,7 @@ mod tests {
         let mut t = Thread::new(7, "python3".into(), "comm", ThreadState::Sleeping);
         t.frames = frames.into();
         r.threads.push(t);
-        let snap = Snapshot {
+        let mut snap = Snapshot {
             version: "3.11".into(),
             threads: vec![PyThread {
                 tid: 7,
@@ -445,11 +525,57 @@ mod tests {
             }],
             gil,
             gil_waits: None,
+            gil_kept: true,
+            gc: GcState::Idle,
             asyncio: None,
             locks: Vec::new(),
+            locks_again: Vec::new(),
         };
+        change(&mut snap);
         merge(&mut r, &snap);
         r
+    }
+
+    #[test]
+    fn the_gc_runs_on_the_thread_that_held_the_gil_throughout_with_frames_that_held_still() {
+        let frames = || Some(vec![py("collect_loop", 4, true)]);
+        let gc = |kept: bool, gc: GcState, py: Option<Vec<PyFrame>>, gil: GilState| {
+            let r = report_with(vec![], py, gil, |s| {
+                s.gil_kept = kept;
+                s.gc = gc;
+            });
+            let py = r.python.unwrap();
+            let runs = r.threads[0].python.as_ref().unwrap().runs_gc;
+            (py.gc, py.gc_thread, runs)
+        };
+        let held = GilState::Held(0x5000);
+        assert_eq!(
+            gc(true, GcState::Running, frames(), held),
+            ("running".into(), Some(7), true)
+        );
+        // The GIL changed hands between the reads, its holder's frames
+        // moved, or no thread held it both times: running, on no thread
+        // claimed.
+        for (kept, py, gil) in [
+            (false, frames(), held),
+            (true, None, held),
+            (true, frames(), GilState::Changing),
+            (true, frames(), GilState::Free),
+        ] {
+            assert_eq!(
+                gc(kept, GcState::Running, py, gil),
+                ("running".into(), None, false)
+            );
+        }
+        // Seen by one read only, or by none: never claimed running.
+        assert_eq!(
+            gc(true, GcState::Changing, frames(), held),
+            ("changing".into(), None, false)
+        );
+        assert_eq!(
+            gc(true, GcState::Idle, frames(), held),
+            ("idle".into(), None, false)
+        );
     }
 
     fn names(frames: &[Frame]) -> Vec<&str> {
@@ -543,10 +669,9 @@ mod tests {
         })
     }
 
-    /// Threads: 1-3 wait on a Lock, 4 and 5 on an RLock owned by 6 (ident
-    /// 0x66), 7 on an RLock whose two reads disagree, 8 on an RLock that
-    /// names itself as owner.
-    fn lock_report() -> Report {
+    /// A report of threads 1–8 (ident 0x60 + tid) and the interpreter's
+    /// read of them with `locks`, merged and judged.
+    fn with_locks(locks_read: Vec<LockWait>) -> (Report, Snapshot) {
         let mut r = report(vec![], None, GilState::Free);
         r.threads.clear();
         for tid in 1..=8 {
@@ -566,30 +691,109 @@ mod tests {
                 name: None,
             })
             .collect();
-        let held = Some(LockRead {
-            held: true,
-            owner: 0,
-            count: 0,
-        });
         let snap = Snapshot {
             version: "3.11".into(),
             threads,
             gil: GilState::Free,
             gil_waits: None,
+            gil_kept: true,
+            gc: GcState::Idle,
             asyncio: None,
-            locks: vec![
-                wait(1, 0xa0, LockType::Lock, [held, held]),
-                wait(2, 0xa0, LockType::Lock, [held, held]),
-                wait(3, 0xa0, LockType::Lock, [held, held]),
-                wait(4, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
-                wait(5, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
-                wait(7, 0xc0, LockType::RLock, [owned(0x66, 1), owned(0x65, 1)]),
-                wait(8, 0xd0, LockType::RLock, [owned(0x68, 1), owned(0x68, 1)]),
-            ],
+            locks: locks_read,
+            locks_again: Vec::new(),
         };
         merge(&mut r, &snap);
         locks(&mut r, &snap);
+        (r, snap)
+    }
+
+    /// Threads: 1-3 wait on a Lock, 4 and 5 on an RLock owned by 6 (ident
+    /// 0x66), 7 on an RLock whose two reads disagree, 8 on an RLock that
+    /// names itself as owner.
+    fn lock_report() -> Report {
+        let held = Some(LockRead {
+            held: true,
+            owner: 0,
+            count: 0,
+        });
+        with_locks(vec![
+            wait(1, 0xa0, LockType::Lock, [held, held]),
+            wait(2, 0xa0, LockType::Lock, [held, held]),
+            wait(3, 0xa0, LockType::Lock, [held, held]),
+            wait(4, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
+            wait(5, 0xb0, LockType::RLock, [owned(0x66, 2), owned(0x66, 2)]),
+            wait(7, 0xc0, LockType::RLock, [owned(0x66, 1), owned(0x65, 1)]),
+            wait(8, 0xd0, LockType::RLock, [owned(0x68, 1), owned(0x68, 1)]),
+        ])
+        .0
+    }
+
+    /// Two threads each holding the RLock the other waits for, a third
+    /// queued behind one of them; then the second look (`again`: each
+    /// waiter's (still waiting, the lock's owner read once more)), and
+    /// what the wait graph confirms.
+    fn rlock_cycle(again_of: &[(u64, bool, u64)]) -> Report {
+        let (mut r, mut snap) = with_locks(vec![
+            wait(1, 0xa0, LockType::RLock, [owned(0x62, 1), owned(0x62, 1)]),
+            wait(2, 0xb0, LockType::RLock, [owned(0x61, 1), owned(0x61, 1)]),
+            wait(3, 0xa0, LockType::RLock, [owned(0x62, 1), owned(0x62, 1)]),
+        ]);
+        // The waits before the second look: a cycle of 1 and 2, 3 on its
+        // way into it.
+        assert_eq!(crate::analyze::waits::cycles(&r), [vec![1, 2]]);
+        let t3 = r.threads.iter().find(|t| t.tid == 3).unwrap();
+        assert_eq!(t3.waits_for.as_ref().unwrap().owner_tid, Some(2));
+        snap.locks_again = again_of
+            .iter()
+            .map(|&(tid, still, owner)| LockAgain {
+                tid,
+                still_waiting: still,
+                read: owned(owner, 1),
+            })
+            .collect();
+        let runtime = again(&r, &snap);
+        let cycles = crate::analyze::waits::cycles(&r);
+        crate::analyze::waits::confirm(
+            &mut r,
+            &cycles,
+            &crate::collect::locks::LockEvidence::default(),
+            &runtime,
+        );
         r
+    }
+
+    #[test]
+    fn a_cycle_of_rlock_owners_is_a_deadlock_when_the_second_look_finds_it_again() {
+        let r = rlock_cycle(&[(1, true, 0x62), (2, true, 0x61)]);
+        assert_eq!(r.deadlocks, [vec![1, 2]]);
+        let t1 = r.threads.iter().find(|t| t.tid == 1).unwrap();
+        let w = t1.waits_for.as_ref().unwrap();
+        assert_eq!((w.lock, w.owner_tid), (0xa0, Some(2)));
+        // Gone on the second look: the other's RLock released, a waiter
+        // no longer in its wait, or no second look at all.
+        for again_of in [
+            &[(1, true, 0x62), (2, true, 0)][..],
+            &[(1, false, 0x62), (2, true, 0x61)][..],
+            &[(1, true, 0x62)][..],
+            &[][..],
+        ] {
+            let r = rlock_cycle(again_of);
+            assert!(r.deadlocks.is_empty(), "{again_of:?}");
+            for tid in [1, 2] {
+                let t = r.threads.iter().find(|t| t.tid == tid).unwrap();
+                let w = t.waits_for.as_ref().unwrap();
+                assert_eq!(
+                    (&w.owner, w.owner_tid),
+                    (
+                        &Owner::Changing {
+                            cause: LockChange::CycleGone
+                        },
+                        None
+                    ),
+                    "{again_of:?}"
+                );
+            }
+        }
     }
 
     #[test]

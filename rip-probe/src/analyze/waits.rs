@@ -73,12 +73,28 @@ pub fn fill(
     wait_graph(&edges(report)).deadlocks
 }
 
-/// The cycles among `candidates` (from [`fill`]) that `second`, evidence
-/// read again for their threads a few milliseconds later, shows unchanged
-/// — each of their waits on the same lock with the same owner — become
-/// `report.deadlocks`. The waits of the others are "changing hands": no
-/// owner is claimed for them.
-pub fn confirm(report: &mut Report, candidates: &[Vec<u32>], second: &LockEvidence) {
+/// The cycles of the waits the report's threads are in now: those
+/// [`fill`] judged, and those a language runtime's locks added since
+/// (a CPython `RLock`'s owner): candidates for [`confirm`].
+pub fn cycles(report: &Report) -> Vec<Vec<u32>> {
+    wait_graph(&edges(report)).deadlocks
+}
+
+/// The cycles among `candidates` (from [`fill`] or [`cycles`]) that a
+/// second look a few milliseconds later shows unchanged — each of their
+/// waits on the same lock with the same owner — become
+/// `report.deadlocks`. The second look is `second`, futex evidence read
+/// again for their threads, and `runtime`, the waits a runtime's locks
+/// were looked at again for (a CPython lock waiter's edge, from what its
+/// interpreter recorded; it replaces what the futex evidence says of that
+/// thread). The waits of the others are "changing hands": no owner is
+/// claimed for them.
+pub fn confirm(
+    report: &mut Report,
+    candidates: &[Vec<u32>],
+    second: &LockEvidence,
+    runtime: &BTreeMap<u32, WaitEdge>,
+) {
     let before = edges(report);
     let mut again = BTreeMap::new();
     let mut stacks = StackWaits::default();
@@ -97,6 +113,7 @@ pub fn confirm(report: &mut Report, candidates: &[Vec<u32>], second: &LockEviden
             );
         }
     }
+    again.extend(runtime.iter().map(|(&tid, &e)| (tid, e)));
     let mut gone = BTreeSet::new();
     for cycle in candidates {
         if cycle
@@ -597,7 +614,7 @@ mod tests {
     /// fill, then (as the session does) confirm with `second`.
     fn judge_all(r: &mut Report, first: &LockEvidence, second: &LockEvidence) {
         let cycles = fill(r, first, &HashMap::new());
-        confirm(r, &cycles, second);
+        confirm(r, &cycles, second, &BTreeMap::new());
     }
 
     const A: u64 = 0x1000;

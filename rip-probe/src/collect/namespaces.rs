@@ -89,6 +89,11 @@ impl TidMap {
         self.to_host.get(&ns_tid).copied()
     }
 
+    /// The other way: each thread's id in its namespace, by ours.
+    pub(crate) fn to_ns(&self) -> HashMap<u32, u64> {
+        self.to_host.iter().map(|(&ns, &ours)| (ours, ns)).collect()
+    }
+
     /// A map from pairs (tests).
     #[cfg(test)]
     pub(crate) fn from_pairs(pairs: &[(u64, u32)]) -> TidMap {

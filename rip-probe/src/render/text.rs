@@ -308,10 +308,25 @@ fn header(r: &Report, w: &mut impl Write) -> io::Result<()> {
     }
     if let Some(py) = &r.python {
         let gil = match (py.gil.as_str(), py.gil_holder) {
+            ("held", Some(tid)) if py.gc_thread == Some(tid) => format!(
+                "the GIL is held by tid {tid}, which runs the cyclic GC (collecting at both reads, \
+                 the GIL held throughout)"
+            ),
             ("held", Some(tid)) => format!("the GIL is held by tid {tid}"),
             ("free", _) => "the GIL is free".to_string(),
             _ => "the GIL is changing hands (two reads differ): no holder claimed".to_string(),
         };
+        let gil = gil
+            + match (py.gc.as_str(), py.gc_thread) {
+                ("running", None) => {
+                    "; the cyclic GC is collecting (at both reads), on no thread claimed: the GIL \
+                     changed hands or its holder's frames moved between the reads"
+                }
+                ("changing", _) => {
+                    "; the cyclic GC's two reads differ (or one failed): it is not claimed running"
+                }
+                _ => "",
+            };
         let waiters = match py.gil_waiters.len() {
             0 => String::new(),
             n => format!(
@@ -770,6 +785,7 @@ fn thread_row(t: &Thread, w: &mut impl Write) -> io::Result<()> {
 /// its Python frames when they are not in its stack (why not, then).
 fn python_line(py: &crate::model::PythonThread, w: &mut impl Write) -> io::Result<()> {
     let gil = match (&py.gil_wait, py.holds_gil) {
+        (_, true) if py.runs_gc => " [holds the GIL, runs the cyclic GC]".to_string(),
         (_, true) => " [holds the GIL]".to_string(),
         (Some(why), _) => format!(" [waits for the GIL: {why}]"),
         _ => String::new(),

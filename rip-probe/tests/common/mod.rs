@@ -317,6 +317,7 @@ pub fn full_report_with_python() -> Report {
             merged: true,
             note: Some("not merged".into()),
             holds_gil: true,
+            runs_gc: true,
             gil_wait: Some("blocked with take_gil on its native stack".into()),
             waits_on: Some(0x7f00_0000_3000),
         });
@@ -379,6 +380,8 @@ pub fn full_report_with_python() -> Report {
         gil: "held".into(),
         gil_holder: Some(2),
         gil_waiters: vec![3],
+        gc: "running".into(),
+        gc_thread: Some(2),
         locks: vec![PythonLock {
             object: 0x7f00_0000_3000,
             kind: "RLock".into(),

@@ -117,6 +117,92 @@ pub(crate) struct LockWait {
     pub(crate) name: Option<String>,
 }
 
+/// One wait of a possible cycle, looked at again a moment after it was
+/// read: what a deadlock through Python locks is confirmed by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LockAgain {
+    /// The waiter's tid.
+    pub(crate) tid: u64,
+    /// It was still asleep in a futex wait on the same word.
+    pub(crate) still_waiting: bool,
+    /// The lock whose owner its wait names ([`LockWait::owned`]), read
+    /// once more (`None`: the read failed).
+    pub(crate) read: Option<LockRead>,
+}
+
+impl LockWait {
+    /// The lock whose owner this wait is judged by: the `_thread` lock it
+    /// sleeps on, or the lock of the `threading` object it waits through
+    /// (a `Condition`'s), when that is an `RLock`, the one lock that
+    /// records its owner.
+    pub(crate) fn owned(&self) -> Option<&PyLock> {
+        let lock = match &self.through {
+            None => Some(&self.lock),
+            Some(t) => t.lock.as_ref(),
+        };
+        lock.filter(|l| l.kind == LockType::RLock)
+    }
+}
+
+/// The waits of `waits` a cycle of waits could run through: those whose
+/// `RLock` both reads name as held by a thread that is itself asleep on a
+/// futex (`futex`: tid → the futex it sleeps on; `threads` give each
+/// owner's tid by its ident).
+pub(crate) fn chained<'a>(
+    waits: &'a [LockWait],
+    threads: &[PyThread],
+    futex: &HashMap<u64, u64>,
+) -> Vec<&'a LockWait> {
+    let tid_of: HashMap<u64, u64> = threads.iter().map(|t| (t.ident, t.tid)).collect();
+    waits
+        .iter()
+        .filter(|w| {
+            let Some([Some(a), Some(b)]) = w.owned().map(|l| l.reads) else {
+                return false;
+            };
+            a == b
+                && a.held
+                && tid_of
+                    .get(&a.owner)
+                    .is_some_and(|tid| futex.contains_key(tid))
+        })
+        .collect()
+}
+
+/// The second look at `waits` (from [`chained`]): each lock its owner is
+/// judged by read once more, and each waiter's futex wait now, from
+/// `now_of` (tid → the syscall and first argument it is in, `None` when
+/// it is in none).
+pub(super) fn again<M: Memory>(
+    heap: &mut Heap<'_, M>,
+    version: &str,
+    waits: &[&LockWait],
+    now_of: &mut dyn FnMut(&[u32]) -> HashMap<u32, Option<(i64, u64)>>,
+) -> Vec<LockAgain> {
+    let Some(v) = Version::of(version) else {
+        return Vec::new();
+    };
+    let tids: Vec<u32> = waits
+        .iter()
+        .filter_map(|w| u32::try_from(w.tid).ok())
+        .collect();
+    let now = now_of(&tids);
+    waits
+        .iter()
+        .map(|w| {
+            let still = u32::try_from(w.tid)
+                .ok()
+                .and_then(|t| now.get(&t).copied().flatten())
+                == Some((crate::collect::locks::SYS_FUTEX, w.futex));
+            LockAgain {
+                tid: w.tid,
+                still_waiting: still,
+                read: w.owned().and_then(|l| state(heap, v, l.addr, l.kind)),
+            }
+        })
+        .collect()
+}
+
 /// The locks the threads of `threads` asleep on a futex (`futex`: tid →
 /// the futex address the kernel says) wait on; each lock's state read
 /// once here and once more after all of them (`version` is
@@ -216,7 +302,7 @@ fn lock_of<M: Memory>(
     if v == Version::V3_13 {
         // A waiter parked for a PyMutex: its wait entry names the mutex.
         let entry = futex.checked_sub(WAIT_ENTRY_SEMA)?;
-        let mutex = heap.word(entry + WAIT_ENTRY_ADDR)?;
+        let mutex = heap.word(entry.wrapping_add(WAIT_ENTRY_ADDR))?;
         let obj = mutex.checked_sub(LOCK_WORD)?;
         if lock_type(heap, obj) == Some(LockType::Lock) {
             return Some((obj, LockType::Lock));
@@ -227,7 +313,7 @@ fn lock_of<M: Memory>(
     // Bound builtin methods (a lock's `acquire`, `__enter__`): their self.
     for &w in &words {
         if heap.type_name(w).as_deref() == Some("builtin_function_or_method")
-            && let Some(s) = heap.word(w + CFUNCTION_SELF)
+            && let Some(s) = heap.word(w.wrapping_add(CFUNCTION_SELF))
         {
             candidates.push(s);
         }
@@ -238,7 +324,7 @@ fn lock_of<M: Memory>(
         if kind == LockType::Lock && v == Version::V3_13 {
             return None;
         }
-        (heap.word(obj + LOCK_WORD)? == futex).then_some(kind)
+        (heap.word(obj.wrapping_add(LOCK_WORD))? == futex).then_some(kind)
     };
     for c in candidates {
         if let Some(kind) = is_it(heap, c) {
@@ -284,9 +370,9 @@ fn state<M: Memory>(
     match kind {
         LockType::Lock => {
             let at = match v {
-                Version::V3_11 | Version::V3_12 => addr + LOCK_LOCKED,
+                Version::V3_11 | Version::V3_12 => addr.wrapping_add(LOCK_LOCKED),
                 // `PyMutex._bits`: bit 0 is locked.
-                Version::V3_13 => addr + LOCK_WORD,
+                Version::V3_13 => addr.wrapping_add(LOCK_WORD),
             };
             let mut b = [0u8; 1];
             heap.mem.read(at, &mut b).ok()?;
@@ -299,7 +385,7 @@ fn state<M: Memory>(
         LockType::RLock => {
             // Owner and count in one read, so that they are of one moment.
             let mut b = [0u8; (RLOCK_COUNT + 8 - RLOCK_OWNER) as usize];
-            heap.mem.read(addr + RLOCK_OWNER, &mut b).ok()?;
+            heap.mem.read(addr.wrapping_add(RLOCK_OWNER), &mut b).ok()?;
             let word = |at: u64| {
                 let at = (at - RLOCK_OWNER) as usize;
                 u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))

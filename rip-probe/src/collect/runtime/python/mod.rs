@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use librip::reader::open_mapped;
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-use self::offsets::{Entry, FrameState, Gil, Legacy, Lines, Offsets};
+use self::offsets::{Entry, FrameState, GcAt, Gil, Legacy, Lines, Offsets};
 use crate::{
     collect::memory::{Memory, ProcessMemory},
     discover::maps::ProcessMaps,
@@ -91,6 +91,19 @@ pub(crate) enum GilState {
     Changing,
 }
 
+/// What the cyclic garbage collector's `collecting` flag said, read
+/// twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GcState {
+    /// Set both times: a collection runs.
+    Running,
+    /// Clear both times.
+    Idle,
+    /// The two reads differ (a collection started or ended between them),
+    /// or one could not be read or held no flag.
+    Changing,
+}
+
 /// Everything read of the interpreter at one moment.
 #[derive(Clone, Debug)]
 pub(crate) struct Snapshot {
@@ -100,6 +113,13 @@ pub(crate) struct Snapshot {
     pub(crate) threads: Vec<PyThread>,
     /// The main interpreter's GIL.
     pub(crate) gil: GilState,
+    /// The GIL's hand-over count (`switch_number`) was the same at both
+    /// reads of the GIL: whoever held it at both held it all the time in
+    /// between.
+    pub(crate) gil_kept: bool,
+    /// The main interpreter's cyclic garbage collector, read twice
+    /// between the two reads of the GIL.
+    pub(crate) gc: GcState,
     /// Where a thread waiting to take the main interpreter's GIL sleeps:
     /// the addresses of its condition variable and mutex (`take_gil`
     /// waits on them), when the GIL was found.
@@ -109,6 +129,29 @@ pub(crate) struct Snapshot {
     /// The `threading` locks the threads asleep on a futex wait on, each
     /// read twice.
     pub(crate) locks: Vec<locks::LockWait>,
+    /// The waits of `locks` a cycle could run through, looked at again a
+    /// moment later ([`Python::look_again`]; empty until then).
+    pub(crate) locks_again: Vec<locks::LockAgain>,
+}
+
+impl Snapshot {
+    /// Renames every thread id read (as the target's own pid namespace
+    /// numbers its threads: `native_thread_id`, glibc's descriptor,
+    /// `threading`'s `_native_id`) with `ours` (its id → ours). A thread
+    /// `ours` does not know (gone, or too new to be in the map) gets no
+    /// tid (0) and its lock wait is dropped: never another thread's id.
+    pub(crate) fn map_tids(&mut self, ours: impl Fn(u64) -> Option<u64>) {
+        for t in &mut self.threads {
+            t.tid = ours(t.tid).unwrap_or(0);
+        }
+        self.locks.retain_mut(|w| match ours(w.tid) {
+            Some(tid) => {
+                w.tid = tid;
+                true
+            }
+            None => false,
+        });
+    }
 }
 
 impl Python {
@@ -198,7 +241,8 @@ impl Python {
     /// after; and the lock each thread of `futex` (tid → the futex address
     /// the kernel says it sleeps on) waits on.
     pub(crate) fn read(&self, mem: &impl Memory, futex: &HashMap<u64, u64>) -> Snapshot {
-        let (gil, gil_at) = self.gil(mem);
+        let (gil, gil_at, switches) = self.gil(mem);
+        let collecting = self.collecting(mem);
         let mut names = Names::default();
         let mut threads = Vec::new();
         for tstate in self.thread_states(mem) {
@@ -253,12 +297,20 @@ impl Python {
         // Fresh reads: what asyncio's pass cached is of another moment.
         heap.pass(false);
         let locks = locks::read(&mut heap, &self.version, &threads, futex);
-        let (again, _) = self.gil(mem);
+        let collecting_again = self.collecting(mem);
+        let (again, _, switches_again) = self.gil(mem);
         Snapshot {
             version: self.version.clone(),
             threads,
             asyncio,
             locks,
+            locks_again: Vec::new(),
+            gil_kept: switches.is_some() && switches == switches_again,
+            gc: match (collecting, collecting_again) {
+                (Some(true), Some(true)) => GcState::Running,
+                (Some(false), Some(false)) => GcState::Idle,
+                _ => GcState::Changing,
+            },
             gil_waits: gil_at.map(|at| at + offsets::GIL_TAKE.start..at + offsets::GIL_TAKE.end),
             gil: if gil == again {
                 gil
@@ -266,6 +318,28 @@ impl Python {
                 GilState::Changing
             },
         }
+    }
+
+    /// The second look at the lock waits of `snap` a cycle of waits could
+    /// run through ([`locks::chained`]; `futex` as for [`Self::read`]):
+    /// when there are any, after `pause`, each waiter's futex wait now
+    /// (from `now_of`) and its lock's owner are read once more, into
+    /// `snap.locks_again`. Nothing is waited for when there are none.
+    pub(crate) fn look_again(
+        &self,
+        mem: &impl Memory,
+        snap: &mut Snapshot,
+        futex: &HashMap<u64, u64>,
+        pause: std::time::Duration,
+        now_of: &mut dyn FnMut(&[u32]) -> HashMap<u32, Option<(i64, u64)>>,
+    ) {
+        let chained = locks::chained(&snap.locks, &snap.threads, futex);
+        if chained.is_empty() {
+            return;
+        }
+        std::thread::sleep(pause);
+        let mut heap = objects::Heap::new(mem, &self.offsets);
+        snap.locks_again = locks::again(&mut heap, &self.version, &chained, now_of);
     }
 
     /// Each thread's frame chain alone, by tid (`None`: two reads never
@@ -388,8 +462,30 @@ impl Python {
         Some(out)
     }
 
-    /// The GIL: who holds it, read once, and where its state is.
-    fn gil(&self, mem: &impl Memory) -> (GilState, Option<u64>) {
+    /// Whether the main interpreter's cyclic GC is collecting, read once
+    /// (`None`: unreadable, or not a flag).
+    fn collecting(&self, mem: &impl Memory) -> Option<bool> {
+        let gc = self.offsets.gc;
+        let state = match gc.at {
+            GcAt::Runtime(at) => self.runtime + at,
+            GcAt::Interpreter(at) => {
+                let interp = mem
+                    .read_u64(self.runtime + self.offsets.runtime_interpreters_head)
+                    .ok()
+                    .filter(|&i| i != 0)?;
+                interp + at
+            }
+        };
+        match mem.read_u32(state + gc.collecting).ok()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+
+    /// The GIL: who holds it, read once, where its state is, and its
+    /// hand-over count.
+    fn gil(&self, mem: &impl Memory) -> (GilState, Option<u64>, Option<u64>) {
         let o = &self.offsets;
         let at = match o.gil {
             Gil::Runtime {
@@ -408,14 +504,18 @@ impl Python {
                 .map(|g| (g + locked, g + last_holder)),
         };
         let Some((locked, holder)) = at else {
-            return (GilState::Changing, None);
+            return (GilState::Changing, None, None);
         };
+        // The hand-over count before the state: a hand-over between the
+        // two reads changes the count read next time.
+        let base = holder.checked_sub(offsets::GIL_LAST_HOLDER);
+        let switches = base.and_then(|b| mem.read_u64(b + offsets::GIL_SWITCH_NUMBER).ok());
         let state = match (mem.read_u32(locked), mem.read_u64(holder)) {
             (Ok(0), Ok(_)) => GilState::Free,
             (Ok(_), Ok(h)) if h != 0 => GilState::Held(h),
             _ => GilState::Changing,
         };
-        (state, holder.checked_sub(offsets::GIL_LAST_HOLDER))
+        (state, base, switches)
     }
 }
 
@@ -742,6 +842,46 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn ids_from_another_pid_namespace_are_renamed_ours_or_dropped() {
+        let thread = |tid| PyThread {
+            tid,
+            ident: 0x60 + tid,
+            tstate: 0x5000 + tid,
+            frames: None,
+            name: None,
+        };
+        let wait = |tid| locks::LockWait {
+            tid,
+            futex: 0x1000,
+            lock: locks::PyLock {
+                addr: 0xa0,
+                kind: locks::LockType::Lock,
+                reads: [None, None],
+            },
+            through: None,
+            name: None,
+        };
+        let mut snap = Snapshot {
+            version: "3.11".into(),
+            threads: vec![thread(1), thread(2), thread(3)],
+            gil: GilState::Free,
+            gil_kept: true,
+            gc: GcState::Idle,
+            gil_waits: None,
+            asyncio: None,
+            locks: vec![wait(1), wait(3)],
+            locks_again: Vec::new(),
+        };
+        let ours = HashMap::from([(1u64, 101u64), (2, 102)]);
+        snap.map_tids(|t| ours.get(&t).copied());
+        let tids: Vec<u64> = snap.threads.iter().map(|t| t.tid).collect();
+        assert_eq!(tids, [101, 102, 0]);
+        // Thread 3 left its namespace's map: its wait names no thread.
+        let waits: Vec<u64> = snap.locks.iter().map(|w| w.tid).collect();
+        assert_eq!(waits, [101]);
     }
 
     #[test]

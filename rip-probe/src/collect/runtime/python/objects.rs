@@ -338,13 +338,14 @@ impl<'a, M: Memory> Heap<'a, M> {
 
     /// `obj`'s type: its address and name (shared, not copied).
     pub(super) fn type_of(&mut self, obj: u64) -> Option<(u64, Rc<str>)> {
-        let ty = self.word(obj + 8)?;
+        let ty = self.word(obj.wrapping_add(8))?;
         Some((ty, self.type_info(ty).0?))
     }
 
     /// Whether `obj` is an `_asyncio.Task` (or of a class derived from it).
     pub(super) fn is_task(&mut self, obj: u64) -> bool {
-        self.word(obj + 8).is_some_and(|ty| self.type_info(ty).1)
+        self.word(obj.wrapping_add(8))
+            .is_some_and(|ty| self.type_info(ty).1)
     }
 
     pub(super) fn type_info(&mut self, ty: u64) -> (Option<Rc<str>>, bool) {
@@ -358,7 +359,7 @@ impl<'a, M: Memory> Heap<'a, M> {
             if task {
                 break;
             }
-            let Some(b) = self.word(base + TYPE_BASE) else {
+            let Some(b) = self.word(base.wrapping_add(TYPE_BASE)) else {
                 break;
             };
             task = self.c_string(b).as_deref() == Some("_asyncio.Task");
@@ -370,7 +371,7 @@ impl<'a, M: Memory> Heap<'a, M> {
 
     /// The type's `tp_name`.
     pub(super) fn c_string(&self, ty: u64) -> Option<String> {
-        let at = self.word(ty + TYPE_NAME)?;
+        let at = self.word(ty.wrapping_add(TYPE_NAME))?;
         let mut b = [0u8; 64];
         // A name near the end of a mapping: read less.
         let n = [64usize, 32, 16]
@@ -405,45 +406,52 @@ impl<'a, M: Memory> Heap<'a, M> {
     /// The attribute `name` of an instance of a class with a managed dict.
     pub(super) fn attribute(&mut self, obj: u64, name: &str) -> Option<u64> {
         let (values, dict) = match self.o.objects.managed {
-            Managed::Split => (self.read_u64(obj - 32).ok()?, self.read_u64(obj - 24).ok()?),
+            Managed::Split => (
+                self.read_u64(obj.wrapping_sub(32)).ok()?,
+                self.read_u64(obj.wrapping_sub(24)).ok()?,
+            ),
             Managed::Tagged => {
-                let w = self.read_u64(obj - 24).ok()?;
-                if w & 1 == 1 { (w + 1, 0) } else { (0, w) }
+                let w = self.read_u64(obj.wrapping_sub(24)).ok()?;
+                if w & 1 == 1 {
+                    (w.wrapping_add(1), 0)
+                } else {
+                    (0, w)
+                }
             }
             Managed::DictOffset => {
-                let ty = self.word(obj + 8)?;
+                let ty = self.word(obj.wrapping_add(8))?;
                 let at = i64::from_le_bytes({
                     let mut b = [0u8; 8];
-                    self.read(ty + TYPE_DICTOFFSET, &mut b).ok()?;
+                    self.read(ty.wrapping_add(TYPE_DICTOFFSET), &mut b).ok()?;
                     b
                 });
                 if at <= 0 {
                     return None;
                 }
-                (0, self.read_u64(obj + at as u64).ok()?)
+                (0, self.read_u64(obj.wrapping_add(at as u64)).ok()?)
             }
             Managed::Inline => {
-                let ty = self.word(obj + 8)?;
-                let flags = self.read_u64(ty + TYPE_FLAGS).ok()?;
-                let dict = self.read_u64(obj - 24).ok()?;
+                let ty = self.word(obj.wrapping_add(8))?;
+                let flags = self.read_u64(ty.wrapping_add(TYPE_FLAGS)).ok()?;
+                let dict = self.read_u64(obj.wrapping_sub(24)).ok()?;
                 let mut values = 0;
                 if flags & TPFLAGS_INLINE_VALUES != 0 {
-                    let at = obj + self.read_u64(ty + TYPE_BASICSIZE).ok()?;
+                    let at = obj.wrapping_add(self.read_u64(ty.wrapping_add(TYPE_BASICSIZE)).ok()?);
                     let mut head = [0u8; 4];
                     self.read(at, &mut head).ok()?;
                     // `valid`: the values are the instance's (else its dict).
                     if head[3] != 0 {
-                        values = at + 8;
+                        values = at.wrapping_add(8);
                     }
                 }
                 (values, if values == 0 { dict } else { 0 })
             }
         };
         if values != 0 {
-            let ty = self.word(obj + 8)?;
-            let keys = self.word(ty + self.o.objects.type_cached_keys)?;
+            let ty = self.word(obj.wrapping_add(8))?;
+            let keys = self.word(ty.wrapping_add(self.o.objects.type_cached_keys))?;
             let (i, _) = self.key_index(keys, name)?;
-            return self.word(values + 8 * i);
+            return self.word(values.wrapping_add(8 * i));
         }
         if dict != 0 {
             return self.dict_get(dict, name);

@@ -77,6 +77,8 @@ pub(crate) struct Offsets {
     pub(crate) compact_size: u64,
     /// Where the GIL's state is.
     pub(crate) gil: Gil,
+    /// Where the cyclic garbage collector's state is.
+    pub(crate) gc: Gc,
     /// What asyncio's tasks are read through.
     pub(crate) objects: Objects,
     /// 3.8–3.10: frames as heap objects (the interpreter-frame fields
@@ -314,12 +316,38 @@ pub(crate) enum Gil {
     },
 }
 
-/// `_gil_runtime_state` (the same in 3.11, 3.12 and 3.13): `last_holder`
-/// follows `interval`; `cond` and `mutex`, what `take_gil` sleeps on,
-/// span these bytes (then `switch_cond` and `switch_mutex`, which
-/// `drop_gil` sleeps on while it hands the GIL over).
+/// `_gil_runtime_state` (the same from 3.8 to 3.13): `last_holder`
+/// follows `interval`; `switch_number` counts the times the GIL changed
+/// hands; `cond` and `mutex`, what `take_gil` sleeps on, span these bytes
+/// (then `switch_cond` and `switch_mutex`, which `drop_gil` sleeps on
+/// while it hands the GIL over).
 pub(crate) const GIL_LAST_HOLDER: u64 = 8;
+pub(crate) const GIL_SWITCH_NUMBER: u64 = 24;
 pub(crate) const GIL_TAKE: std::ops::Range<u64> = 32..120;
+
+/// Where the cyclic garbage collector's state (`struct
+/// _gc_runtime_state`) is, and its `collecting` flag in it (an `int`, 1
+/// from the start of a collection to its end, the callbacks and
+/// finalizers it calls included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Gc {
+    /// Which structure holds it.
+    pub(crate) at: GcAt,
+    /// `_gc_runtime_state.collecting`.
+    pub(crate) collecting: u64,
+}
+
+/// The structure holding the GC's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GcAt {
+    /// 3.8: one collector, `_PyRuntime.gc`, at this offset.
+    Runtime(u64),
+    /// 3.9 and later: each interpreter's, `PyInterpreterState.gc`.
+    Interpreter(u64),
+}
+
+/// `_gc_runtime_state.collecting`, the same from 3.8 to 3.13.
+const GC_COLLECTING: u64 = 200;
 
 /// CPython 3.11.
 const V3_11: Offsets = Offsets {
@@ -347,6 +375,10 @@ const V3_11: Offsets = Offsets {
     gil: Gil::Runtime {
         locked: 376,
         last_holder: 368,
+    },
+    gc: Gc {
+        at: GcAt::Interpreter(648),
+        collecting: GC_COLLECTING,
     },
     objects: Objects {
         interp_modules: 888,
@@ -395,6 +427,10 @@ const V3_12: Offsets = Offsets {
         pointer: 384,
         locked: 16,
         last_holder: 8,
+    },
+    gc: Gc {
+        at: GcAt::Interpreter(112),
+        collecting: GC_COLLECTING,
     },
     objects: Objects {
         interp_modules: 944,
@@ -448,6 +484,11 @@ const OLD: Offsets = Offsets {
     gil: Gil::Runtime {
         locked: 368,
         last_holder: 360,
+    },
+    // PyInterpreterState.gc (3.9, 3.10).
+    gc: Gc {
+        at: GcAt::Interpreter(616),
+        collecting: GC_COLLECTING,
     },
     objects: Objects {
         interp_modules: 856,
@@ -508,12 +549,16 @@ const TASK_3_10: TaskLayout = TaskLayout {
 };
 
 /// CPython 3.8: the GIL at `_PyRuntime.ceval.gil` further out (the
-/// runtime state holds more before it), `sys.modules` at
-/// `PyInterpreterState.modules` 56.
+/// runtime state holds more before it), the GC's state in `_PyRuntime`,
+/// `sys.modules` at `PyInterpreterState.modules` 56.
 const V3_8: Offsets = Offsets {
     gil: Gil::Runtime {
         locked: 1168,
         last_holder: 1160,
+    },
+    gc: Gc {
+        at: GcAt::Runtime(344),
+        collecting: GC_COLLECTING,
     },
     objects: Objects {
         interp_modules: 56,
@@ -818,6 +863,11 @@ pub(crate) fn parse_debug(bytes: &[u8], version: Option<u32>) -> Result<Offsets,
             locked: gil_field("interpreter_state.gil_runtime_state_locked")?,
             last_holder: gil_field("interpreter_state.gil_runtime_state_holder")?,
         },
+        // The GC's state, whole, inside the interpreter; its flag inside it.
+        gc: Gc {
+            at: GcAt::Interpreter(sized("interpreter_state.gc", get("gc.size"), MAX_STRUCT)?),
+            collecting: sized("gc.collecting", 4, MAX_STRUCT)?,
+        },
         objects: Objects {
             interp_modules: word("interpreter_state.imports_modules")?,
             frame_localsplus: localsplus,
@@ -956,6 +1006,13 @@ mod tests {
             }
         );
         assert_eq!(o.objects.interp_modules, 7656);
+        assert_eq!(
+            o.gc,
+            Gc {
+                at: GcAt::Interpreter(7400),
+                collecting: 200
+            }
+        );
     }
 
     #[test]
@@ -989,6 +1046,14 @@ mod tests {
             (
                 set("interpreter_state.gil_runtime_state_locked", 8),
                 "gil_runtime_state_locked is not inside the GIL",
+            ),
+            (
+                set("gc.collecting", 240),
+                "gc.collecting = 240 does not fit its structure of 240 bytes",
+            ),
+            (
+                set("interpreter_state.gc", 194_900),
+                "interpreter_state.gc = 194900 does not fit its structure of 194968 bytes",
             ),
         ];
         for (b, why) in cases {
@@ -1039,6 +1104,60 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         values
+    }
+
+    /// The expression gdb evaluates to the GC's `collecting` flag of
+    /// table `o`, and where `o` says it is, from the structure holding it.
+    fn gc_dwarf(o: &Offsets) -> (String, u64) {
+        let (ty, at) = match o.gc.at {
+            GcAt::Runtime(at) => ("_PyRuntimeState", at),
+            GcAt::Interpreter(at) => ("PyInterpreterState", at),
+        };
+        (format!("&(({ty}*)0)->gc.collecting"), at + o.gc.collecting)
+    }
+
+    /// The GC's and the GIL's places in the tables of 3.11 and 3.12 are
+    /// the DWARF of pyenv's builds of those versions.
+    #[test]
+    fn the_gc_and_gil_of_3_11_and_3_12_are_the_dwarf_of_their_builds() {
+        for (minor, version) in [(11u8, "3.11.7"), (12, "3.12.1")] {
+            let o = for_version(3, minor).unwrap();
+            let field = |f: &str| format!("&((struct _gil_runtime_state*)0)->{f}");
+            let mut ours: Vec<(String, u64)> = vec![
+                gc_dwarf(&o),
+                (field("last_holder"), GIL_LAST_HOLDER),
+                (field("switch_number"), GIL_SWITCH_NUMBER),
+                (field("cond"), GIL_TAKE.start),
+                (field("switch_cond"), GIL_TAKE.end),
+            ];
+            // Where the GIL itself is.
+            match o.gil {
+                Gil::Runtime {
+                    locked,
+                    last_holder,
+                } => ours.extend([
+                    ("&((_PyRuntimeState*)0)->ceval.gil.locked".into(), locked),
+                    (
+                        "&((_PyRuntimeState*)0)->ceval.gil.last_holder".into(),
+                        last_holder,
+                    ),
+                ]),
+                Gil::Interpreter {
+                    pointer,
+                    locked,
+                    last_holder,
+                } => ours.extend([
+                    ("&((PyInterpreterState*)0)->ceval.gil".into(), pointer),
+                    (field("locked"), locked),
+                    (field("last_holder"), last_holder),
+                ]),
+            }
+            let lib = format!("/root/.pyenv/versions/{version}/lib/libpython3.{minor}.so.1.0");
+            let exprs: Vec<String> = ours.iter().map(|(e, _)| e.clone()).collect();
+            for ((e, want), got) in ours.iter().zip(gdb(&lib, &exprs)) {
+                assert_eq!(got, *want as i64, "3.{minor}: {e}");
+            }
+        }
     }
 
     /// Each table of 3.8, 3.9 and 3.10 is the layout the DWARF of pyenv's
@@ -1100,6 +1219,15 @@ mod tests {
                     ),
                     GIL_TAKE.end,
                 ),
+                (
+                    format!(
+                        "(long){} - (long){}",
+                        f("_PyRuntimeState", "ceval.gil.switch_number"),
+                        f("_PyRuntimeState", "ceval.gil")
+                    ),
+                    GIL_SWITCH_NUMBER,
+                ),
+                gc_dwarf(&o),
                 (f("PyInterpreterState", "next"), o.interp_next),
                 (
                     f("PyInterpreterState", "tstate_head"),
