@@ -957,6 +957,10 @@ pub enum LockKind {
     Runtime,
     /// A futex no known lock layout fits.
     Futex,
+    /// The exit of a thread (`pthread_join`): the futex is the joined
+    /// thread's tid field in its glibc descriptor; the "owner" is that
+    /// thread, which wakes the waiter when it exits.
+    ThreadExit,
 }
 
 /// A futex wait inside a language runtime, recognised by the waiter's
@@ -999,6 +1003,7 @@ impl LockKind {
             LockKind::Parked => "parked",
             LockKind::Runtime => "runtime wait",
             LockKind::Futex => "futex",
+            LockKind::ThreadExit => "thread exit",
         }
     }
 }

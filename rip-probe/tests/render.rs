@@ -471,7 +471,8 @@ fn waiting(
     t
 }
 
-/// LOCKS holds the waits for a lock (a lock changing hands said so);
+/// LOCKS holds the waits for a lock (a lock changing hands said so) and
+/// for a thread to exit (a join);
 /// IDLE WAITS one line per condition variable with its waiter count, the
 /// anonymous ones with one waiter each folded into one line (a named one
 /// kept), and one line per kind of parked thread.
@@ -509,6 +510,22 @@ fn lock_waits_and_idle_waits() {
             None,
             None,
         ),
+        // A join: 60 waits for 61, asleep on its own, to exit.
+        waiting(
+            60,
+            LockKind::ThreadExit,
+            0xa00,
+            "heap 0xa00",
+            None,
+            Some(61),
+            None,
+        ),
+        thread(
+            61,
+            "worker",
+            ThreadState::Sleeping,
+            Some((2_000_000_000, true)),
+        ),
     ];
     r.groups = analyze::group_threads(&r.threads);
     let got = render(render::live, &r);
@@ -517,6 +534,7 @@ fn lock_waits_and_idle_waits() {
 LOCKS
   20 (w) waits for mutex g_m held by 21 (w), which waits for mutex g_m: unconfirmed, lock changing hands (the wait ended while it was read)
   21 (w) waits for mutex g_m: unconfirmed, lock changing hands (the wait ended while it was read)
+  60 (w) waits for thread 61 (worker) to exit, sleeping in futex(0x1) for 2.0s
 
 IDLE WAITS (waiting to be signalled or unparked, not for a lock)
   3 threads wait on condition variable g_idle

@@ -26,7 +26,7 @@ use crate::{
 /// refused by its range check, or by the kernel at attach): what must not
 /// happen there is what the shipped binary would suffer, a panic, a hang
 /// or memory without bound.
-const FUZZ_TARGETS: [(&str, u32, bool); 10] = [
+const FUZZ_TARGETS: [(&str, u32, bool); 11] = [
     ("reader", 9, false),
     ("alloc_table", 3, false),
     ("cfi", 3, false),

@@ -755,6 +755,42 @@ mod tests {
     }
 
     #[test]
+    fn a_cycle_through_a_mutex_and_a_runtime_s_lock_is_confirmed_by_both_second_looks() {
+        // 10 waits for mutex A held by 11; 11 waits for a CPython RLock
+        // (0xb0) held by 10, as the interpreter's read judged it.
+        let mixed = || {
+            let mut r = report(vec![
+                waiter(10, A, &[]),
+                waiter(11, B, &["PyThread_acquire_lock_timed"]),
+            ]);
+            let ev = Ev::default()
+                .still(A, mutex(A, "normal", Owner::Thread { tid: 11 }))
+                .now(10, A)
+                .now(11, B)
+                .0;
+            fill(&mut r, &ev, &HashMap::new());
+            // What the interpreter's read makes of 11's wait.
+            let w = r.threads[1].waits_for.as_mut().unwrap();
+            assert_eq!(w.runtime, Some(RuntimeWait::PythonLock));
+            (w.lock, w.owner, w.owner_tid) = (0xb0, Owner::Thread { tid: 10 }, Some(10));
+            (r, ev)
+        };
+        let (mut r, ev) = mixed();
+        let cycles = cycles(&r);
+        assert_eq!(cycles, [vec![10, 11]]);
+        let edge = |owner| BTreeMap::from([(11, WaitEdge { lock: 0xb0, owner })]);
+        confirm(&mut r, &cycles, &ev, &edge(Some(10)));
+        assert_eq!(r.deadlocks, [vec![10, 11]]);
+        // The RLock's second look found it released, or none was taken:
+        // no deadlock, whatever the mutex's says.
+        for runtime in [edge(None), BTreeMap::new()] {
+            let (mut r, ev) = mixed();
+            confirm(&mut r, &cycles, &ev, &runtime);
+            assert!(r.deadlocks.is_empty(), "{runtime:?}");
+        }
+    }
+
+    #[test]
     fn runtime_futexes_are_the_runtime_s_waits_never_glibc_locks() {
         // An idle Go M on its note, whose words happen to fit a read-locked
         // glibc rwlock.

@@ -12,6 +12,7 @@
 //! | PI `pthread_mutex_t`, any PI futex | the futex word, FUTEX_LOCK_PI(2) | `word & FUTEX_TID_MASK` |
 //! | `pthread_rwlock_t` | `__wrphase_futex` (+8, readers) or `__writers_futex` (+12, writers), FUTEX_WAIT_BITSET | `__cur_writer` (+24) |
 //! | `pthread_cond_t` | `__g_signals[g]` (+40 / +44), FUTEX_WAIT_BITSET | none: a condition variable has no owner |
+//! | `pthread_join` | the joined thread's `struct pthread.tid` (+720 from the descriptor, whose `header.self`, +16, points to itself), FUTEX_WAIT, value its tid | the joined thread, which the kernel wakes the joiner for when it exits |
 //!
 //! Nothing is claimed without validation: a field must hold a value its
 //! lock type can hold, and an owner must be a thread. Anything else is
@@ -61,6 +62,14 @@ const RWLOCK_READER_SHIFT: u32 = 3;
 
 /// Largest value Linux gives a thread id (`PID_MAX_LIMIT`, 2²²).
 const PID_MAX_LIMIT: u32 = 1 << 22;
+
+/// glibc's thread descriptor (`struct pthread`, what `pthread_self()`
+/// returns) on x86-64: `header.self` points to the descriptor itself
+/// (what tells one from other memory), and `tid` is the kernel's thread
+/// id, which the kernel clears when the thread exits and wakes its joiner
+/// on (the same offsets from glibc 2.26 to 2.41, Debian 10 to 13).
+pub(crate) const PTHREAD_SELF: u64 = 16;
+pub(crate) const PTHREAD_TID: u64 = 720;
 
 /// A glibc `__kind` read as a mutex flavour, or `None` when it holds
 /// bits no mutex has.
@@ -255,6 +264,9 @@ fn plain_wait(
     if let Err(e) = mem.read_u32(uaddr) {
         return unknown(uaddr, uaddr, read_err(uaddr, e));
     }
+    if let Some(j) = as_join(mem, tid_status, uaddr, val) {
+        return j;
+    }
     if let Some(m) = as_mutex(mem, tid_status, uaddr, val) {
         return m;
     }
@@ -272,6 +284,36 @@ fn plain_wait(
              variable: another lock type, which may record no owner"
         ),
     )
+}
+
+/// `pthread_join` (and what calls it: `thrd_join`, Rust's
+/// `JoinHandle::join`): the futex is the `tid` field of a live thread's
+/// glibc descriptor (the descriptor `PTHREAD_TID` below it points to
+/// itself) and holds that thread's id, which the waiter passed. The
+/// kernel clears the field and wakes the joiner when the thread exits: it
+/// waits for that thread to exit, its "owner".
+fn as_join(
+    mem: &dyn Memory,
+    tid_status: &dyn Fn(u32) -> TidStatus,
+    uaddr: u64,
+    val: u32,
+) -> Option<AwaitedLock> {
+    let pd = uaddr.checked_sub(PTHREAD_TID)?;
+    if mem.read_u64(pd.wrapping_add(PTHREAD_SELF)).ok()? != pd
+        || mem.read_u32(uaddr).ok()? != val
+        || val == 0
+        || val >= PID_MAX_LIMIT
+        || tid_status(val) != TidStatus::Ours
+    {
+        return None;
+    }
+    Some(AwaitedLock {
+        addr: uaddr,
+        futex: uaddr,
+        kind: LockKind::ThreadExit,
+        mutex: None,
+        owner: Owner::Thread { tid: val },
+    })
 }
 
 /// A glibc mutex whose `__lock` is the futex: the waiter passed 2
@@ -901,6 +943,86 @@ mod tests {
         assert_eq!(
             (l.kind, l.owner),
             (LockKind::PiFutex, Owner::Thread { tid: LIVE })
+        );
+    }
+
+    #[test]
+    fn a_join_waits_for_the_thread_whose_descriptor_holds_the_futex() {
+        // LIVE's descriptor at 0x10000: header.self, and its tid field.
+        let pd = 0x10000;
+        let joined = |self_ptr: u64, tid: u32| {
+            Words::default()
+                .at(
+                    pd + PTHREAD_SELF,
+                    &[self_ptr as u32, (self_ptr >> 32) as u32],
+                )
+                .at(pd + PTHREAD_TID, &[tid, 0, 0, 0, 0, 0])
+        };
+        let l = wait(&joined(pd, LIVE), 0, pd + PTHREAD_TID, LIVE.into());
+        assert_eq!(
+            (l.kind, l.addr, l.owner),
+            (
+                LockKind::ThreadExit,
+                pd + PTHREAD_TID,
+                Owner::Thread { tid: LIVE }
+            )
+        );
+        // No descriptor there, a thread of another process or gone, the
+        // word not the value waited with: not a join.
+        for (mem, val) in [
+            (joined(pd + 8, LIVE), LIVE),
+            (joined(pd, OTHER), OTHER),
+            (joined(pd, 7), 7),
+            (joined(pd, 0), LIVE),
+        ] {
+            let l = wait(&mem, 0, pd + PTHREAD_TID, val.into());
+            assert_ne!(l.kind, LockKind::ThreadExit, "{l:?}");
+            assert!(l.owner.tid().is_none(), "{l:?}");
+        }
+    }
+
+    /// glibc's own descriptor, for real: a thread of this test process
+    /// joining another that is blocked is found waiting for it to exit.
+    #[test]
+    fn a_thread_in_pthread_join_waits_for_the_thread_it_joins() {
+        let pid = std::process::id();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let joined = std::thread::spawn(move || {
+            tid_tx
+                .send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
+            go_rx.recv().unwrap();
+        });
+        let joined_tid = tid_rx.recv().unwrap();
+        let (joiner_tx, joiner_rx) = std::sync::mpsc::channel();
+        let joiner = std::thread::spawn(move || {
+            joiner_tx
+                .send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
+            joined.join().unwrap();
+        });
+        let joiner_tid = joiner_rx.recv().unwrap();
+        // Its futex wait's arguments, once it is in it.
+        let args = loop {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/task/{joiner_tid}/syscall"))
+                .unwrap_or_default();
+            let words: Vec<u64> = text
+                .split_whitespace()
+                .map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).unwrap_or(u64::MAX))
+                .collect();
+            if words.first() == Some(&(SYS_FUTEX as u64)) && words.len() >= 7 {
+                break [words[1], words[2], words[3], words[4], words[5], words[6]];
+            }
+            std::thread::yield_now();
+        };
+        let status = |t: u32| tid_status(pid, t);
+        let l = awaited_lock(&ProcessMemory::new(pid), &status, SYS_FUTEX, &args).unwrap();
+        go_tx.send(()).unwrap();
+        joiner.join().unwrap();
+        assert_eq!(
+            (l.kind, l.owner),
+            (LockKind::ThreadExit, Owner::Thread { tid: joined_tid })
         );
     }
 

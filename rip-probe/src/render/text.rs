@@ -633,8 +633,9 @@ pub fn by_tid(report: &Report) -> HashMap<u64, &Thread> {
 
 /// One sentence for a lock's chain of waits, from the waiter's lock on:
 /// `mutex g_a held by 12 (worker-2), which waits for mutex g_b held by 13
-/// (worker-3), sleeping in read(…) for ≥4.1s`. A chain that comes back to
-/// a thread already in it ends with `… held by 12 (worker-2): deadlock`.
+/// (worker-3), sleeping in read(…) for ≥4.1s`; a join is `thread 13
+/// (worker-3) to exit`. A chain that comes back to a thread already in it
+/// ends with `… held by 12 (worker-2): deadlock`.
 /// `by_tid` is [`by_tid`] of the report: built once for all sentences.
 pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<String> {
     let mut out = String::new();
@@ -645,20 +646,27 @@ pub fn chain_sentence(by_tid: &HashMap<u64, &Thread>, start: &Thread) -> Option<
         if at.tid != start.tid {
             out.push_str(", which waits for ");
         }
-        out.push_str(&lock_words(w));
-        let Some(owner) = w.owner_tid.and_then(|o| by_tid.get(&u64::from(o)).copied()) else {
+        let owner = w.owner_tid.and_then(|o| by_tid.get(&u64::from(o)).copied());
+        let Some(owner) = owner else {
+            out.push_str(&lock_words(w));
             out.push_str(&format!(": {}", owner_words(&w.owner)));
             return Some(out);
         };
-        if owner.tid == at.tid {
+        if w.kind == LockKind::ThreadExit {
+            // A join: the thread it waits for is what it waits on.
+            out.push_str(&format!("thread {} ({}) to exit", owner.tid, owner.name));
+        } else if owner.tid == at.tid {
             // Confirmed by analyze: only a normal mutex blocks a relock.
+            out.push_str(&lock_words(w));
             out.push_str(
                 " that it holds itself: a relock of a normal mutex waits forever (an error-checking \
                  mutex would have returned EDEADLK): deadlock",
             );
             return Some(out);
+        } else {
+            out.push_str(&lock_words(w));
+            out.push_str(&format!(" held by {} ({})", owner.tid, owner.name));
         }
-        out.push_str(&format!(" held by {} ({})", owner.tid, owner.name));
         if !seen.insert(owner.tid) {
             out.push_str(": deadlock");
             return Some(out);

@@ -177,7 +177,7 @@ pub(super) fn again<M: Memory>(
     heap: &mut Heap<'_, M>,
     version: &str,
     waits: &[&LockWait],
-    now_of: &mut dyn FnMut(&[u32]) -> HashMap<u32, Option<(i64, u64)>>,
+    now_of: &mut crate::collect::locks::WaitsNow<'_>,
 ) -> Vec<LockAgain> {
     let Some(v) = Version::of(version) else {
         return Vec::new();

@@ -331,7 +331,7 @@ impl Python {
         snap: &mut Snapshot,
         futex: &HashMap<u64, u64>,
         pause: std::time::Duration,
-        now_of: &mut dyn FnMut(&[u32]) -> HashMap<u32, Option<(i64, u64)>>,
+        now_of: &mut crate::collect::locks::WaitsNow<'_>,
     ) {
         let chained = locks::chained(&snap.locks, &snap.threads, futex);
         if chained.is_empty() {

@@ -155,13 +155,9 @@ pub(crate) enum FrameState {
 /// The opcode of `YIELD_FROM` in 3.8–3.10 (`Include/opcode.h`).
 pub(crate) const YIELD_FROM: u8 = 72;
 
-/// glibc's thread descriptor (`struct pthread`, what `pthread_self()`
-/// and so a thread state's `thread_id` point to) on x86-64: `header.self`
-/// points to the descriptor itself (what tells one from other memory),
-/// and `tid` is the kernel's thread id (the same offset from glibc 2.26
-/// to 2.41, Debian 10 to 13).
-pub(crate) const PTHREAD_SELF: u64 = 16;
-pub(crate) const PTHREAD_TID: u64 = 720;
+/// glibc's thread descriptor (`struct pthread`), which a thread state's
+/// `thread_id` (`pthread_self()`) points to.
+pub(crate) use crate::collect::locks::{PTHREAD_SELF, PTHREAD_TID};
 
 /// Where the objects asyncio's tasks are found through keep what rip
 /// reads: `sys.modules`, dicts, an instance's attributes, sets, weak
