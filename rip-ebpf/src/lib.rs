@@ -460,6 +460,9 @@ pub mod names {
     pub const STACKS: &str = "STACKS";
     /// Switch events, `RingBuf` of [`super::SwitchEvent`].
     pub const EVENTS: &str = "EVENTS";
+    /// Switch events `EVENTS` had no room for, `PerCpuArray<u64>` of one
+    /// entry.
+    pub const EVENTS_LOST: &str = "EVENTS_LOST";
     /// Last function entered per thread, `HashMap<u32, FnHit>`.
     pub const LAST_FN: &str = "LAST_FN";
     /// The configuration global.

@@ -123,6 +123,11 @@ static THREADS: HashMap<u32, ThreadRecord> = HashMap::with_max_entries(1 << 17, 
 #[map]
 static SLOTS: Array<ThreadSlot> = Array::with_max_entries(1, 0);
 
+/// Switch events `EVENTS` had no room for (both kinds: a lost switch onto
+/// a CPU leaves no trace elsewhere), counted where they are dropped.
+#[map]
+static EVENTS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// How `SLOTS` fared.
 #[map]
 static SLOT_STATS: PerCpuArray<SlotStats> = PerCpuArray::with_max_entries(1, 0);
@@ -528,6 +533,9 @@ fn emit(ev: SwitchEvent) {
     if let Some(mut slot) = EVENTS.reserve::<SwitchEvent>(0) {
         slot.write(ev);
         slot.submit(BPF_RB_NO_WAKEUP);
+    } else if let Some(lost) = EVENTS_LOST.get_ptr_mut(0) {
+        // SAFETY: this CPU's value, valid for the program's run.
+        unsafe { *lost += 1 };
     }
 }
 

@@ -245,7 +245,7 @@ impl Session {
     /// Detaches: the state changes still buffered are handed to `obs`,
     /// then the programs are removed, then `obs` is told
     /// ([`Event::Detach`], with how many state changes the kernel could
-    /// not deliver as of the last snapshot: a lower bound).
+    /// not deliver: see [`Session::lost_events`]).
     pub fn detach(mut self, obs: &mut dyn Observer) -> Result<()> {
         if self.opts.events {
             let events = self.events.poll(Duration::ZERO)?;
@@ -261,11 +261,16 @@ impl Session {
         Ok(())
     }
 
-    /// Switches off a CPU counted by the kernel at the last snapshot but
-    /// not delivered as events (the buffer was full): a lower bound of the
-    /// events lost. Only threads with an event delivered are compared,
-    /// their ids being the same on both sides.
+    /// Switch events the kernel could not deliver (the buffer was full),
+    /// as it counted them where it dropped them: switches onto a CPU as
+    /// well as off. Should that count be unreadable, the switches off a
+    /// CPU counted at the last snapshot but not delivered: a lower bound
+    /// (only threads with an event delivered are compared, their ids being
+    /// the same on both sides).
     pub fn lost_events(&self) -> u64 {
+        if let Ok(n) = self.probe.events_lost() {
+            return n;
+        }
         self.delivered_off
             .iter()
             .filter_map(|(tid, &got)| Some(self.counted_off.get(tid)?.saturating_sub(got)))

@@ -763,8 +763,20 @@ mod tests {
                 waiter(10, A, &[]),
                 waiter(11, B, &["PyThread_acquire_lock_timed"]),
             ]);
+            // 11's futex: a CPython lock's semaphore, no layout with an
+            // owner.
+            let sem = AwaitedLock {
+                addr: B,
+                futex: B,
+                kind: LockKind::Futex,
+                mutex: None,
+                owner: Owner::NotRecorded {
+                    reason: "a semaphore".into(),
+                },
+            };
             let ev = Ev::default()
                 .still(A, mutex(A, "normal", Owner::Thread { tid: 11 }))
+                .still(B, sem)
                 .now(10, A)
                 .now(11, B)
                 .0;

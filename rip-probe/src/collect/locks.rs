@@ -1004,16 +1004,24 @@ mod tests {
         });
         let joiner_tid = joiner_rx.recv().unwrap();
         // Its futex wait's arguments, once it is in it.
+        // (/proc's syscall file: the number in decimal, the arguments in
+        // hex.)
+        let started = std::time::Instant::now();
         let args = loop {
             let text = std::fs::read_to_string(format!("/proc/{pid}/task/{joiner_tid}/syscall"))
                 .unwrap_or_default();
-            let words: Vec<u64> = text
-                .split_whitespace()
+            let mut words = text.split_whitespace();
+            let nr = words.next().and_then(|w| w.parse::<i64>().ok());
+            let args: Vec<u64> = words
                 .map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).unwrap_or(u64::MAX))
                 .collect();
-            if words.first() == Some(&(SYS_FUTEX as u64)) && words.len() >= 7 {
-                break [words[1], words[2], words[3], words[4], words[5], words[6]];
+            if nr == Some(SYS_FUTEX) && args.len() >= 6 {
+                break [args[0], args[1], args[2], args[3], args[4], args[5]];
             }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "the joiner never slept in futex: /proc says {text:?}"
+            );
             std::thread::yield_now();
         };
         let status = |t: u32| tid_status(pid, t);

@@ -44,9 +44,9 @@ pub enum Event<'a> {
         ts_ns: u64,
         /// State changes delivered.
         state_changes: u64,
-        /// Switches off a CPU the kernel counted but whose event was not
-        /// delivered (its buffer was full): a lower bound of the events
-        /// lost.
+        /// Switch events (onto a CPU and off it) the kernel dropped, its
+        /// buffer being full (a lower bound should its count be
+        /// unreadable).
         lost_events: u64,
     },
 }

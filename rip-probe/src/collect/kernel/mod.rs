@@ -416,6 +416,21 @@ impl KernelProbe {
         Ok(Some(sum))
     }
 
+    /// Switch events the kernel dropped because the ring buffer was full,
+    /// summed over the CPUs: exact, both kinds.
+    pub fn events_lost(&self) -> Result<u64> {
+        let map: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(
+            self.ebpf
+                .map(names::EVENTS_LOST)
+                .ok_or_else(|| missing(names::EVENTS_LOST))?,
+        )
+        .map_err(|e| Error::map(MapOp::Open, names::EVENTS_LOST, e))?;
+        let per_cpu = map
+            .get(&0, 0)
+            .map_err(|e| Error::map(MapOp::Read, names::EVENTS_LOST, e))?;
+        Ok(per_cpu.iter().sum())
+    }
+
     /// `table`, keyed by the BPF's thread ids, keyed by rip-probe's
     /// instead (the same on the host; see [`pidns`]).
     fn our_ids<V>(&self, table: HashMap<u32, V>) -> HashMap<u32, V> {

@@ -170,13 +170,24 @@ fn refusal(e: &aya::programs::ProgramError) -> String {
             verifier_log,
         } => {
             let log = verifier_log.to_string();
-            match log.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+            match last_words(&log) {
                 Some(last) => format!("the kernel refused it ({io_error}): {last}"),
                 None => format!("the kernel refused it ({io_error})"),
             }
         }
         e => e.to_string(),
     }
+}
+
+/// The verifier's last line that says something of the program: the
+/// statistics it prints after its verdict (`processed N insns …`,
+/// `verification time …`, `stack depth …`) say nothing of why.
+fn last_words(log: &str) -> Option<&str> {
+    const STATISTICS: [&str; 3] = ["processed ", "verification time", "stack depth"];
+    log.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !STATISTICS.iter().any(|s| l.starts_with(s)))
 }
 
 /// An attached sched_switch program: dropping it detaches it.
@@ -237,6 +248,26 @@ pub fn slot_warnings(stats: &rip_ebpf::SlotStats) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reason a kernel refuses a program is the verifier's verdict,
+    /// not the statistics it prints after it (5.10's refusal of the
+    /// BTF-typed program showed only those).
+    #[test]
+    fn a_refusal_names_the_verdict_not_the_statistics() {
+        let log = "0: (79) r6 = *(u64 *)(r1 +8)\n\
+                   1: (db) lock *(u64 *)(r6 +0) += r7\n\
+                   BPF_ATOMIC stores into R6 tp_btf is not allowed\n\
+                   processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 \
+                   peak_states 0 mark_read 0\n\
+                   verification time 31 usec\n\
+                   stack depth 0\n\n";
+        assert_eq!(
+            last_words(log),
+            Some("BPF_ATOMIC stores into R6 tp_btf is not allowed")
+        );
+        assert_eq!(last_words("processed 1 insns (limit 1000000)\n"), None);
+        assert_eq!(last_words(""), None);
+    }
 
     const NAMES: SwitchNames = SwitchNames {
         btf: rip_ebpf::names::SCHED_SWITCH_BTF,
