@@ -217,7 +217,7 @@ fn pid_pprof_holds_every_goroutine_with_its_labels() {
                 file.to_str().unwrap(),
             ],
         );
-        let r: Value = serde_json::from_str(&out).unwrap();
+        let r = rip_tests::inline_stacks(serde_json::from_str(&out).unwrap());
         let parked = r["tasks"]
             .as_array()
             .unwrap()

@@ -496,12 +496,14 @@ impl KernelProbe {
     }
 
     /// What a pass of an iterator over the target's threads is given: the
-    /// process to visit (by the kernel's id; none while rip-probe looks
-    /// for it by its id in rip-probe's pid namespace) and how many
-    /// threads it has now.
+    /// process to visit (none while rip-probe looks for it by its id in
+    /// rip-probe's pid namespace) and how many threads it has now. The
+    /// link names the process by its id in rip-probe's own pid namespace,
+    /// the one the kernel looks it up in (`task_active_pid_ns(current)`
+    /// when the iterator is opened), not by the global id the programs
+    /// compare with.
     fn pass_of_target(&self) -> (Option<u32>, usize) {
-        let tgid =
-            (self.config.pid_ns != rip_ebpf::pid_ns::FIND).then_some(self.config.target_tgid);
+        let tgid = (self.config.pid_ns != rip_ebpf::pid_ns::FIND).then_some(self.tgid);
         let threads = super::procfs::thread_count(self.tgid).unwrap_or(0);
         (tgid, threads + 64)
     }
