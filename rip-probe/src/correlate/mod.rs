@@ -301,8 +301,12 @@ pub(crate) fn live(inp: &LiveInputs<'_>) -> Report {
 }
 
 /// A thread inside a task's poll is where that task's last snap says (its
-/// own slot's last snap predates the poll).
+/// own slot's last snap predates the poll). The last function it entered
+/// under `--uprobe` stays its location unless the task's is a snap: a
+/// task's other locations (a goroutine's saved pc) say where the thread is
+/// now, which its stack shows already, and would hide what was asked for.
 fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Coroutine]) {
+    let source = |l: &Option<Location>| l.as_ref().map(|l| l.source);
     for task in tasks.iter().filter(|t| t.state == CoroutineState::Polling) {
         let Some(tid) = task.polling_tid else {
             continue;
@@ -311,7 +315,9 @@ fn point_threads_at_their_tasks(threads: &mut [Thread], tasks: &[Coroutine]) {
         if let Ok(i) = threads.binary_search_by_key(&u64::from(tid), |t| t.tid) {
             let t = &mut threads[i];
             t.polling_task = Some(task.id);
-            if task.location.is_some() {
+            let keep_hit = source(&t.location) == Some(LocationSource::Uprobe)
+                && source(&task.location) != Some(LocationSource::Ring);
+            if task.location.is_some() && !keep_hit {
                 t.location = task.location.clone();
             }
         }
