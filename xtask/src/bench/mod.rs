@@ -69,6 +69,22 @@ pub(crate) fn cc(src: &str, exe: &std::path::Path) -> Result<PathBuf> {
     Ok(exe.to_path_buf())
 }
 
+/// Refuses to measure what tracers cost while the kernel times every BPF
+/// program run (`kernel.bpf_stats_enabled`, often left on after a
+/// `bpftool prog show` measurement): each run then pays two clock reads
+/// the overhead rows would count as the tracer's.
+fn bpf_stats_off() -> Result<()> {
+    let path = "/proc/sys/kernel/bpf_stats_enabled";
+    match std::fs::read_to_string(path) {
+        Ok(v) if v.trim() != "0" => anyhow::bail!(
+            "{path} is {}: every BPF program run is being timed, which the overhead rows would \
+             count; run `sysctl kernel.bpf_stats_enabled=0` and the bench again",
+            v.trim()
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The README's lines between these markers are the bench's headline.
 const HEADLINE_BEGIN: &str = "<!-- bench-headline: written by cargo xtask bench -->";
 const HEADLINE_END: &str = "<!-- /bench-headline -->";
@@ -107,6 +123,7 @@ pub fn run_overhead_only() -> Result<()> {
     };
     step("bench: what rip-probe costs the traced process");
     let load = load_average();
+    bpf_stats_off()?;
     let overhead = rows::measure(suites::overhead(&w, &peers), &ctx, &mut rng);
     let r = report::Report {
         command: "cargo xtask bench --overhead-only".into(),
@@ -314,6 +331,7 @@ pub fn run_bench(quick: bool) -> Result<()> {
     ));
 
     step("bench: what rip-probe costs the traced process");
+    bpf_stats_off()?;
     let overhead = rows::measure(suites::overhead(&w, &peers), &ctx, &mut rng);
 
     step("bench: scale (blocked threads)");
