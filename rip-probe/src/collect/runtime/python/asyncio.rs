@@ -241,32 +241,48 @@ impl<M: Memory> Heap<'_, M> {
         self.prefetch(ahead);
         // Two passes over every task, each through its own copy of the
         // pages it reads (the second reads again, at once, every page the
-        // first did); the first decodes each task and keeps what it was
-        // read from, the second only what it is read from. A task the
-        // two disagree on is read again, alone, until two reads agree.
+        // first did). The first decodes each task and keeps what it was
+        // read from: the pages it touched, and the words it depended on
+        // (its trace). A task none of whose pages changed in between reads
+        // the same bytes again and says the same; one that touched a page
+        // that changed is read again from the second copy, and the two
+        // agree when their traces do. A task the two disagree on is read
+        // again, alone, until two reads agree.
         let mut r = Reading::new(names);
         let mut first: Vec<Option<RawTask>> = Vec::with_capacity(addrs.len());
-        let mut traces: Vec<u64> = Vec::new();
+        let mut traces: Vec<u64> = Vec::with_capacity(24 * addrs.len());
         let mut ends = Vec::with_capacity(addrs.len());
+        let mut pages: Vec<u64> = Vec::with_capacity(8 * addrs.len());
+        let mut page_ends = Vec::with_capacity(addrs.len());
+        self.record(true);
         for &a in &addrs {
             first.push(self.task(a, &mut r));
             traces.extend_from_slice(&r.trace);
             ends.push(traces.len());
+            pages.extend(self.touched());
+            page_ends.push(pages.len());
         }
-        self.pass_again();
+        self.record(false);
+        let changed = self.pass_again();
         r.decode = false;
         let mut agree = Vec::with_capacity(addrs.len());
-        let mut from = 0;
-        for (&a, &end) in addrs.iter().zip(&ends) {
-            let read = self.task(a, &mut r).is_some();
-            agree.push(read && r.trace == traces[from..end]);
+        let (mut from, mut pages_from) = (0, 0);
+        for ((&a, &end), &pages_end) in addrs.iter().zip(&ends).zip(&page_ends) {
+            let same = pages[pages_from..pages_end]
+                .iter()
+                .all(|p| !changed.contains(p));
+            let agreed = first[agree.len()].is_some()
+                && (same || (self.task(a, &mut r).is_some() && r.trace == traces[from..end]));
+            agree.push(agreed);
             from = end;
+            pages_from = pages_end;
         }
         self.pass(false);
         r.decode = true;
+        out.tasks.reserve(addrs.len());
         for ((addr, first), agreed) in addrs.into_iter().zip(first).zip(agree) {
-            if let (Some(t), true) = (&first, agreed) {
-                out.tasks.push(t.clone());
+            if let (Some(t), true) = (first, agreed) {
+                out.tasks.push(t);
                 continue;
             }
             let mut last = None;
@@ -550,7 +566,11 @@ impl<M: Memory> Heap<'_, M> {
         let ty = self.type_of(obj);
         r.trace.extend([obj, ty.as_ref().map_or(0, |t| t.0)]);
         match ty.as_ref().map(|t| &*t.1) {
-            Some("str") => r.decode.then(|| self.string(obj)).flatten(),
+            // Not kept among the strings read: no two tasks share one.
+            Some("str") => r
+                .decode
+                .then(|| super::string(&*self, self.o, obj))
+                .flatten(),
             Some("int") => {
                 let n = self.int(obj);
                 r.trace.push(n.unwrap_or(u64::MAX));
