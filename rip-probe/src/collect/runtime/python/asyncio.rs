@@ -117,6 +117,9 @@ struct Reading<'n> {
     names: &'n mut Names,
     /// Await chains made into frames, each distinct one once.
     chains: foldhash::HashMap<Chain, Arc<[Frame]>>,
+    /// The line of each (code object, instruction) a chain was found at
+    /// (tasks waiting at one place share them).
+    lines: foldhash::HashMap<(u64, u64), Option<u32>>,
     /// Decode the task (names, lines, frames), not only trace it.
     decode: bool,
     trace: Vec<u64>,
@@ -131,6 +134,7 @@ impl<'n> Reading<'n> {
         Reading {
             names,
             chains: Default::default(),
+            lines: Default::default(),
             decode: true,
             trace: Vec::new(),
             chain: Vec::new(),
@@ -422,13 +426,17 @@ impl<M: Memory> Heap<'_, M> {
             let code = word(o.frame_code);
             let instr = word(o.frame_prev_instr);
             r.trace.extend([code, instr]);
-            let line = if r.decode {
-                let info = r.names.code(&*self, o, code)?;
-                instr
-                    .checked_sub(code + o.code_adaptive)
-                    .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off))
-            } else {
+            let line = if !r.decode {
                 None
+            } else if let Some(&line) = r.lines.get(&(code, instr)) {
+                line
+            } else {
+                let info = r.names.code(&*self, o, code)?;
+                let line = instr
+                    .checked_sub(code + o.code_adaptive)
+                    .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off));
+                r.lines.insert((code, instr), line);
+                line
             };
             r.chain.push((code, line));
             if state == FRAME_EXECUTING {

@@ -636,6 +636,8 @@ impl<'a, M: Memory> Heap<'a, M> {
             return None;
         }
         let mut entries = vec![0u8; ((mask + 1) * 16) as usize];
+        // A set of many members: its table's pages copied at once.
+        self.prefetch([(table, entries.len())]);
         self.read(table, &mut entries).ok()?;
         Some(
             entries
