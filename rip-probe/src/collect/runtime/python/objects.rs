@@ -157,27 +157,31 @@ impl<M: Memory> Heap<'_, M> {
     /// after it it has not read either, up to [`AROUND`], with one system
     /// call: objects are mostly read in the order they lie in (tasks by
     /// address, then what each points to, allocated in the same order),
-    /// so the next objects are on the pages after. When they cannot be
-    /// read whole (the end of a mapping), `page` alone is.
+    /// so the next objects are on the pages after. The pages before the
+    /// first that cannot be read (the end of a mapping) are kept, or
+    /// `page` alone where the memory reads all or nothing; `page` itself
+    /// unreadable is cached as such.
     fn read_around(&self, pages: &mut PageCache, page: u64) {
         let n = (0..AROUND)
             .take_while(|&i| !pages.contains_key(&(page + i * PAGE)))
             .count()
             .max(1);
         let mut b = vec![0u8; n * PAGE as usize];
-        if n > 1 && self.mem.read(page, &mut b).is_ok() {
-            let b = Rc::new(b);
-            for i in 0..n {
-                pages.insert(
-                    page + (i * PAGE as usize) as u64,
-                    Some((b.clone(), i * PAGE as usize)),
-                );
-            }
+        let mut read = self.mem.read_prefix(page, &mut b) / PAGE as usize;
+        if read == 0 && n > 1 {
+            // Memory that reads all or nothing: the page alone.
+            read = usize::from(self.mem.read(page, &mut b[..PAGE as usize]).is_ok());
+        }
+        if read == 0 {
+            pages.insert(page, None);
             return;
         }
-        b.truncate(PAGE as usize);
-        let p = self.mem.read(page, &mut b).ok().map(|_| (Rc::new(b), 0));
-        pages.insert(page, p);
+        b.truncate(read * PAGE as usize);
+        let b = Rc::new(b);
+        for i in 0..read {
+            let at = i * PAGE as usize;
+            pages.insert(page + at as u64, Some((b.clone(), at)));
+        }
     }
 }
 
@@ -715,7 +719,8 @@ mod tests {
         let mut changed: Vec<u64> = heap.pass_again().into_iter().collect();
         changed.sort_unstable();
         assert_eq!(changed, [page(1), page(2)]);
-        // What the first look read of page 0 and 3 is read again.
+        // The second look is a copy too: page 0, changed after it, is
+        // served as it was.
         mem.0.borrow_mut().get_mut(&page(0)).expect("page 0")[0] = 7;
         let mut b = [0u8; 1];
         heap.read(page(0), &mut b).expect("page 0");
