@@ -283,36 +283,41 @@ impl<M: Memory> Heap<'_, M> {
         }
         self.pass(false);
         r.decode = true;
-        out.tasks.reserve(addrs.len());
-        for ((addr, first), agreed) in addrs.into_iter().zip(first).zip(agree) {
-            if let (Some(t), true) = (first, agreed) {
-                out.tasks.push(t);
-                continue;
-            }
-            let mut last = None;
-            let mut found = None;
-            for _ in 0..READS {
-                let now = self.task(addr, &mut r).map(|t| (t, r.trace.clone()));
-                if let (Some((t, trace)), Some(before)) = (&now, &last)
-                    && trace == before
-                {
-                    found = Some(t.clone());
-                    break;
-                }
-                last = now.map(|(_, trace)| trace);
-            }
-            out.tasks.push(found.unwrap_or(RawTask {
-                addr,
-                name: None,
-                state: FutureState::Pending,
-                running: false,
-                running_frame: None,
-                frames: Arc::from([]),
-                awaits: None,
-                changing: true,
-            }));
-        }
+        out.tasks = first
+            .into_iter()
+            .zip(addrs)
+            .zip(agree)
+            .map(|((first, addr), agreed)| match (first, agreed) {
+                (Some(t), true) => t,
+                _ => self.task_alone(addr, &mut r),
+            })
+            .collect();
         Some(out)
+    }
+
+    /// The task at `addr` read alone, from the process, until two reads
+    /// agree; marked as changing when they never do.
+    fn task_alone(&mut self, addr: u64, r: &mut Reading<'_>) -> RawTask {
+        let mut last = None;
+        for _ in 0..READS {
+            let now = self.task(addr, r).map(|t| (t, r.trace.clone()));
+            if let (Some((t, trace)), Some(before)) = (&now, &last)
+                && trace == before
+            {
+                return t.clone();
+            }
+            last = now.map(|(_, trace)| trace);
+        }
+        RawTask {
+            addr,
+            name: None,
+            state: FutureState::Pending,
+            running: false,
+            running_frame: None,
+            frames: Arc::from([]),
+            awaits: None,
+            changing: true,
+        }
     }
 
     /// One read of the task at `addr`: its trace in `r.trace`, and (when
