@@ -24,6 +24,18 @@ pub trait Memory {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// Fills as much of `buf` from `addr` as can be read, from its start
+    /// on; says how many bytes that is (0: none). A live process reads up
+    /// to the first page it cannot read, with one system call
+    /// ([`ProcessMemory`]); this default, all or nothing.
+    fn read_prefix(&self, addr: u64, buf: &mut [u8]) -> usize {
+        if self.read(addr, buf).is_ok() {
+            buf.len()
+        } else {
+            0
+        }
+    }
+
     /// Reads many regions: `into` holds their lengths end to end (the
     /// region `(addr, len)` of `at` goes at the sum of the lengths before
     /// it); says for each whether it was read whole. One failing region
@@ -64,6 +76,10 @@ impl Memory for ProcessMemory {
 
     fn read_scattered(&self, at: &[(u64, usize)], into: &mut [u8]) -> Vec<bool> {
         read_scattered(self.pid, at, into)
+    }
+
+    fn read_prefix(&self, addr: u64, buf: &mut [u8]) -> usize {
+        read_prefix(self.pid, addr, buf).unwrap_or(0)
     }
 }
 
@@ -238,8 +254,19 @@ pub(crate) fn read_coalesced(
 /// Fills `buf` from `addr` in process `pid` with one `process_vm_readv`;
 /// a short read is an error (`EFAULT`), like an unmapped address.
 pub(crate) fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    if read_prefix(pid, addr, buf)? != buf.len() {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    Ok(())
+}
+
+/// Fills `buf` from `addr` in process `pid` with one `process_vm_readv`,
+/// up to the first page that cannot be read (the kernel copies page by
+/// page and returns what it copied before a page it could not); says how
+/// many bytes it filled.
+fn read_prefix(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
     if buf.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -256,10 +283,7 @@ pub(crate) fn read_exact(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<()> 
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    if n as usize != buf.len() {
-        return Err(io::Error::from_raw_os_error(libc::EFAULT));
-    }
-    Ok(())
+    Ok((n as usize).min(buf.len()))
 }
 
 #[cfg(test)]
@@ -277,6 +301,36 @@ mod tests {
         );
         // The first page is never mapped.
         assert!(me.read_u32(8).is_err());
+    }
+
+    /// A read that runs off the end of a mapping fills what comes before
+    /// the end, in one call; one that starts past it fills nothing.
+    #[test]
+    fn a_prefix_is_read_up_to_the_end_of_a_mapping() {
+        let page = 4096;
+        // SAFETY: a fresh private mapping of two pages, of which the
+        // second is unmapped again; only the first is touched, through
+        // `process_vm_readv`, and it is unmapped before returning.
+        unsafe {
+            let at = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(at, libc::MAP_FAILED);
+            assert_eq!(libc::munmap(at.cast::<u8>().add(page).cast(), page), 0);
+            at.cast::<u8>().write_bytes(7, page);
+            let me = ProcessMemory::new(std::process::id());
+            let mut buf = vec![0u8; 3 * page];
+            assert_eq!(me.read_prefix(at as u64, &mut buf), page);
+            assert!(buf[..page].iter().all(|&b| b == 7));
+            assert_eq!(me.read_prefix(at as u64 + page as u64, &mut buf), 0);
+            assert!(me.read(at as u64, &mut buf[..2 * page]).is_err());
+            libc::munmap(at, page);
+        }
     }
 
     /// Memory of one region with a hole, counting the regions asked for.

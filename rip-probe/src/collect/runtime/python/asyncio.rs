@@ -117,6 +117,9 @@ struct Reading<'n> {
     names: &'n mut Names,
     /// Await chains made into frames, each distinct one once.
     chains: foldhash::HashMap<Chain, Arc<[Frame]>>,
+    /// The line of each (code object, instruction) a chain was found at
+    /// (tasks waiting at one place share them).
+    lines: foldhash::HashMap<(u64, u64), Option<u32>>,
     /// Decode the task (names, lines, frames), not only trace it.
     decode: bool,
     trace: Vec<u64>,
@@ -131,6 +134,7 @@ impl<'n> Reading<'n> {
         Reading {
             names,
             chains: Default::default(),
+            lines: Default::default(),
             decode: true,
             trace: Vec::new(),
             chain: Vec::new(),
@@ -241,58 +245,79 @@ impl<M: Memory> Heap<'_, M> {
         self.prefetch(ahead);
         // Two passes over every task, each through its own copy of the
         // pages it reads (the second reads again, at once, every page the
-        // first did); the first decodes each task and keeps what it was
-        // read from, the second only what it is read from. A task the
-        // two disagree on is read again, alone, until two reads agree.
+        // first did). The first decodes each task and keeps what it was
+        // read from: the pages it touched, and the words it depended on
+        // (its trace). A task none of whose pages changed in between reads
+        // the same bytes again and says the same; one that touched a page
+        // that changed is read again from the second copy, and the two
+        // agree when their traces do. A task the two disagree on is read
+        // again, alone, until two reads agree.
         let mut r = Reading::new(names);
         let mut first: Vec<Option<RawTask>> = Vec::with_capacity(addrs.len());
-        let mut traces: Vec<u64> = Vec::new();
+        let mut traces: Vec<u64> = Vec::with_capacity(24 * addrs.len());
         let mut ends = Vec::with_capacity(addrs.len());
+        let mut pages: Vec<u64> = Vec::with_capacity(8 * addrs.len());
+        let mut page_ends = Vec::with_capacity(addrs.len());
+        self.record(true);
         for &a in &addrs {
             first.push(self.task(a, &mut r));
             traces.extend_from_slice(&r.trace);
             ends.push(traces.len());
+            pages.extend(self.touched());
+            page_ends.push(pages.len());
         }
-        self.pass_again();
+        self.record(false);
+        let changed = self.pass_again();
         r.decode = false;
         let mut agree = Vec::with_capacity(addrs.len());
-        let mut from = 0;
-        for (&a, &end) in addrs.iter().zip(&ends) {
-            let read = self.task(a, &mut r).is_some();
-            agree.push(read && r.trace == traces[from..end]);
+        let (mut from, mut pages_from) = (0, 0);
+        for ((&a, &end), &pages_end) in addrs.iter().zip(&ends).zip(&page_ends) {
+            let same = pages[pages_from..pages_end]
+                .iter()
+                .all(|p| !changed.contains(p));
+            let agreed = first[agree.len()].is_some()
+                && (same || (self.task(a, &mut r).is_some() && r.trace == traces[from..end]));
+            agree.push(agreed);
             from = end;
+            pages_from = pages_end;
         }
         self.pass(false);
         r.decode = true;
-        for ((addr, first), agreed) in addrs.into_iter().zip(first).zip(agree) {
-            if let (Some(t), true) = (&first, agreed) {
-                out.tasks.push(t.clone());
-                continue;
-            }
-            let mut last = None;
-            let mut found = None;
-            for _ in 0..READS {
-                let now = self.task(addr, &mut r).map(|t| (t, r.trace.clone()));
-                if let (Some((t, trace)), Some(before)) = (&now, &last)
-                    && trace == before
-                {
-                    found = Some(t.clone());
-                    break;
-                }
-                last = now.map(|(_, trace)| trace);
-            }
-            out.tasks.push(found.unwrap_or(RawTask {
-                addr,
-                name: None,
-                state: FutureState::Pending,
-                running: false,
-                running_frame: None,
-                frames: Arc::from([]),
-                awaits: None,
-                changing: true,
-            }));
-        }
+        out.tasks = first
+            .into_iter()
+            .zip(addrs)
+            .zip(agree)
+            .map(|((first, addr), agreed)| match (first, agreed) {
+                (Some(t), true) => t,
+                _ => self.task_alone(addr, &mut r),
+            })
+            .collect();
         Some(out)
+    }
+
+    /// The task at `addr` read alone, from the process, until two reads
+    /// agree; marked as changing when they never do.
+    fn task_alone(&mut self, addr: u64, r: &mut Reading<'_>) -> RawTask {
+        let mut last = None;
+        for _ in 0..READS {
+            let now = self.task(addr, r).map(|t| (t, r.trace.clone()));
+            if let (Some((t, trace)), Some(before)) = (&now, &last)
+                && trace == before
+            {
+                return t.clone();
+            }
+            last = now.map(|(_, trace)| trace);
+        }
+        RawTask {
+            addr,
+            name: None,
+            state: FutureState::Pending,
+            running: false,
+            running_frame: None,
+            frames: Arc::from([]),
+            awaits: None,
+            changing: true,
+        }
     }
 
     /// One read of the task at `addr`: its trace in `r.trace`, and (when
@@ -406,13 +431,17 @@ impl<M: Memory> Heap<'_, M> {
             let code = word(o.frame_code);
             let instr = word(o.frame_prev_instr);
             r.trace.extend([code, instr]);
-            let line = if r.decode {
-                let info = r.names.code(&*self, o, code)?;
-                instr
-                    .checked_sub(code + o.code_adaptive)
-                    .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off))
-            } else {
+            let line = if !r.decode {
                 None
+            } else if let Some(&line) = r.lines.get(&(code, instr)) {
+                line
+            } else {
+                let info = r.names.code(&*self, o, code)?;
+                let line = instr
+                    .checked_sub(code + o.code_adaptive)
+                    .and_then(|off| super::decode::line_at(&info.linetable, info.first_line, off));
+                r.lines.insert((code, instr), line);
+                line
             };
             r.chain.push((code, line));
             if state == FRAME_EXECUTING {
@@ -550,7 +579,11 @@ impl<M: Memory> Heap<'_, M> {
         let ty = self.type_of(obj);
         r.trace.extend([obj, ty.as_ref().map_or(0, |t| t.0)]);
         match ty.as_ref().map(|t| &*t.1) {
-            Some("str") => r.decode.then(|| self.string(obj)).flatten(),
+            // Not kept among the strings read: no two tasks share one.
+            Some("str") => r
+                .decode
+                .then(|| super::string(&*self, self.o, obj))
+                .flatten(),
             Some("int") => {
                 let n = self.int(obj);
                 r.trace.push(n.unwrap_or(u64::MAX));

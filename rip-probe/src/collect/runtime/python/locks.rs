@@ -217,6 +217,11 @@ pub(super) fn read<M: Memory>(
         return Vec::new();
     };
     let mut out = Vec::new();
+    // The first look (which object each waiter waits on, and its state)
+    // through one copy of each page it reads: the waiters' frames name
+    // the same locks and types over and over. The second read of each
+    // state, after all the first, is read from the process again.
+    heap.pass(true);
     for t in threads {
         let (Some(&at), Some(frames)) = (futex.get(&t.tid), &t.frames) else {
             continue;
@@ -252,6 +257,7 @@ pub(super) fn read<M: Memory>(
         });
     }
     // The second read of each, after all the first.
+    heap.pass(false);
     for w in &mut out {
         w.lock.reads[1] = state(heap, v, w.lock.addr, w.lock.kind);
         if let Some(l) = w.through.as_mut().and_then(|t| t.lock.as_mut()) {

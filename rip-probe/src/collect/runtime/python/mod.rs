@@ -293,6 +293,7 @@ impl Python {
                 }
             }
         }
+        heap.pass(false);
         let asyncio = interp.and_then(|i| heap.asyncio_tasks(i, &mut names));
         // Fresh reads: what asyncio's pass cached is of another moment.
         heap.pass(false);
@@ -540,7 +541,16 @@ fn thread_names<M: Memory>(
     let dict = heap.word(threading + objects::MODULE_DICT)?;
     let active = heap.dict_get(dict, "_active")?;
     let mut out = HashMap::new();
-    for (ident, thread) in heap.dict_items(active)? {
+    // Through one copy of each page read, the threads' objects (and
+    // what precedes them: where their attributes are) read ahead.
+    heap.pass(true);
+    let items = heap.dict_items(active)?;
+    heap.prefetch(
+        items
+            .iter()
+            .flat_map(|&(ident, t)| [(ident, 32), (t.wrapping_sub(32), 64)]),
+    );
+    for (ident, thread) in items {
         let Some(ident) = heap.int(ident) else {
             continue;
         };

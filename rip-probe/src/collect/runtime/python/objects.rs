@@ -50,25 +50,57 @@ pub(super) struct Heap<'a, M: Memory> {
     /// (`None`: unreadable), so that objects sharing a page cost one
     /// system call.
     pages: Option<RefCell<PageCache>>,
-    /// The page the last read of the pass was served from: most reads
-    /// fall on the page of the one before.
-    last: RefCell<Option<(u64, Page)>>,
+    /// The pages the latest reads of the pass were served from, by the
+    /// page's number modulo [`RECENT`]: a reader of many objects of a few
+    /// kinds (tasks, their coroutines, names, futures, each kind laid out
+    /// in order) reads from the same few pages again and again.
+    recent: RefCell<[Option<(u64, Page)>; RECENT]>,
     /// The buffer of the last bulk read, reused by the next pass's once
     /// the pass it served is over (no fresh memory to fault in).
     spare: RefCell<Option<Rc<Vec<u8>>>>,
+    /// While set, the pages each read of the pass touches, in order (a
+    /// page read twice in a row once): what a reader of many objects
+    /// learns which pages one object depended on from.
+    touched: RefCell<Option<Vec<u64>>>,
 }
 
 /// The size of the pages a pass caches.
 const PAGE: u64 = 4096;
 /// Bytes of neighbouring pages read as one region at most.
 const MAX_RUN: usize = 1 << 20;
+/// Pages read at once when a pass reads a page it has not cached
+/// ([`Heap::read_around`]).
+const AROUND: u64 = 16;
+/// Pages remembered as the latest read from ([`Heap::recent`]).
+const RECENT: usize = 64;
+
+/// Where the page holding `addr` is remembered among [`Heap::recent`].
+fn slot(addr: u64) -> usize {
+    (addr / PAGE) as usize % RECENT
+}
+
+/// Bytes a second look reads before comparing them with the first's.
+const AGAIN_CHUNK: usize = 4 << 20;
 
 impl<M: Memory> Memory for Heap<'_, M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
         let Some(pages) = &self.pages else {
             return self.mem.read(addr, buf);
         };
-        if let Some((page, (bytes, at))) = &*self.last.borrow() {
+        if let Some(touched) = &mut *self.touched.borrow_mut() {
+            let last = addr.wrapping_add(buf.len().max(1) as u64 - 1) & !(PAGE - 1);
+            let mut page = addr & !(PAGE - 1);
+            loop {
+                if touched.last() != Some(&page) {
+                    touched.push(page);
+                }
+                if page >= last {
+                    break;
+                }
+                page += PAGE;
+            }
+        }
+        if let Some((page, (bytes, at))) = &self.recent.borrow()[slot(addr)] {
             let off = addr.wrapping_sub(*page);
             if off < PAGE && off + buf.len() as u64 <= PAGE {
                 let off = at + off as usize;
@@ -85,20 +117,71 @@ impl<M: Memory> Memory for Heap<'_, M> {
             let page = at & !(PAGE - 1);
             let off = (at - page) as usize;
             let n = (PAGE as usize - off).min(buf.len() - done);
-            let p = pages.entry(page).or_insert_with(|| {
-                let mut b = vec![0u8; PAGE as usize];
-                self.mem.read(page, &mut b).ok().map(|_| (Rc::new(b), 0))
-            });
-            match p {
+            if !pages.contains_key(&page) {
+                self.read_around(&mut pages, page);
+            }
+            match pages.get(&page).and_then(Option::as_ref) {
                 Some((bytes, at)) => {
                     buf[done..done + n].copy_from_slice(&bytes[*at + off..*at + off + n]);
-                    *self.last.borrow_mut() = Some((page, (bytes.clone(), *at)));
+                    self.recent.borrow_mut()[slot(page)] = Some((page, (bytes.clone(), *at)));
                 }
                 None => return Err(io::Error::from_raw_os_error(libc::EFAULT)),
             }
             done += n;
         }
         Ok(())
+    }
+}
+
+/// `len` bytes of fresh, zeroed memory for a copy of many pages, asked of
+/// the kernel in huge pages where it can: a hundred megabytes of tasks
+/// then fault in fifty times, not twenty-five thousand.
+fn fresh(len: usize) -> Vec<u8> {
+    const HUGE: usize = 2 << 20;
+    let mut b = vec![0u8; len];
+    let at = b.as_mut_ptr() as usize;
+    let (start, end) = (at.next_multiple_of(HUGE), (at + len) / HUGE * HUGE);
+    if end > start {
+        // SAFETY: the range lies inside `b`, which this function owns; the
+        // advice changes how its pages are backed, never their contents
+        // (zero until written), and failing is harmless.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+    b
+}
+
+impl<M: Memory> Heap<'_, M> {
+    /// Caches `page`, which the pass has not read yet, and the pages
+    /// after it it has not read either, up to [`AROUND`], with one system
+    /// call: objects are mostly read in the order they lie in (tasks by
+    /// address, then what each points to, allocated in the same order),
+    /// so the next objects are on the pages after. The pages before the
+    /// first that cannot be read (the end of a mapping) are kept, or
+    /// `page` alone where the memory reads all or nothing; `page` itself
+    /// unreadable is cached as such.
+    fn read_around(&self, pages: &mut PageCache, page: u64) {
+        let n = (0..AROUND)
+            .take_while(|&i| !pages.contains_key(&(page + i * PAGE)))
+            .count()
+            .max(1);
+        let mut b = vec![0u8; n * PAGE as usize];
+        let mut read = self.mem.read_prefix(page, &mut b) / PAGE as usize;
+        if read == 0 && n > 1 {
+            // Memory that reads all or nothing: the page alone.
+            read = usize::from(self.mem.read(page, &mut b[..PAGE as usize]).is_ok());
+        }
+        if read == 0 {
+            pages.insert(page, None);
+            return;
+        }
+        b.truncate(read * PAGE as usize);
+        let b = Rc::new(b);
+        for i in 0..read {
+            let at = i * PAGE as usize;
+            pages.insert(page + at as u64, Some((b.clone(), at)));
+        }
     }
 }
 
@@ -110,8 +193,9 @@ impl<'a, M: Memory> Heap<'a, M> {
             types: Default::default(),
             strings: Default::default(),
             pages: None,
-            last: RefCell::new(None),
+            recent: RefCell::new(std::array::from_fn(|_| None)),
             spare: RefCell::new(None),
+            touched: RefCell::new(None),
         }
     }
 
@@ -120,7 +204,7 @@ impl<'a, M: Memory> Heap<'a, M> {
     /// process each time again).
     pub(super) fn pass(&mut self, cached: bool) {
         self.pages = cached.then(|| RefCell::new(PageCache::default()));
-        *self.last.borrow_mut() = None;
+        *self.recent.borrow_mut() = std::array::from_fn(|_| None);
     }
 
     /// Copies the pages holding `regions` into the pass's cache with a
@@ -164,14 +248,22 @@ impl<'a, M: Memory> Heap<'a, M> {
             }
         }
         let len = want.len() * PAGE as usize;
-        let mut buf = self
+        // A spare buffer large enough is written over (what a failed read
+        // leaves in it is never served: its pages are cached as
+        // unreadable); else fresh memory, zeroed by the kernel as it is
+        // first written, not by a pass over it before.
+        let mut buf = match self
             .spare
             .borrow_mut()
             .take()
             .and_then(|b| Rc::try_unwrap(b).ok())
-            .unwrap_or_default();
-        buf.clear();
-        buf.resize(len, 0);
+        {
+            Some(mut b) if b.len() >= len => {
+                b.truncate(len);
+                b
+            }
+            _ => fresh(len),
+        };
         let ok = self.mem.read_scattered(&runs, &mut buf);
         let mut unread = HashSet::new();
         let mut at = 0usize;
@@ -196,17 +288,96 @@ impl<'a, M: Memory> Heap<'a, M> {
         *self.spare.borrow_mut() = Some(buf);
     }
 
+    /// Starts or stops recording the pages the pass's reads touch.
+    pub(super) fn record(&self, on: bool) {
+        *self.touched.borrow_mut() = on.then(Vec::new);
+    }
+
+    /// The pages touched since the last call (or since recording
+    /// started), in order; empty when not recording.
+    pub(super) fn touched(&self) -> impl Iterator<Item = u64> + '_ {
+        let pages = self
+            .touched
+            .borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        pages.into_iter()
+    }
+
     /// Starts a cached pass that reads again, at once, every page the
     /// pass before it read: a second look at the same objects, taken
-    /// after the first.
-    pub(super) fn pass_again(&mut self) {
-        let mut pages: Vec<u64> = self
+    /// after the first. Says which pages differ from the first look (or
+    /// could not be read either time): a reading that touched none of
+    /// them would read the same bytes again, and say the same. The pages
+    /// are read into one small buffer, a run at a time, and compared with
+    /// the first look's; only the pages that differ are kept apart (the
+    /// others are the first look's own copy), so the second look costs no
+    /// fresh memory.
+    pub(super) fn pass_again(&mut self) -> foldhash::HashSet<u64> {
+        let before = self
             .pages
-            .as_ref()
-            .map(|c| c.borrow().keys().copied().collect())
+            .take()
+            .map(RefCell::into_inner)
             .unwrap_or_default();
+        let mut pages: Vec<u64> = before.keys().copied().collect();
+        pages.sort_unstable();
         self.pass(true);
-        self.prefetch_pages(&mut pages);
+        let mut cache = PageCache::default();
+        cache.reserve(pages.len());
+        let mut changed = foldhash::HashSet::default();
+        let mut apart: Vec<u8> = Vec::new();
+        let mut apart_pages: Vec<u64> = Vec::new();
+        let mut scratch = vec![0u8; AGAIN_CHUNK];
+        let mut runs: Vec<(u64, usize)> = Vec::new();
+        let mut i = 0;
+        while i < pages.len() {
+            // The runs of neighbouring pages that fill the buffer once.
+            runs.clear();
+            let mut len = 0usize;
+            while i < pages.len() && len + (PAGE as usize) <= AGAIN_CHUNK {
+                let p = pages[i];
+                match runs.last_mut() {
+                    Some((start, n)) if *start + *n as u64 == p && *n < MAX_RUN => {
+                        *n += PAGE as usize;
+                    }
+                    _ => runs.push((p, PAGE as usize)),
+                }
+                len += PAGE as usize;
+                i += 1;
+            }
+            let ok = self.mem.read_scattered(&runs, &mut scratch[..len]);
+            let mut at = 0usize;
+            for (&(start, n), ok) in runs.iter().zip(ok) {
+                for k in 0..n / PAGE as usize {
+                    let page = start + (k * PAGE as usize) as u64;
+                    let now = &mut scratch[at..at + PAGE as usize];
+                    at += PAGE as usize;
+                    let read = ok || self.mem.read(page, now).is_ok();
+                    let first = before.get(&page).and_then(|p| p.as_ref());
+                    match (read, first) {
+                        (true, Some((bytes, off))) if bytes[*off..*off + PAGE as usize] == *now => {
+                            cache.insert(page, Some((bytes.clone(), *off)));
+                        }
+                        (true, _) => {
+                            changed.insert(page);
+                            apart_pages.push(page);
+                            apart.extend_from_slice(now);
+                        }
+                        (false, _) => {
+                            changed.insert(page);
+                            cache.insert(page, None);
+                        }
+                    }
+                }
+            }
+        }
+        let apart = Rc::new(apart);
+        for (k, page) in apart_pages.into_iter().enumerate() {
+            cache.insert(page, Some((apart.clone(), k * PAGE as usize)));
+        }
+        self.pages = Some(RefCell::new(cache));
+        changed
     }
 
     /// The value of the non-negative `int` at `obj`, when it fits 64 bits.
@@ -469,6 +640,8 @@ impl<'a, M: Memory> Heap<'a, M> {
             return None;
         }
         let mut entries = vec![0u8; ((mask + 1) * 16) as usize];
+        // A set of many members: its table's pages copied at once.
+        self.prefetch([(table, entries.len())]);
         self.read(table, &mut entries).ok()?;
         Some(
             entries
@@ -481,5 +654,83 @@ impl<'a, M: Memory> Heap<'a, M> {
                 })
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// Pages of memory a test changes between two looks (elsewhere
+    /// unreadable).
+    struct Pages(RefCell<HashMap<u64, Vec<u8>>>);
+
+    impl Memory for Pages {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+            let pages = self.0.borrow();
+            for (i, b) in buf.iter_mut().enumerate() {
+                let at = addr + i as u64;
+                let page = pages
+                    .get(&(at & !(PAGE - 1)))
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+                *b = page[(at % PAGE) as usize];
+            }
+            Ok(())
+        }
+    }
+
+    const BASE: u64 = 0x10_000;
+
+    fn page(i: u64) -> u64 {
+        BASE + i * PAGE
+    }
+
+    /// The second look names exactly the pages whose bytes changed or
+    /// could not be read, serves those as they are now and the others as
+    /// the first look copied them; and the pages each read touched are
+    /// told in order, a read across two pages naming both.
+    #[test]
+    fn a_second_look_names_the_pages_that_changed_and_reads_them_anew() {
+        let mem = Pages(RefCell::new(
+            (0..4)
+                .map(|i| (page(i), vec![i as u8; PAGE as usize]))
+                .collect(),
+        ));
+        let o = super::super::offsets::for_version(3, 11).expect("3.11's offsets");
+        let mut heap = Heap::new(&mem, &o);
+        heap.pass(true);
+        // Pages 0 to 2 copied at once; page 3 when first read.
+        heap.prefetch([(BASE, 3 * PAGE as usize)]);
+        heap.record(true);
+        assert_eq!(heap.read_u64(page(1) - 4).ok(), Some(0x0101_0101_0000_0000));
+        assert_eq!(heap.read_u64(page(3)).ok(), Some(0x0303_0303_0303_0303));
+        assert_eq!(
+            heap.touched().collect::<Vec<_>>(),
+            [page(0), page(1), page(3)]
+        );
+        assert_eq!(heap.read_u64(page(2)).ok(), Some(0x0202_0202_0202_0202));
+        assert_eq!(heap.touched().collect::<Vec<_>>(), [page(2)]);
+        heap.record(false);
+        // Page 1 changes, page 2 is unmapped, pages 0 and 3 stay.
+        mem.0.borrow_mut().get_mut(&page(1)).expect("page 1")[8] = 0xff;
+        mem.0.borrow_mut().remove(&page(2));
+        let mut changed: Vec<u64> = heap.pass_again().into_iter().collect();
+        changed.sort_unstable();
+        assert_eq!(changed, [page(1), page(2)]);
+        // The second look is a copy too: page 0, changed after it, is
+        // served as it was.
+        mem.0.borrow_mut().get_mut(&page(0)).expect("page 0")[0] = 7;
+        let mut b = [0u8; 1];
+        heap.read(page(0), &mut b).expect("page 0");
+        assert_eq!(b, [0]);
+        heap.read(page(1) + 8, &mut b).expect("page 1");
+        assert_eq!(b, [0xff]);
+        assert!(heap.read(page(2), &mut b).is_err());
+        heap.read(page(3), &mut b).expect("page 3");
+        assert_eq!(b, [3]);
+        // Nothing is recorded once recording stops.
+        assert_eq!(heap.touched().count(), 0);
     }
 }
