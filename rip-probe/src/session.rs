@@ -150,11 +150,6 @@ pub struct Session {
     stacks: Option<stacks::Collector>,
     /// State changes handed to observers.
     state_changes: u64,
-    /// Switches off a CPU delivered as events, by thread.
-    delivered_off: HashMap<u32, u64>,
-    /// Switches off a CPU the kernel counted, by thread, at the last
-    /// snapshot.
-    counted_off: HashMap<u32, u64>,
 }
 
 pub(crate) use crate::util::monotonic_ns;
@@ -210,8 +205,6 @@ impl Session {
                 .then(|| stacks::Collector::new(target.view_pid())),
             target,
             state_changes: 0,
-            delivered_off: HashMap::new(),
-            counted_off: HashMap::new(),
         })
     }
 
@@ -251,7 +244,7 @@ impl Session {
             let events = self.events.poll(Duration::ZERO)?;
             self.hand_over(events, obs);
         }
-        let (state_changes, lost_events) = (self.state_changes, self.lost_events());
+        let (state_changes, lost_events) = (self.state_changes, self.lost_events()?);
         drop(self);
         obs.on_event(&Event::Detach {
             ts_ns: monotonic_ns(),
@@ -263,26 +256,14 @@ impl Session {
 
     /// Switch events the kernel could not deliver (the buffer was full),
     /// as it counted them where it dropped them: switches onto a CPU as
-    /// well as off. Should that count be unreadable, the switches off a
-    /// CPU counted at the last snapshot but not delivered: a lower bound
-    /// (only threads with an event delivered are compared, their ids being
-    /// the same on both sides).
-    pub fn lost_events(&self) -> u64 {
-        if let Ok(n) = self.probe.events_lost() {
-            return n;
-        }
-        self.delivered_off
-            .iter()
-            .filter_map(|(tid, &got)| Some(self.counted_off.get(tid)?.saturating_sub(got)))
-            .sum()
+    /// well as off.
+    pub fn lost_events(&self) -> Result<u64> {
+        Ok(self.probe.events_lost()?)
     }
 
     /// Hands switch events to `obs`, counted.
     fn hand_over(&mut self, events: Vec<SwitchEvent>, obs: &mut dyn Observer) {
         for ev in events {
-            if ev.kind == rip_ebpf::SWITCH_OFF {
-                *self.delivered_off.entry(ev.tid).or_default() += 1;
-            }
             self.state_changes += 1;
             obs.on_switch(&ev);
             obs.on_event(&Event::State(correlate::state_change(&ev)));
@@ -468,9 +449,6 @@ impl Session {
             self.probe.detach_switches()?;
         }
         let (ring, (switches, hits, tasks)) = (ring?, kernel?);
-        if self.opts.events {
-            self.counted_off = switches.iter().map(|(&t, r)| (t, r.switches)).collect();
-        }
         let user_stacks = self.collect_stacks(&tasks);
         // Goroutines are read right after the kernel snapshot, their
         // threads' states being the snapshot's.

@@ -261,10 +261,11 @@ fn plain_wait(
 ) -> AwaitedLock {
     // The futex word itself must be readable; the neighbourhood is read
     // as far as it is mapped.
-    if let Err(e) = mem.read_u32(uaddr) {
-        return unknown(uaddr, uaddr, read_err(uaddr, e));
-    }
-    if let Some(j) = as_join(mem, tid_status, uaddr, val) {
+    let word = match mem.read_u32(uaddr) {
+        Ok(w) => w,
+        Err(e) => return unknown(uaddr, uaddr, read_err(uaddr, e)),
+    };
+    if let Some(j) = as_join(mem, tid_status, uaddr, word, val) {
         return j;
     }
     if let Some(m) = as_mutex(mem, tid_status, uaddr, val) {
@@ -289,19 +290,21 @@ fn plain_wait(
 /// `pthread_join` (and what calls it: `thrd_join`, Rust's
 /// `JoinHandle::join`): the futex is the `tid` field of a live thread's
 /// glibc descriptor (the descriptor `PTHREAD_TID` below it points to
-/// itself) and holds that thread's id, which the waiter passed. The
+/// itself) and holds (`word`, as read) that thread's id, which the waiter
+/// passed. The
 /// kernel clears the field and wakes the joiner when the thread exits: it
 /// waits for that thread to exit, its "owner".
 fn as_join(
     mem: &dyn Memory,
     tid_status: &dyn Fn(u32) -> TidStatus,
     uaddr: u64,
+    word: u32,
     val: u32,
 ) -> Option<AwaitedLock> {
     let pd = uaddr.checked_sub(PTHREAD_TID)?;
-    if mem.read_u64(pd.wrapping_add(PTHREAD_SELF)).ok()? != pd
-        || mem.read_u32(uaddr).ok()? != val
+    if word != val
         || val == 0
+        || mem.read_u64(pd.wrapping_add(PTHREAD_SELF)).ok()? != pd
         || val >= PID_MAX_LIMIT
         || tid_status(val) != TidStatus::Ours
     {
@@ -986,23 +989,19 @@ mod tests {
     #[test]
     fn a_thread_in_pthread_join_waits_for_the_thread_it_joins() {
         let pid = std::process::id();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        // A thread running `f`, and its id.
+        fn spawn_with_tid(f: impl FnOnce() + Send + 'static) -> (std::thread::JoinHandle<()>, u32) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let t = std::thread::spawn(move || {
+                tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                    .unwrap();
+                f();
+            });
+            (t, rx.recv().unwrap())
+        }
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let joined = std::thread::spawn(move || {
-            tid_tx
-                .send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
-                .unwrap();
-            go_rx.recv().unwrap();
-        });
-        let joined_tid = tid_rx.recv().unwrap();
-        let (joiner_tx, joiner_rx) = std::sync::mpsc::channel();
-        let joiner = std::thread::spawn(move || {
-            joiner_tx
-                .send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
-                .unwrap();
-            joined.join().unwrap();
-        });
-        let joiner_tid = joiner_rx.recv().unwrap();
+        let (joined, joined_tid) = spawn_with_tid(move || go_rx.recv().unwrap());
+        let (joiner, joiner_tid) = spawn_with_tid(move || joined.join().unwrap());
         // Its futex wait's arguments, once it is in it.
         // (/proc's syscall file: the number in decimal, the arguments in
         // hex.)

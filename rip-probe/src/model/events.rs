@@ -45,8 +45,7 @@ pub enum Event<'a> {
         /// State changes delivered.
         state_changes: u64,
         /// Switch events (onto a CPU and off it) the kernel dropped, its
-        /// buffer being full (a lower bound should its count be
-        /// unreadable).
+        /// buffer being full.
         lost_events: u64,
     },
 }
