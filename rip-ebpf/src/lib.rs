@@ -59,6 +59,46 @@ pub struct Config {
     /// this plus one (a power of two), rather than in the `THREADS` hash
     /// map: 0 for the raw tracepoint programs, which keep the hash map.
     pub slot_mask: u32,
+    /// 1: the BTF-typed sched_switch program stamps a switch with the
+    /// switching CPU's scheduler clock (`rq->clock`, just updated by
+    /// `__schedule`) placed on CLOCK_MONOTONIC by that CPU's offset from
+    /// `bpf_ktime_get_ns`, read again at most every
+    /// [`CLOCK_RESYNC_NS`]; 0: `bpf_ktime_get_ns` at every switch (the
+    /// raw programs; kernels without `se.cfs_rq`).
+    pub switch_clock: u32,
+}
+
+/// How long (ns of the scheduler's clock) a CPU's offset between its
+/// scheduler clock and CLOCK_MONOTONIC is used before
+/// `bpf_ktime_get_ns` is read again (see [`Config::switch_clock`]).
+pub const CLOCK_RESYNC_NS: u64 = 1_000_000;
+
+/// Readings of both clocks per offset: the offset used is the smallest of
+/// this many (see [`ClockSync`]).
+pub const CLOCK_READINGS: u32 = 8;
+
+/// A CPU's offset between its scheduler clock and CLOCK_MONOTONIC, as the
+/// switch program reads it (see [`Config::switch_clock`]).
+///
+/// Each reading (`bpf_ktime_get_ns` at the tracepoint minus `rq->clock`,
+/// which `__schedule` updated before it) exceeds the true offset by the
+/// time that `__schedule` took in between: the smallest of
+/// [`CLOCK_READINGS`] readings is the one least late.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockSync {
+    /// The scheduler clock (`rq->clock`) at the last reading; 0: not yet
+    /// read on this CPU.
+    pub rq_ns: u64,
+    /// CLOCK_MONOTONIC minus the scheduler clock: the offset in use
+    /// (wrapping).
+    pub offset: u64,
+    /// The smallest reading since `offset` was last replaced.
+    pub least: u64,
+    /// Readings since `offset` was last replaced.
+    pub readings: u32,
+    /// Explicit padding.
+    pub _pad: u32,
 }
 
 /// [`Config::pid_ns`]: the ids rip-probe sees when it runs in a pid
@@ -133,6 +173,10 @@ pub struct TaskOffsets {
     /// `struct rq`'s `clock_task`: the clock `se.exec_start` is stamped
     /// with, on that CPU.
     pub rq_clock_task: u32,
+    /// `struct rq`'s `clock`: the scheduler's clock of that CPU, which
+    /// `__schedule` updates before sched_switch fires (0 with the three
+    /// above).
+    pub rq_clock: u32,
     /// `start_time`: CLOCK_MONOTONIC ns when the task was created.
     pub start_time: u32,
     /// Set to 1 when the offsets above are valid.
@@ -290,7 +334,7 @@ pub struct UserRegs {
 const _: () = {
     assert!(core::mem::size_of::<UserRegs>() == 10 * 8);
     assert!(core::mem::size_of::<PtRegsOffsets>() == 14 * 4);
-    assert!(core::mem::size_of::<TaskOffsets>() == 21 * 4);
+    assert!(core::mem::size_of::<TaskOffsets>() == 22 * 4);
     assert!(
         core::mem::size_of::<TaskRecord>()
             == 8 * 4 + 5 * 8 + 8 * 4 + 80 + 16 + TASK_STACK_DEPTH * 8
@@ -482,6 +526,8 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadSlot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SlotStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ClockSync {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::FnHit {}
     // SAFETY: as above.

@@ -10,6 +10,8 @@
 #[cfg(target_arch = "bpf")]
 mod call_programs;
 #[cfg(target_arch = "bpf")]
+mod floor_programs;
+#[cfg(target_arch = "bpf")]
 mod futex;
 #[cfg(target_arch = "bpf")]
 mod iter_programs;

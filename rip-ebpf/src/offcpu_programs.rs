@@ -114,18 +114,24 @@ pub fn offcpu_btf(ctx: BtfTracePointContext) -> i32 {
 fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let cfg = CONFIG.load();
     let opts = OFFCPU.load();
-    // SAFETY: no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     // The current task is `prev`: its registers and stack are readable.
     let id = bpf_get_current_pid_tgid();
-    if (id >> 32) as u32 == cfg.target_tgid {
+    let prev_is_target = (id >> 32) as u32 == cfg.target_tgid;
+    // Another process's thread gets the CPU: no lookup.
+    let next = crate::programs::target_thread(&cfg, ctx.arg(2));
+    // Other processes' switches leave without reading the clock.
+    if !prev_is_target && next.is_none() {
+        return 0;
+    }
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if prev_is_target {
         let state = crate::programs::switch_state(&cfg, &ctx);
         switch_off(&ctx, &opts, id as u32, state, now, || {
             user_frame::<HELPER>(&cfg)
         });
     }
-    // Another process's thread gets the CPU: no lookup.
-    if let Some(next) = crate::programs::target_thread(&cfg, ctx.arg(2)) {
+    if let Some(next) = next {
         switch_on(&opts, next, now);
     }
     0

@@ -30,8 +30,9 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, ProbeContext, RawTracePointContext, tracing::StackIdContext},
 };
 use rip_ebpf::{
-    Config, FnHit, KERNEL_STACK_SIZES, SLOT_PROBES, SWITCH_OFF, SWITCH_ON, SlotStats, SwitchEvent,
-    TASK_STACK_DEPTH, TaskRecord, ThreadRecord, ThreadSlot, UserRegs, task_state,
+    CLOCK_READINGS, CLOCK_RESYNC_NS, ClockSync, Config, FnHit, KERNEL_STACK_SIZES, SLOT_PROBES,
+    SWITCH_OFF, SWITCH_ON, SlotStats, SwitchEvent, TASK_STACK_DEPTH, TaskRecord, ThreadRecord,
+    ThreadSlot, UserRegs, task_state,
 };
 
 /// Hash maps used from tracing programs are preallocated (flags 0): a
@@ -76,6 +77,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
         se_cfs_rq: 0,
         cfs_rq_rq: 0,
         rq_clock_task: 0,
+        rq_clock: 0,
         start_time: 0,
         valid: 0,
     },
@@ -83,6 +85,7 @@ pub(crate) static CONFIG: Global<Config> = Global::new(Config {
     pid_ns: 0,
     switch_state_arg: 0,
     slot_mask: 0,
+    switch_clock: 0,
 });
 
 /// One member of [`CONFIG`], read where it lives rather than from a copy
@@ -127,6 +130,11 @@ static SLOTS: Array<ThreadSlot> = Array::with_max_entries(1, 0);
 /// a CPU leaves no trace elsewhere), counted where they are dropped.
 #[map]
 static EVENTS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Each CPU's offset between its scheduler clock and CLOCK_MONOTONIC (see
+/// [`switch_clock`]).
+#[map]
+static CLOCK_SYNC: PerCpuArray<ClockSync> = PerCpuArray::with_max_entries(1, 0);
 
 /// How `SLOTS` fared.
 #[map]
@@ -185,22 +193,100 @@ pub(crate) fn btf_switch(
     off: impl FnOnce(u32, u64, u64),
     on: impl FnOnce(u32, u64),
 ) {
-    // SAFETY: no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     let prev: *const u8 = ctx.arg(1);
+    let next: *const u8 = ctx.arg(2);
     let target = config!(target_tgid);
+    // Other processes' switches leave after two loads: the clock, the
+    // dearest part of the program, is read only for the target's.
     // SAFETY: `prev` and `next` are the tracepoint's task pointers, typed
     // by BTF; the offsets come from the same BTF (see `task_id`).
-    if unsafe { task_id(prev, config!(task.tgid)) } == target {
+    let prev_is_target = unsafe { task_id(prev, config!(task.tgid)) } == target;
+    // SAFETY: as above.
+    let next_is_target = unsafe { task_id(next, config!(task.tgid)) } == target;
+    if !prev_is_target && !next_is_target {
+        return;
+    }
+    // SAFETY: as above.
+    let now = unsafe { switch_clock(prev) };
+    if prev_is_target {
         // SAFETY: as above.
         let tid = unsafe { task_id(prev, config!(task.pid)) };
         off(tid, btf_switch_state(ctx, prev), now);
     }
-    let next: *const u8 = ctx.arg(2);
-    // SAFETY: as above.
-    if unsafe { task_id(next, config!(task.tgid)) } == target {
+    if next_is_target {
         // SAFETY: as above.
         on(unsafe { task_id(next, config!(task.pid)) }, now);
+    }
+}
+
+/// The time of this switch on CLOCK_MONOTONIC.
+///
+/// `bpf_ktime_get_ns` costs more than the rest of `--pid`'s program
+/// together (measured in docs/BENCHMARKS.md: about 60 ns a call here,
+/// against about 10 for a switch's stores). With [`Config::switch_clock`]
+/// the switch is stamped with the scheduler's own clock of this CPU
+/// instead (`rq->clock`, which `__schedule` updated before the tracepoint:
+/// three loads from `prev`, whose run queue is this CPU's), placed on
+/// CLOCK_MONOTONIC by this CPU's offset between the two clocks (see
+/// [`ClockSync`]), read again once [`CLOCK_RESYNC_NS`] have passed (or the
+/// scheduler clock went back). The stamp is never earlier than the moment
+/// the thread entered `__schedule` (the clock was updated after it); it is
+/// later by the least time `__schedule` took from its clock update to the
+/// tracepoint among the offset's readings, where `bpf_ktime_get_ns`'s stamp
+/// is later by this switch's own: both are a microsecond or so. The two
+/// clocks count the same counter, so their drift in between is parts per
+/// million of a few milliseconds.
+///
+/// # Safety
+/// `prev` is the tracepoint's BTF-typed `prev` task.
+#[inline(always)]
+unsafe fn switch_clock(prev: *const u8) -> u64 {
+    if config!(switch_clock) == 0 {
+        // SAFETY: no preconditions.
+        return unsafe { bpf_ktime_get_ns() };
+    }
+    // SAFETY: BTF-typed pointer walks at offsets from the same BTF: the
+    // verifier types each load, and a fault reads 0.
+    let clock = unsafe {
+        let cfs_rq: *const u8 =
+            core::ptr::read_volatile(prev.add(config!(task.se_cfs_rq) as usize).cast());
+        let rq: *const u8 =
+            core::ptr::read_volatile(cfs_rq.add(config!(task.cfs_rq_rq) as usize).cast());
+        core::ptr::read_volatile(rq.add(config!(task.rq_clock) as usize).cast::<u64>())
+    };
+    let sync = CLOCK_SYNC.get_ptr_mut(0);
+    let (Some(sync), true) = (sync, clock != 0) else {
+        // SAFETY: no preconditions.
+        return unsafe { bpf_ktime_get_ns() };
+    };
+    // SAFETY: this CPU's value, valid for the program's run (the program
+    // does not migrate).
+    unsafe {
+        let s = &mut *sync;
+        if s.rq_ns == 0 || clock.wrapping_sub(s.rq_ns) > CLOCK_RESYNC_NS {
+            let now = bpf_ktime_get_ns();
+            let reading = now.wrapping_sub(clock);
+            if s.rq_ns == 0 {
+                // The first reading on this CPU is used until the first
+                // smallest of several replaces it.
+                s.offset = reading;
+                s.least = reading;
+                s.readings = 0;
+            }
+            s.rq_ns = clock;
+            // Readings compared as signed differences: offsets wrap.
+            if (reading.wrapping_sub(s.least) as i64) < 0 {
+                s.least = reading;
+            }
+            s.readings += 1;
+            if s.readings >= CLOCK_READINGS {
+                s.offset = s.least;
+                s.least = reading;
+                s.readings = 0;
+            }
+            return now;
+        }
+        clock.wrapping_add(s.offset)
     }
 }
 
@@ -240,15 +326,21 @@ pub(crate) fn btf_switch_state(ctx: &BtfTracePointContext, prev: *const u8) -> u
 #[inline(always)]
 fn on_switch<const HELPER: bool>(ctx: RawTracePointContext) -> i32 {
     let cfg = CONFIG.load();
-    // SAFETY: no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     // `prev` is the current task while the tracepoint runs.
     let id = bpf_get_current_pid_tgid();
-    if (id >> 32) as u32 == cfg.target_tgid {
+    let prev_is_target = (id >> 32) as u32 == cfg.target_tgid;
+    let next = target_thread(&cfg, ctx.arg(2));
+    // Other processes' switches leave without reading the clock.
+    if !prev_is_target && next.is_none() {
+        return 0;
+    }
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if prev_is_target {
         let state = switch_state(&cfg, &ctx);
         switch_off::<HELPER, false>(&ctx, id as u32, state, now);
     }
-    if let Some(tid) = target_thread(&cfg, ctx.arg(2)) {
+    if let Some(tid) = next {
         switch_on::<false>(tid, now);
     }
     0
@@ -376,8 +468,12 @@ fn switch_off<const HELPER: bool, const SLOTTED: bool>(
         (*rec).off_cpu_ns = now;
         (*rec).state = state;
         (*rec).switches += 1;
-        (*rec).kstack_id = kstack_id;
-        (*rec).regs = regs;
+        // Without events a slot keeps the "none" its claim wrote
+        // (`UNSEEN`): eleven stores fewer at every switch.
+        if events || !SLOTTED {
+            (*rec).kstack_id = kstack_id;
+            (*rec).regs = regs;
+        }
         (*rec).on_cpu = 0;
     }
     emit(SwitchEvent {
@@ -404,6 +500,25 @@ fn record<const SLOTTED: bool>(tid: u32) -> Option<*mut ThreadRecord> {
     let _ = THREADS.insert(tid, ThreadRecord::default(), 0);
     THREADS.get_ptr_mut(tid)
 }
+
+/// A claimed slot's record before its thread's first switch: no kernel
+/// stack, no registers (what the record says of them when events are off).
+const UNSEEN: ThreadRecord = ThreadRecord {
+    off_cpu_ns: 0,
+    on_cpu_ns: 0,
+    state: 0,
+    switches: 0,
+    kstack_id: -1,
+    regs: UserRegs {
+        syscall_nr: -1,
+        args: [0; 6],
+        ip: 0,
+        sp: 0,
+        bp: 0,
+    },
+    on_cpu: 0,
+    _pad: 0,
+};
 
 /// `SLOTS`' entry `i` modulo its size.
 #[inline(always)]
@@ -479,7 +594,7 @@ fn slot(tid: u32) -> Option<*mut ThreadSlot> {
         // SAFETY: a map value pointer stays valid for the program's run.
         if unsafe { slot_tid(s) } == 0 && claim(s, 0, tid) {
             // SAFETY: as above; the slot is this thread's now.
-            unsafe { (*s).rec = ThreadRecord::default() };
+            unsafe { (*s).rec = UNSEEN };
             // SAFETY: this CPU's value.
             count(|st| unsafe { (*st).claimed += 1 });
             return Some(s);
@@ -494,7 +609,7 @@ fn slot(tid: u32) -> Option<*mut ThreadSlot> {
         if held != 0 && state & (task_state::DEAD | task_state::ZOMBIE) != 0 && claim(s, held, tid)
         {
             // SAFETY: as above.
-            unsafe { (*s).rec = ThreadRecord::default() };
+            unsafe { (*s).rec = UNSEEN };
             // SAFETY: this CPU's value.
             count(|st| unsafe { (*st).reused += 1 });
             return Some(s);

@@ -63,13 +63,13 @@ fn blocked_read_and_wakeup(regs: Option<RegsSource>) {
     let rd_fd = rd.as_raw_fd();
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
-        tx.send(gettid()).unwrap();
+        tx.send((gettid(), monotonic_ns())).unwrap();
         let mut b = [0u8; 1];
         // SAFETY: valid fd and buffer.
         let n = unsafe { libc::read(rd.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
         assert_eq!(n, 1);
     });
-    let tid = rx.recv().unwrap();
+    let (tid, before_read) = rx.recv().unwrap();
 
     // Wait until the kernel reports the thread asleep in read(2).
     let mut seen = Vec::new();
@@ -89,11 +89,18 @@ fn blocked_read_and_wakeup(regs: Option<RegsSource>) {
             break *e;
         }
     };
+    let off_seen = monotonic_ns();
     assert_eq!(off.regs.args[0], rd_fd as u64, "read(2)'s fd argument");
     assert_eq!(off.regs.args[2], 1, "read(2)'s count argument");
     let rec = probe.threads().unwrap()[&tid];
     assert_eq!(rec.on_cpu, 0, "thread table says tid {tid} is off CPU");
     assert!(rec.state & task_state::INTERRUPTIBLE != 0);
+    // The stamp is on CLOCK_MONOTONIC (the BTF-typed program's is the
+    // scheduler's clock placed on it): never before the thread's last
+    // clock read before read(2) (an early stamp would overstate how long
+    // it blocked), and before the write that wakes it.
+    let off_ns = off.ts_ns;
+    assert_eq!(rec.off_cpu_ns, off.ts_ns, "the table's time is the event's");
     eprintln!(
         "tid {tid} went off-CPU at {} in state S, syscall read(fd={}, count={})",
         off.ts_ns, off.regs.args[0], off.regs.args[2]
@@ -101,6 +108,11 @@ fn blocked_read_and_wakeup(regs: Option<RegsSource>) {
 
     std::thread::sleep(Duration::from_millis(50));
     let written_at = monotonic_ns();
+    assert!(
+        (before_read..written_at).contains(&off_ns),
+        "switch-off stamped {off_ns} ns, outside [{before_read}, {written_at}) \
+         (seen at {off_seen})"
+    );
     // SAFETY: valid fd and buffer.
     let n = unsafe { libc::write(wr.as_raw_fd(), b"x".as_ptr().cast(), 1) };
     assert_eq!(n, 1);
@@ -120,6 +132,12 @@ fn blocked_read_and_wakeup(regs: Option<RegsSource>) {
             break *e;
         }
     };
+    let on_seen = monotonic_ns();
+    assert!(
+        on.ts_ns <= on_seen,
+        "switch-on stamped {} ns, after it was seen at {on_seen}",
+        on.ts_ns
+    );
     eprintln!(
         "tid {tid} came back on-CPU {} µs after the pipe was written",
         (on.ts_ns - written_at) / 1000

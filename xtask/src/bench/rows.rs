@@ -46,6 +46,10 @@ pub enum Tracer {
     /// rip-probe's uprobe on this function through its library
     /// (`rip-bench-uprobe`).
     RipProbeLibrary(&'static str),
+    /// One of the programs under any sched_switch program's cost
+    /// (`rip-bench-uprobe --switch-floor NAME`: rip-ebpf's
+    /// `floor_programs.rs`).
+    SwitchFloor(&'static str),
     /// A snapshot-mode LTTng session with the loop's events enabled.
     Lttng,
     /// gdb runs the workload with a counting breakpoint on `f`.
@@ -234,6 +238,14 @@ impl Measured {
                     f.to_string(),
                 ]),
             ],
+            Tracer::SwitchFloor(name) => vec![
+                run,
+                shell_words(&[
+                    super::workloads::rel(&ctx.uprobe_lib),
+                    "--switch-floor".into(),
+                    name.to_string(),
+                ]),
+            ],
             Tracer::Lttng => {
                 let mut v: Vec<String> = tracers::lttng_setup("SESSION")
                     .iter()
@@ -321,6 +333,12 @@ fn run_once(row: &Row, exe: &Path, ctx: &Ctx, n: u64) -> Result<Run> {
             let rp = tracers::RipProbeCalls::attach(&ctx.rip_probe, w.pid(), f)?;
             let s = w.go(timeout)?;
             Ok((s, Some(rp.finish()?), None))
+        }
+        Tracer::SwitchFloor(name) => {
+            let rp = RipProbe::attach_switch_floor(&ctx.uprobe_lib, name)?;
+            let s = w.go(timeout)?;
+            rp.kill();
+            Ok((s, None, None))
         }
         Tracer::RipProbeLibrary(f) => {
             let rp = RipProbe::attach_library(&ctx.uprobe_lib, w.pid(), f)?;

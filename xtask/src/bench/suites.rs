@@ -230,6 +230,37 @@ pub fn overhead(w: &Workloads, peers: &Peers) -> Vec<Row> {
             None,
         ),
         row(
+            "pingpong-floor-nothing",
+            "an empty BTF-typed program on sched_switch: the dispatch alone (`floor_nothing`)",
+            "pingpong",
+            exe.clone(),
+            Tracer::SwitchFloor("floor_nothing"),
+            switches,
+            Some("pingpong"),
+        ),
+        row(
+            "pingpong-floor-clock",
+            "a BTF-typed program on sched_switch reading the clock alone (`floor_clock`: `bpf_ktime_get_ns`)",
+            "pingpong",
+            exe.clone(),
+            Tracer::SwitchFloor("floor_clock"),
+            switches,
+            Some("pingpong"),
+        ),
+        row(
+            "pingpong-bpftrace",
+            "bpftrace: each switch of a target thread's time and state, per thread",
+            "pingpong",
+            need(peers, &["bpftrace"], &exe),
+            Tracer::Bpftrace(
+                "tracepoint:sched:sched_switch /pid == {pid}/ { @off[tid] = nsecs; \
+                 @state[tid] = args->prev_state; @hits = count(); } \
+                 tracepoint:sched:sched_switch /@off[args->next_pid]/ { @on[args->next_pid] = nsecs; }",
+            ),
+            switches,
+            Some("pingpong"),
+        ),
+        row(
             "pingpong-rip-probe",
             "rip-probe --pid attached",
             "pingpong",

@@ -344,17 +344,26 @@ impl RipProbe {
     /// nobody reading the events) and waits until it has attached and
     /// settled.
     pub fn attach_library(exe: &Path, pid: u32, function: &str) -> Result<RipProbe> {
-        let args = [
-            exe.to_string_lossy().into_owned(),
-            pid.to_string(),
-            function.into(),
-        ];
-        let mut p = Proc::start(&args, &[])?;
+        Self::start_library(exe, &[pid.to_string(), function.into()])
+    }
+
+    /// Attaches floor program `name` on sched_switch through
+    /// `rip-bench-uprobe --switch-floor` and waits until it is attached.
+    pub fn attach_switch_floor(exe: &Path, name: &str) -> Result<RipProbe> {
+        Self::start_library(exe, &["--switch-floor".into(), name.into()])
+    }
+
+    /// Starts `rip-bench-uprobe ARGS` and waits for its `attached` line
+    /// and for it to settle.
+    fn start_library(exe: &Path, args: &[String]) -> Result<RipProbe> {
+        let mut argv = vec![exe.to_string_lossy().into_owned()];
+        argv.extend_from_slice(args);
+        let mut p = Proc::start(&argv, &[])?;
         p.stdout
             .as_mut()
             .expect("piped")
             .wait_for(ATTACH_TIMEOUT, |l| l.starts_with("attached "))
-            .context("rip-bench-uprobe did not attach")?;
+            .with_context(|| format!("rip-bench-uprobe {} did not attach", args.join(" ")))?;
         wait_idle(p.pid(), RIP_PROBE_QUIET, Duration::from_secs(5));
         Ok(RipProbe(p))
     }

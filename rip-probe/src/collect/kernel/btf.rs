@@ -251,15 +251,16 @@ impl KernelBtf {
         let o = |m| self.offset_of("task_struct", m);
         // Without CONFIG_FAIR_GROUP_SCHED there is no se.cfs_rq: the
         // blocked-time estimate then does without the task's own CPU's
-        // clock (all three 0).
+        // clocks (all four 0).
         let rq = (|| {
             Ok::<_, crate::collect::Error>((
                 o("se.cfs_rq")?,
                 self.offset_of("cfs_rq", "rq")?,
                 self.offset_of("rq", "clock_task")?,
+                self.offset_of("rq", "clock")?,
             ))
         })()
-        .unwrap_or((0, 0, 0));
+        .unwrap_or((0, 0, 0, 0));
         Ok(TaskOffsets {
             pid: o("pid")?,
             tgid: o("tgid")?,
@@ -281,6 +282,7 @@ impl KernelBtf {
             se_cfs_rq: rq.0,
             cfs_rq_rq: rq.1,
             rq_clock_task: rq.2,
+            rq_clock: rq.3,
             // Only caps blocked times: without it they go uncapped.
             start_time: o("start_time").unwrap_or(0),
             valid: 1,

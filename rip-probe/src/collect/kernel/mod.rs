@@ -165,6 +165,7 @@ impl SwitchSetup {
             pid_ns: rip_ebpf::pid_ns::HOST,
             switch_state_arg: u32::from(layout.switch_state_arg),
             slot_mask: 0,
+            switch_clock: 0,
         };
 
         Ok(SwitchSetup { config, features })
@@ -299,6 +300,10 @@ impl KernelProbe {
         let mut slotted = None;
         if switches && wanted.btf {
             config.slot_mask = slots - 1;
+            // The scheduler's clock where the kernel has the run queue's
+            // path from a task (see `rip_ebpf::Config::switch_clock`).
+            config.switch_clock =
+                u32::from(config.task.se_cfs_rq != 0 && config.task.rq_clock != 0);
             let mut ebpf = object(&config, Table::Slots)?;
             match timing::phase("load sched_switch", || {
                 switch::try_btf(&mut ebpf, SWITCH_NAMES.btf)

@@ -221,6 +221,45 @@ pub(crate) fn attach(ebpf: &mut Ebpf, choice: &SwitchChoice) -> Result<SwitchLin
     })
 }
 
+/// The programs under the cost of any sched_switch program, for the
+/// benchmark (`rip-bench-uprobe --switch-floor`): `floor_nothing` (the
+/// dispatch of an empty BTF-typed program) and `floor_clock`
+/// (`bpf_ktime_get_ns` alone).
+pub const FLOOR_PROGRAMS: [&str; 2] = ["floor_nothing", "floor_clock"];
+
+/// One of [`FLOOR_PROGRAMS`], attached to sched_switch while this lives.
+pub struct SwitchFloor {
+    _ebpf: Ebpf,
+    _link: BtfTracePointLink,
+}
+
+impl SwitchFloor {
+    /// Loads and attaches floor program `name`; the error says why not
+    /// in a line.
+    pub fn attach(name: &str) -> std::result::Result<SwitchFloor, String> {
+        if !FLOOR_PROGRAMS.contains(&name) {
+            return Err(format!(
+                "no floor program {name:?}: one of {FLOOR_PROGRAMS:?}"
+            ));
+        }
+        let mut ebpf = super::loader_without_session_maps()
+            .load(super::EBPF_OBJECT)
+            .map_err(|e| Error::load(e).to_string())?;
+        try_btf(&mut ebpf, name).map_err(|why| format!("the kernel refused {name}: {why}"))?;
+        let prog: &mut BtfTracePoint = program(&mut ebpf, name).map_err(|e| e.to_string())?;
+        let id = prog
+            .attach()
+            .map_err(|e| format!("attaching {name} to sched_switch: {e}"))?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| format!("taking {name}'s link: {e}"))?;
+        Ok(SwitchFloor {
+            _ebpf: ebpf,
+            _link: link,
+        })
+    }
+}
+
 /// What a report must say of the BTF-typed program's slots (see
 /// `rip_ebpf::ThreadSlot`): threads whose switches went unrecorded, and
 /// exited threads whose records a newer thread took. Nothing when
