@@ -120,6 +120,13 @@ impl ProcessMaps {
         Ok(self.all()?.iter().filter(|m| keep(m)).cloned().collect())
     }
 
+    /// Whether the kernel answers one question per mapping
+    /// (`PROCMAP_QUERY`, Linux 6.11): [`Self::containing`] is then one
+    /// lookup, not the whole text read and parsed.
+    pub fn answers_one_by_one(&self) -> bool {
+        self.query.load(std::sync::atomic::Ordering::Relaxed) && self.ask(0, 0).is_ok()
+    }
+
     /// The mapping holding `addr`, if any.
     pub fn containing(&self, addr: u64) -> io::Result<Option<MapsLine>> {
         if self.query.load(std::sync::atomic::Ordering::Relaxed)

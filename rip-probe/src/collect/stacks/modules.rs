@@ -9,7 +9,13 @@
 //! and shared by every mapping and thread that uses it. Every size and
 //! offset read from a file is bounded: a binary is input like any other.
 
-use std::{collections::HashMap, fs::File, ops::Range, sync::Arc};
+use std::{
+    collections::HashMap,
+    fs::File,
+    ops::Range,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use librip::reader::{Follow, MapsLine, RegularFile};
 use object::{
@@ -132,15 +138,56 @@ pub struct Modules {
     /// (device, inode) → parsed binary, or `None` if it could not be used
     /// (not a regular file, not ELF, gone): tried once per run.
     binaries: HashMap<FileId, Option<Arc<ModuleData>>>,
+    /// Where the kernel answers for one address at a time, the code
+    /// mappings are asked for as stacks reach them (see [`Asker`]);
+    /// `None`: they are listed.
+    asker: Option<Asker>,
+}
+
+/// Questions asked of the kernel, one address at a time, before the code
+/// mappings are listed instead.
+///
+/// Listing them makes the kernel step over every mapping of the process,
+/// and a process of 100,000 threads has 200,000 (each thread's stack and
+/// guard page): one listing took 80 ms there. Stacks reach a few code
+/// mappings, each found by one lookup; an address that is not code (a
+/// garbage return address) costs one too, so past this many the mappings
+/// are listed after all.
+const MAX_QUESTIONS: u32 = 1024;
+
+/// How long an address found to be no code is believed (code may be
+/// mapped there later).
+const NOT_CODE_FOR: Duration = Duration::from_millis(250);
+
+/// The kernel's answers so far (see [`Modules::ask`]).
+struct Asker {
+    maps: ProcessMaps,
+    /// Ranges that hold no code, sorted by start (a mapping that is not
+    /// code, or the gap around an address no mapping holds).
+    not_code: Vec<Range<u64>>,
+    /// When `not_code` was started.
+    since: Instant,
+    questions: u32,
 }
 
 impl Modules {
-    /// Lists the process's executable mappings (asked of the kernel, not
-    /// read from the whole /proc/PID/maps, which has two lines per
-    /// thread). Binaries are not opened yet.
+    /// The process's code mappings: asked of the kernel one at a time as
+    /// stacks reach them where it answers so (Linux 6.11), else listed now
+    /// (without reading the whole /proc/PID/maps where the kernel lists
+    /// them itself). Binaries are not opened yet.
     pub fn new(pid: u32) -> std::io::Result<Modules> {
-        let code = ProcessMaps::open(pid)?.executable()?;
-        Ok(Modules::from_maps(pid, &code))
+        let maps = ProcessMaps::open(pid)?;
+        if maps.answers_one_by_one() {
+            let mut m = Modules::from_maps(pid, &[]);
+            m.asker = Some(Asker {
+                maps,
+                not_code: Vec::new(),
+                since: Instant::now(),
+                questions: 0,
+            });
+            return Ok(m);
+        }
+        Ok(Modules::from_maps(pid, &maps.executable()?))
     }
 
     /// The modules of `pid` as `maps` describes its mappings (for tests, and
@@ -156,17 +203,67 @@ impl Modules {
             pid,
             code,
             binaries: HashMap::new(),
+            asker: None,
         }
     }
 
-    /// Reads /proc/PID/maps again (code loaded since, `dlopen`), keeping
-    /// the binaries parsed so far.
+    /// Lists the code mappings again (code loaded since, `dlopen`),
+    /// keeping the binaries parsed so far.
     pub fn refresh(&mut self) -> std::io::Result<()> {
-        self.code = Modules::new(self.pid)?.code;
+        let code = ProcessMaps::open(self.pid)?.executable()?;
+        self.code = Modules::from_maps(self.pid, &code).code;
+        self.asker = None;
         Ok(())
     }
 
-    /// The code mapping holding `addr`.
+    /// Whether `addr` is in a code mapping, asking the kernel about it if
+    /// it is in none known (the mapping found is kept). `None`: the
+    /// mappings are listed, not asked for (see [`Self::refresh`]).
+    pub fn ask(&mut self, addr: u64) -> Option<bool> {
+        if self.mapping_of(addr).is_some() {
+            return Some(true);
+        }
+        let asker = self.asker.as_mut()?;
+        if asker.since.elapsed() > NOT_CODE_FOR {
+            asker.not_code.clear();
+            asker.since = Instant::now();
+        }
+        let i = asker.not_code.partition_point(|r| r.start <= addr);
+        if i > 0 && asker.not_code[i - 1].contains(&addr) {
+            return Some(false);
+        }
+        if asker.questions >= MAX_QUESTIONS {
+            // Listing costs less than more questions from here.
+            self.refresh().ok()?;
+            return Some(self.mapping_of(addr).is_some());
+        }
+        asker.questions += 1;
+        match asker.maps.containing(addr).ok()? {
+            Some(m) if m.is_exec() => {
+                let c = CodeMapping::from_maps(&m);
+                let at = self.code.partition_point(|k| k.start < c.start);
+                // A mapping replaced since (same start) gives way.
+                if self.code.get(at).is_some_and(|k| k.start == c.start) {
+                    self.code[at] = c;
+                } else {
+                    self.code.insert(at, c);
+                }
+                Some(self.mapping_of(addr).is_some())
+            }
+            other => {
+                // The mapping that is not code, or the page of an
+                // address no mapping holds.
+                let r = other.map_or(addr & !0xfff..(addr | 0xfff).saturating_add(1), |m| {
+                    m.start..m.end
+                });
+                let at = asker.not_code.partition_point(|k| k.start < r.start);
+                asker.not_code.insert(at, r);
+                Some(false)
+            }
+        }
+    }
+
+    /// The code mapping holding `addr`, among those known.
     pub fn mapping_of(&self, addr: u64) -> Option<&CodeMapping> {
         let i = self.code.partition_point(|m| m.start <= addr);
         let m = self.code.get(i.checked_sub(1)?)?;
@@ -304,6 +401,56 @@ fn hdr_is_sound(at: u64, hdr: &[u8], eh_frame: &Range<u64>) -> bool {
 mod tests {
     use super::*;
     use librip::reader::parse_maps;
+
+    /// Where the kernel answers one address at a time, code mappings are
+    /// found as they are asked for, each once; addresses that are no code
+    /// are answered without a question the second time; and past
+    /// [`MAX_QUESTIONS`] the mappings are listed instead.
+    #[test]
+    fn code_mappings_are_asked_for_one_address_at_a_time() {
+        let pid = std::process::id();
+        let mut m = Modules::new(pid).unwrap();
+        let Some(asker) = &m.asker else {
+            // A kernel before 6.11: listed, as before.
+            assert!(!m.code.is_empty());
+            return;
+        };
+        assert_eq!(asker.questions, 0);
+        assert!(m.code.is_empty(), "nothing is listed up front");
+        let code = code_mappings_are_asked_for_one_address_at_a_time as *const () as u64;
+        assert_eq!(m.ask(code), Some(true));
+        assert_eq!(m.ask(code + 1), Some(true));
+        let text = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let want = text
+            .iter()
+            .find(|l| l.start <= code && code < l.end)
+            .unwrap();
+        let got = m.mapping_of(code).unwrap();
+        assert_eq!(
+            (got.start, got.end, got.inode),
+            (want.start, want.end, want.inode)
+        );
+        let data = 0u64;
+        let data = &raw const data as u64;
+        assert_eq!(m.ask(data), Some(false));
+        let asked = m.asker.as_ref().unwrap().questions;
+        assert_eq!(asked, 2, "one question for the code, one for the stack");
+        assert_eq!(m.ask(data + 8), Some(false));
+        assert_eq!(
+            m.asker.as_ref().unwrap().questions,
+            asked,
+            "answered from what is known"
+        );
+        // Unmapped pages, each a question, until the mappings are listed.
+        let mut page = 0x1000u64;
+        while m.asker.is_some() {
+            assert_eq!(m.ask(page), Some(false));
+            page += 0x1000;
+            assert!(page < 0x1000 * u64::from(MAX_QUESTIONS + 8));
+        }
+        assert!(m.mapping_of(code).is_some(), "listed: the code is there");
+        assert!(m.code.len() > 1);
+    }
 
     fn maps_line(start: u64, end: u64, name: &str, inode: u64) -> MapsLine {
         let text = format!("{start:x}-{end:x} r-xp 00000000 fe:00 {inode} {name}\n");

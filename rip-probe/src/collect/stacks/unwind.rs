@@ -363,8 +363,8 @@ impl Stacks {
     /// Whether `addr` is in a code mapping, reading the maps again if it is
     /// in none and they were not read recently.
     fn is_code(&mut self, addr: u64) -> bool {
-        if self.modules.mapping_of(addr).is_some() {
-            return true;
+        if let Some(known) = self.modules.ask(addr) {
+            return known;
         }
         if self.maps_read.elapsed() < REFRESH_EVERY {
             return false;
