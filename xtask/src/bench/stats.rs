@@ -14,6 +14,19 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     }
 }
 
+/// The first and third quartiles of `xs` (each the median of its half,
+/// the middle value left out of both for an odd count); `None` for fewer
+/// than two.
+pub fn quartiles(xs: &[f64]) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let half = v.len() / 2;
+    if half == 0 {
+        return None;
+    }
+    Some((median(&v[..half])?, median(&v[v.len() - half..])?))
+}
+
 /// The smallest and largest of `xs`.
 pub fn range(xs: &[f64]) -> Option<(f64, f64)> {
     let min = xs.iter().copied().min_by(f64::total_cmp)?;
@@ -67,6 +80,10 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[1.0, 100.0, 2.0, 3.0, 1e9]), Some(3.0));
         assert_eq!(range(&[2.0, 9.0, 1.0]), Some((1.0, 9.0)));
+        assert_eq!(quartiles(&[1.0]), None);
+        assert_eq!(quartiles(&[2.0, 1.0]), Some((1.0, 2.0)));
+        assert_eq!(quartiles(&[7.0, 1.0, 5.0, 3.0, 9.0]), Some((2.0, 8.0)));
+        assert_eq!(quartiles(&[4.0, 1.0, 3.0, 2.0]), Some((1.5, 3.5)));
         assert_eq!(range(&[]), None);
     }
 
