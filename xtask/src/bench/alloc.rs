@@ -61,11 +61,11 @@ const CG_ROWS: usize = 3;
 
 /// How many times the other rows' rounds the budget's rows run. The budget
 /// is 3 %, and the CPU time of one run varies by more than the differences
-/// it judges (11 paired rounds of 5 M operations at load 1: a preloaded
-/// run's ratio to its round's untraced run from -0.3 % to +8.0 %, quartiles
-/// +1.5 % and +2.7 %): the median of the ratios needs more rounds than the
-/// ×3 and more of the other rows.
-const BUDGET_ROUNDS: usize = 3;
+/// it judges: on a quiet machine (load 0.2 to 1), the interquartile range
+/// of a sampling run's ratio to its round's untraced run was 2 to 4 %
+/// (31 to 101 paired rounds), so the median of 35 ratios is good to about
+/// half a percent; the ×3 and more of the other rows need fewer.
+const BUDGET_ROUNDS: usize = 5;
 
 /// The budget, ≤ 3 %: CPU time sampling at the default mean over untraced.
 const BUDGET: f64 = 1.03;
