@@ -18,7 +18,7 @@
  *
  * free() of an allocation that was never sampled must stay cheap: a
  * private count of live sampled addresses per bucket of the address's
- * low bits answers "certainly not sampled" with one load from 4 KiB for
+ * low bits answers "certainly not sampled" with one load from 1 KiB for
  * nearly every free (alloc.h); a second count per bucket of a hash of the
  * address, then the table, are read only when the first is not zero.
  *
@@ -353,8 +353,33 @@ void rip_alloc_check_unwind(void)
         ra_check_unwind = 1;
 }
 
+/* A sample's entry lies at a random place of the table (4 MiB by
+ * default), which the program has not touched since a sample last came
+ * near it: the load of its state word, to claim it, waits for a TLB walk
+ * and a memory read. Started here, before the sample does the work that
+ * does not need it (the usable size, the clock, the stack walk), the loads
+ * of the entry's first two lines (its words and first frames) run
+ * meanwhile; so do those of the second look's count and of the region
+ * header's counters, which the sample also writes. alloc_mix at 512 KiB,
+ * perf cpu-clock: rip_alloc_record_at had 0.45 % of the samples, 87 % of
+ * them on the instruction after that load; with the loads started here,
+ * it and this function have 0.27 %. */
+void rip_alloc_prefetch(const void *ptr)
+{
+    uint64_t *entries = ra_entries;
+    if (entries == 0)
+        return;
+    uint64_t addr = (uint64_t)(uintptr_t)ptr;
+    uint64_t *e = entries + (table_hash(addr) & ra_mask) * RA_ENTRY_WORDS;
+    __builtin_prefetch(e, 1, 3);
+    __builtin_prefetch(e + RA_FRAME0, 1, 3);
+    __builtin_prefetch(&rip_alloc_far[rip_alloc_far_slot(addr)], 1, 3);
+    __builtin_prefetch(&ra_header[RIP_ALLOC_HDR_SAMPLED], 1, 3);
+}
+
 void rip_alloc_record(void *ptr, size_t requested, size_t size, uintptr_t caller, unsigned skip)
 {
+    rip_alloc_prefetch(ptr);
     struct rip_alloc_regs here;
     RIP_ALLOC_HERE(here);
     rip_alloc_record_at(&here, ptr, requested, size, caller, skip);
@@ -430,6 +455,8 @@ void rip_alloc_forget_looked(void *ptr)
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
     if (entries == 0 || ptr == 0)
         return;
+    /* Loaded while the entry is looked for. */
+    __builtin_prefetch(&ra_header[RIP_ALLOC_HDR_FREED], 1, 3);
     uint64_t h = table_hash(addr);
     for (unsigned i = 0; i < RIP_ALLOC_PROBE; i++) {
         uint64_t *e = entries + ((h + i) & ra_mask) * RA_ENTRY_WORDS;

@@ -148,6 +148,10 @@ struct rip_alloc_regs {
  * _Unwind_Backtrace, as before). */
 int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned max);
 
+/* Starts loading what recording a sample of `ptr` will write (its first
+ * entry, counts and counters): called as soon as the sampled address is
+ * known, before the rest of the sample's work. */
+void rip_alloc_prefetch(const void *ptr);
 /* Records a sampled allocation with the stack from `caller` (the return
  * address of the interposed function) outwards; where `caller` is 0 or not
  * found, `skip` frames above rip_alloc_record are left out. */

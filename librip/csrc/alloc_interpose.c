@@ -144,6 +144,7 @@ static inline __attribute__((always_inline)) void *noted(void *p, size_t request
                                                          uintptr_t caller)
 {
     if (p != 0) {
+        rip_alloc_prefetch(p);
         struct rip_alloc_regs here;
         RIP_ALLOC_HERE(here);
         rip_alloc_busy = 1;

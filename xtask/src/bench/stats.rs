@@ -14,6 +14,24 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     }
 }
 
+/// An interval that holds the median of the distribution `xs` were drawn
+/// from with a probability of about 95 %, whatever that distribution is:
+/// the order statistics whose ranks lie 1.96 standard deviations of
+/// Binomial(n, 1/2) either side of n/2. `None` for fewer than 6 values
+/// (no such interval inside them).
+pub fn median_interval(xs: &[f64]) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n < 6 {
+        return None;
+    }
+    let half_width = 1.96 * (n as f64).sqrt() / 2.0;
+    let lo = ((n as f64 / 2.0 - half_width).floor().max(0.0)) as usize;
+    let hi = ((n as f64 / 2.0 + half_width).ceil() as usize).min(n - 1);
+    Some((v[lo], v[hi]))
+}
+
 /// The smallest and largest of `xs`.
 pub fn range(xs: &[f64]) -> Option<(f64, f64)> {
     let min = xs.iter().copied().min_by(f64::total_cmp)?;
@@ -67,6 +85,15 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[1.0, 100.0, 2.0, 3.0, 1e9]), Some(3.0));
         assert_eq!(range(&[2.0, 9.0, 1.0]), Some((1.0, 9.0)));
+        assert_eq!(median_interval(&[1.0, 2.0, 3.0, 4.0, 5.0]), None);
+        // 35 values 0..34: ranks 12 and 25 (0-based 11 and 24).
+        let v: Vec<f64> = (0..35).rev().map(f64::from).collect();
+        assert_eq!(median_interval(&v), Some((11.0, 24.0)));
+        // Six values: the whole range.
+        assert_eq!(
+            median_interval(&[6.0, 1.0, 5.0, 2.0, 4.0, 3.0]),
+            Some((1.0, 6.0))
+        );
         assert_eq!(range(&[]), None);
     }
 
