@@ -5,7 +5,14 @@
 //! run out of memory (the fuzzer's own checks).
 #![no_main]
 
-use std::{io::Write, ops::ControlFlow, sync::OnceLock};
+use std::{
+    fs::File,
+    ops::ControlFlow,
+    os::unix::fs::FileExt,
+    os::unix::io::AsRawFd,
+    path::PathBuf,
+    sync::OnceLock,
+};
 
 use blazesym::{
     SymType,
@@ -14,25 +21,34 @@ use blazesym::{
 use libfuzzer_sys::fuzz_target;
 
 /// One scratch file per fuzzing process, rewritten for each input (the
-/// inspector reads a path, as rip-probe gives it one).
-fn scratch() -> &'static std::path::Path {
-    static PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
+/// inspector reads a path, as rip-probe gives it one). It is unlinked as
+/// soon as it is made and read through `/proc/self/fd`, so that no run,
+/// however it ends, leaves it behind.
+fn scratch() -> &'static (File, PathBuf) {
+    static SCRATCH: OnceLock<(File, PathBuf)> = OnceLock::new();
+    SCRATCH.get_or_init(|| {
         let dir = if std::path::Path::new("/dev/shm").is_dir() {
             "/dev/shm"
         } else {
             "/tmp"
         };
-        std::path::PathBuf::from(format!("{dir}/rip-fuzz-elf-{}", std::process::id()))
+        let name = PathBuf::from(format!("{dir}/rip-fuzz-elf-{}", std::process::id()));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&name)
+            .unwrap();
+        std::fs::remove_file(&name).unwrap();
+        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        (file, path)
     })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let path = scratch();
-    {
-        let mut f = std::fs::File::create(path).unwrap();
-        f.write_all(data).unwrap();
-    }
+    let (file, path) = scratch();
+    file.set_len(0).unwrap();
+    file.write_all_at(data, 0).unwrap();
     let mut elf = Elf::new(path);
     elf.debug_syms = false;
     let src = Source::Elf(elf);

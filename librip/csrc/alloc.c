@@ -10,8 +10,9 @@
  *
  * A sampled allocation gets an entry in the ring file's allocation table
  * (docs/FORMAT.md, "The allocation table"): an open-addressed table keyed
- * by address, each entry guarded by its own state word (free, writing,
- * live) with a generation and a check word over its fields. No lock: an
+ * by address, filled from its start (a zone that widens as samples need
+ * room), each entry guarded by its own state word (free, writing, live)
+ * with a generation and a check word over its fields. No lock: an
  * entry is claimed with one compare-and-swap, filled, and published with a
  * release store, so a process killed at any instruction leaves every entry
  * free, live and whole, or marked "writing" (the reader counts it torn).
@@ -19,8 +20,9 @@
  * free() of an allocation that was never sampled must stay cheap: a
  * private count of live sampled addresses per bucket of the address's
  * low bits answers "certainly not sampled" with one load from 1 KiB for
- * nearly every free (alloc.h); a second count per bucket of a hash of the
- * address, then the table, are read only when the first is not zero.
+ * nearly every free (alloc.h); the bucket's word naming its one live
+ * sample, or where it has more, a count per bucket of a hash of the
+ * address and then the table, are read only when the first is not zero.
  *
  * The stack of a sample is walked by the address's cached CFI rules
  * (unwind.c), and by libgcc's _Unwind_Backtrace where those cannot say.
@@ -65,11 +67,52 @@ static uint64_t *ra_header;
 static uint64_t ra_mask;
 static uint64_t ra_mean;
 
-/* The counts of live sampled addresses: by the address's low bits (the
- * first look of every free, alloc.h), and by a hash of the address over
- * more buckets (the second). Private memory; both saturate at 255. */
+/* Where samples are placed: in a zone at the start of the table, as
+ * small as the live samples allow, widened (doubled) whenever more than
+ * half of it is live or a sample had to look at RA_ZONE_WIDEN entries or
+ * more to find a free one, and never narrowed. An address goes among the
+ * RIP_ALLOC_PROBE entries from its hash modulo the zone on (wrapping in
+ * the zone). With the few samples a
+ * program has live at the default rate, they all lie in a few pages next
+ * to the region header that the samples keep in the caches and the TLB,
+ * where spread over the whole table (4 MiB by default) each sample and
+ * each sampled free touched a page and a line of its own. alloc_mix at a
+ * 64 KiB mean, paired runs: a sample cost about 345 ns over the whole
+ * table and 250 ns with the table cut to 256 entries; without the
+ * address's early load (rip_alloc_prefetch), a sample waited about 400
+ * cycles for its entry's line (rdtscp).
+ *
+ * A free finds its entry by looking, for each zone from the widest down,
+ * at the entries from its hash modulo that zone up to the farthest any
+ * sample placed in that zone went (`ra_reach`, raised before the sampled
+ * address is returned, so its free sees it). */
+#define RA_ZONE_MIN 64u
+#define RA_ZONE_WIDEN 8u
+/* Zones from RA_ZONE_MIN up to the largest capacity (format.rs). */
+#define RA_LEVELS 11
+static uint32_t ra_level;
+static uint32_t ra_top_level;
+static uint32_t ra_reach[RA_LEVELS];
+
+static uint64_t zone_mask(unsigned level)
+{
+    uint64_t zone = (uint64_t)RA_ZONE_MIN << level;
+    return (zone < ra_mask + 1 ? zone : ra_mask + 1) - 1;
+}
+
+/* Widens the zone past `level` (unless another thread did). */
+static void widen(unsigned level)
+{
+    if (level < ra_top_level)
+        __atomic_compare_exchange_n(&ra_level, &level, level + 1, 0, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+}
+
+/* The counts of live sampled addresses by the address's low bits (the
+ * first look of every free), and each such bucket's line for the second
+ * and third looks (alloc.h). Private memory. */
 uint8_t rip_alloc_near[RIP_ALLOC_NEAR_BUCKETS] __attribute__((aligned(64)));
-uint8_t rip_alloc_far[1u << RIP_ALLOC_FAR_BITS];
+struct rip_alloc_bucket rip_alloc_buckets[RIP_ALLOC_NEAR_BUCKETS];
 
 /* Incremented each time a table is configured: a thread whose countdown
  * was drawn for another one (or for none) draws afresh. */
@@ -225,9 +268,9 @@ int rip_alloc_should_sample(size_t size)
 
 /* Adds `d` to a count unless it is saturated (then it stays). A count is
  * raised before the sampled address is returned to the program and
- * lowered only after that address is forgotten, so while it is live its
- * buckets never read 0: no free of a live sampled address is let through
- * (which would leave a false leak). */
+ * lowered only by the free of that address, before the real free, so
+ * while it is live its buckets never read 0: no free of a live sampled
+ * address is let through (which would leave a false leak). */
 static void count_add(uint8_t *count, int d)
 {
     uint8_t c = __atomic_load_n(count, __ATOMIC_RELAXED);
@@ -236,17 +279,48 @@ static void count_add(uint8_t *count, int d)
     }
 }
 
+/* The second look's word of `addr`'s bucket, `addr` added (d = 1) or
+ * removed (d = -1); see alloc.h. A saturated count stays. */
+static void owner_add(uint64_t *word, uint64_t addr, int d)
+{
+    uint64_t w = __atomic_load_n(word, __ATOMIC_RELAXED), next;
+    do {
+        uint64_t count = w & RIP_ALLOC_OWNER_COUNT;
+        if (count == RIP_ALLOC_OWNER_COUNT)
+            return;
+        if (d > 0 && count == 0)
+            /* The bucket's one sample: exact when its address fits. */
+            next = addr >> 48 == 0 ? addr << 16 | 1 : RIP_ALLOC_OWNER_INEXACT | 1;
+        else if (d > 0)
+            next = w + 1;
+        else if (count == 1)
+            next = 0;
+        else if (w >> 16 == addr)
+            /* The named one goes: which one stays, once one is left, is
+             * not known. */
+            next = (w - 1) | RIP_ALLOC_OWNER_INEXACT;
+        else
+            /* Another goes: the named one stays (unless the flag already
+             * says it went). */
+            next = w - 1;
+    } while (!__atomic_compare_exchange_n(word, &w, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
 static void filter_add(uint64_t addr, int d)
 {
-    count_add(&rip_alloc_near[rip_alloc_near_slot((const void *)(uintptr_t)addr)], d);
-    count_add(&rip_alloc_far[rip_alloc_far_slot(addr)], d);
+    unsigned near = rip_alloc_near_slot((const void *)(uintptr_t)addr);
+    struct rip_alloc_bucket *b = &rip_alloc_buckets[near];
+    owner_add(&b->owner, addr, d);
+    count_add(&b->sub[rip_alloc_sub_slot(addr)], d);
+    count_add(&rip_alloc_near[near], d);
 }
 
 void rip_alloc_mark_forever(const void *ptr)
 {
+    struct rip_alloc_bucket *b = &rip_alloc_buckets[rip_alloc_near_slot(ptr)];
+    __atomic_store_n(&b->owner, RIP_ALLOC_OWNER_COUNT, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->sub[rip_alloc_sub_slot((uint64_t)(uintptr_t)ptr)], 255, __ATOMIC_RELAXED);
     __atomic_store_n(&rip_alloc_near[rip_alloc_near_slot(ptr)], 255, __ATOMIC_RELAXED);
-    __atomic_store_n(&rip_alloc_far[rip_alloc_far_slot((uint64_t)(uintptr_t)ptr)], 255,
-                     __ATOMIC_RELAXED);
 }
 
 /* The frames as walked: the one into the walk's first function's caller
@@ -370,10 +444,11 @@ void rip_alloc_prefetch(const void *ptr)
     if (entries == 0)
         return;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
-    uint64_t *e = entries + (table_hash(addr) & ra_mask) * RA_ENTRY_WORDS;
+    unsigned level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
+    uint64_t *e = entries + (table_hash(addr) & zone_mask(level)) * RA_ENTRY_WORDS;
     __builtin_prefetch(e, 1, 3);
     __builtin_prefetch(e + RA_FRAME0, 1, 3);
-    __builtin_prefetch(&rip_alloc_far[rip_alloc_far_slot(addr)], 1, 3);
+    __builtin_prefetch(&rip_alloc_buckets[rip_alloc_near_slot(ptr)], 1, 3);
     __builtin_prefetch(&ra_header[RIP_ALLOC_HDR_SAMPLED], 1, 3);
 }
 
@@ -423,29 +498,61 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
 
     uint64_t h = table_hash(w[RIP_ALLOC_ADDR_WORD]);
     int placed = 0;
-    for (unsigned i = 0; i < RIP_ALLOC_PROBE && !placed; i++) {
-        uint64_t *e = entries + ((h + i) & ra_mask) * RA_ENTRY_WORDS;
-        uint64_t st = __atomic_load_n(&e[0], __ATOMIC_RELAXED);
-        if ((st & 3) != RA_FREE)
-            continue;
-        uint64_t claimed = (st & ~3ULL) + 4 + RA_WRITING;
-        if (!__atomic_compare_exchange_n(&e[0], &st, claimed, 0, __ATOMIC_ACQUIRE,
-                                         __ATOMIC_RELAXED))
-            continue;
-        uint64_t live = claimed - RA_WRITING + RA_LIVE;
-        store_checked(e, w, out + from, n, live);
-        __atomic_store_n(&e[0], live, __ATOMIC_RELEASE);
-        filter_add(w[RIP_ALLOC_ADDR_WORD], 1);
-        placed = 1;
+    unsigned level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
+    /* A zone more than half full is widened before it clusters: the
+     * entries placed in it stay there, and a wider zone's samples that
+     * hash into a crowded start would find their windows taken. (The two
+     * counters are read apart: a count read short or wrapped only widens
+     * the zone early.) */
+    if (level < ra_top_level &&
+        2 * (__atomic_load_n(&ra_header[RIP_ALLOC_HDR_SAMPLED], __ATOMIC_RELAXED) -
+             __atomic_load_n(&ra_header[RIP_ALLOC_HDR_FREED], __ATOMIC_RELAXED)) >
+            zone_mask(level)) {
+        widen(level);
+        level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
     }
-    __atomic_fetch_add(&ra_header[placed ? RIP_ALLOC_HDR_SAMPLED : RIP_ALLOC_HDR_DROPPED], 1,
-                       __ATOMIC_RELAXED);
+    for (;;) {
+        uint64_t zmask = zone_mask(level);
+        unsigned i;
+        for (i = 0; i < RIP_ALLOC_PROBE && i <= zmask; i++) {
+            uint64_t *e = entries + ((h + i) & zmask) * RA_ENTRY_WORDS;
+            uint64_t st = __atomic_load_n(&e[0], __ATOMIC_RELAXED);
+            if ((st & 3) != RA_FREE)
+                continue;
+            uint64_t claimed = (st & ~3ULL) + 4 + RA_WRITING;
+            if (!__atomic_compare_exchange_n(&e[0], &st, claimed, 0, __ATOMIC_ACQUIRE,
+                                             __ATOMIC_RELAXED))
+                continue;
+            uint32_t reach = __atomic_load_n(&ra_reach[level], __ATOMIC_RELAXED);
+            while (reach < i + 1 &&
+                   !__atomic_compare_exchange_n(&ra_reach[level], &reach, i + 1, 1,
+                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            }
+            /* The counts' read-modify-writes before the entry's stores:
+             * after them, each would wait for those stores to drain first;
+             * here the stores drain while the program goes on. */
+            filter_add(w[RIP_ALLOC_ADDR_WORD], 1);
+            __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_SAMPLED], 1, __ATOMIC_RELAXED);
+            uint64_t live = claimed - RA_WRITING + RA_LIVE;
+            store_checked(e, w, out + from, n, live);
+            __atomic_store_n(&e[0], live, __ATOMIC_RELEASE);
+            placed = 1;
+            break;
+        }
+        if (i + 1 >= RA_ZONE_WIDEN)
+            widen(level);
+        if (placed || level >= ra_top_level)
+            break;
+        level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
+    }
+    if (!placed)
+        __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_DROPPED], 1, __ATOMIC_RELAXED);
     rip_alloc_busy = was_busy;
 }
 
 void rip_alloc_forget(void *ptr)
 {
-    if (rip_alloc_maybe_sampled(ptr) && rip_alloc_maybe_sampled_far(ptr))
+    if (rip_alloc_maybe_sampled(ptr) && rip_alloc_sampled_in_bucket(ptr))
         rip_alloc_forget_looked(ptr);
 }
 
@@ -455,19 +562,36 @@ void rip_alloc_forget_looked(void *ptr)
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
     if (entries == 0 || ptr == 0)
         return;
-    /* Loaded while the entry is looked for. */
-    __builtin_prefetch(&ra_header[RIP_ALLOC_HDR_FREED], 1, 3);
+    /* Each of these is a line the program has not touched since this
+     * sample was taken: loaded together, their misses overlap instead of
+     * following one another (the entry's, then the counts' and the
+     * header's, which are written once the entry is found). */
     uint64_t h = table_hash(addr);
-    for (unsigned i = 0; i < RIP_ALLOC_PROBE; i++) {
-        uint64_t *e = entries + ((h + i) & ra_mask) * RA_ENTRY_WORDS;
-        uint64_t st = __atomic_load_n(&e[0], __ATOMIC_ACQUIRE);
-        if ((st & 3) != RA_LIVE || __atomic_load_n(&e[RIP_ALLOC_ADDR_WORD], __ATOMIC_RELAXED) != addr)
-            continue;
-        /* Only the owner of `ptr` frees it: nobody else moves this entry. */
-        __atomic_store_n(&e[0], (st & ~3ULL) | RA_FREE, __ATOMIC_RELEASE);
-        filter_add(addr, -1);
-        __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_FREED], 1, __ATOMIC_RELAXED);
-        return;
+    unsigned top = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
+    __builtin_prefetch(entries + (h & zone_mask(top)) * RA_ENTRY_WORDS, 1, 3);
+    __builtin_prefetch(&rip_alloc_buckets[rip_alloc_near_slot(ptr)], 1, 3);
+    __builtin_prefetch(&ra_header[RIP_ALLOC_HDR_FREED], 1, 3);
+    /* The zones from the widest down: a sample lives where the zone was
+     * when it was taken, and most were taken in the widest. */
+    for (unsigned level = top + 1; level-- > 0;) {
+        uint64_t zmask = zone_mask(level);
+        uint32_t reach = __atomic_load_n(&ra_reach[level], __ATOMIC_RELAXED);
+        for (unsigned i = 0; i < reach; i++) {
+            uint64_t *e = entries + ((h + i) & zmask) * RA_ENTRY_WORDS;
+            uint64_t st = __atomic_load_n(&e[0], __ATOMIC_ACQUIRE);
+            if ((st & 3) != RA_LIVE ||
+                __atomic_load_n(&e[RIP_ALLOC_ADDR_WORD], __ATOMIC_RELAXED) != addr)
+                continue;
+            /* Only the owner of `ptr` frees it: nobody else moves this
+             * entry, and nobody is given `ptr` again before the real
+             * free, so the counts may come down first (their
+             * read-modify-writes then do not wait for the entry's store
+             * to drain). */
+            filter_add(addr, -1);
+            __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_FREED], 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&e[0], (st & ~3ULL) | RA_FREE, __ATOMIC_RELEASE);
+            return;
+        }
     }
 }
 
@@ -482,6 +606,11 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     }
     ra_header = region;
     ra_mask = capacity - 1;
+    ra_level = 0;
+    ra_top_level = 0;
+    while (zone_mask(ra_top_level) < ra_mask && ra_top_level + 1 < RA_LEVELS)
+        ra_top_level++;
+    memset(ra_reach, 0, sizeof ra_reach);
     ra_mean = mean ? mean : 1;
     /* The table's pages were reserved in the file (fallocate): mapping
      * them all now costs no memory and takes the page faults (up to one
@@ -491,12 +620,16 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
                   MADV_POPULATE_WRITE);
     /* Counts of another table (a forked child's parent's) go; the marks
      * of bootstrap blocks stay. */
-    for (unsigned i = 0; i < RIP_ALLOC_NEAR_BUCKETS; i++)
+    for (unsigned i = 0; i < RIP_ALLOC_NEAR_BUCKETS; i++) {
         if (rip_alloc_near[i] != 255)
             rip_alloc_near[i] = 0;
-    for (unsigned i = 0; i < sizeof rip_alloc_far; i++)
-        if (rip_alloc_far[i] != 255)
-            rip_alloc_far[i] = 0;
+        struct rip_alloc_bucket *b = &rip_alloc_buckets[i];
+        if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT)
+            b->owner = 0;
+        for (unsigned j = 0; j < RIP_ALLOC_SUB_BUCKETS; j++)
+            if (b->sub[j] != 255)
+                b->sub[j] = 0;
+    }
     __atomic_fetch_add(&ra_generation, 1, __ATOMIC_RELEASE);
     /* The calling thread draws afresh on its next allocation; others do
      * once their countdown runs out (within OFF_AHEAD bytes). */

@@ -60,10 +60,35 @@ extern uint64_t *volatile rip_alloc_entries;
 #endif
 #define RIP_ALLOC_NEAR_BUCKETS (65536u >> RIP_ALLOC_NEAR_SHIFT)
 extern uint8_t rip_alloc_near[RIP_ALLOC_NEAR_BUCKETS];
-/* The second look: a count per bucket of a hash of the address, over
- * more buckets. Both saturate at 255. */
-#define RIP_ALLOC_FAR_BITS 16
-extern uint8_t rip_alloc_far[1u << RIP_ALLOC_FAR_BITS];
+/* The second and third looks, one cache line per bucket of the first.
+ *
+ * The second: a word that names the bucket's live sampled address when it
+ * has exactly one (nearly always: a few samples are live among 1,024
+ * buckets at the default rate), so a free that shares the bucket with a
+ * sample is told apart from it by one compare. The frees the first look
+ * lets through have addresses anywhere in the heap, but the lines they
+ * read are those of the few buckets that hold samples, which stay cached;
+ * a count per bucket of a hash of the whole address over 64 KiB (the third
+ * look as it was) was a random line each time: cachegrind on alloc_mix at
+ * 512 KiB put it at about five last-level misses per sample, half of all
+ * the sampler's. Bits 0-14: the live sampled addresses in the bucket
+ * (saturating); bit 15: the address in bits 16-63 is not that of the one
+ * live sample (a second one came and one of the two went, or it does not
+ * fit in 48 bits); bits 16-63: the first sample's address. Changed with
+ * compare-and-swap only.
+ *
+ * The third, for a bucket with more than one sample: a count per
+ * sub-bucket of a hash of the address, saturating at 255 as the first
+ * look's counts do. In the bucket's own line, so that a sample and its
+ * free write one line besides the first look's, not two. */
+#define RIP_ALLOC_OWNER_COUNT 0x7fffu
+#define RIP_ALLOC_OWNER_INEXACT 0x8000u
+#define RIP_ALLOC_SUB_BUCKETS 56u
+struct rip_alloc_bucket {
+    uint64_t owner;
+    uint8_t sub[RIP_ALLOC_SUB_BUCKETS];
+} __attribute__((aligned(64)));
+extern struct rip_alloc_bucket rip_alloc_buckets[RIP_ALLOC_NEAR_BUCKETS];
 
 static inline __attribute__((always_inline)) unsigned rip_alloc_near_slot(const void *ptr)
 {
@@ -77,9 +102,13 @@ static inline __attribute__((always_inline)) unsigned rip_alloc_near_slot(const 
 #endif
 }
 
-static inline unsigned rip_alloc_far_slot(uint64_t addr)
+/* The sub-bucket of an address in its bucket's line: a hash of the
+ * address (the bits that choose the bucket included, which changes
+ * nothing) scaled to the sub-buckets. */
+static inline unsigned rip_alloc_sub_slot(uint64_t addr)
 {
-    return (unsigned)((addr >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - RIP_ALLOC_FAR_BITS));
+    uint64_t h = (addr >> 4) * 0x9e3779b97f4a7c15ULL >> 32;
+    return (unsigned)(h * RIP_ALLOC_SUB_BUCKETS >> 32);
 }
 
 /* Whether an allocation of `size` bytes is to be sampled (counts it). */
@@ -164,15 +193,24 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
 /* Removes `ptr` from the table if it was sampled (before the real free). */
 void rip_alloc_forget(void *ptr);
 /* The same, once rip_alloc_maybe_sampled(ptr) and
- * rip_alloc_maybe_sampled_far(ptr) said yes. */
+ * rip_alloc_sampled_in_bucket(ptr) said yes. */
 void rip_alloc_forget_looked(void *ptr);
 
 /* Whether `ptr` may be in the table, once rip_alloc_maybe_sampled(ptr)
- * said yes: the second look (then rip_alloc_forget_looked). */
-static inline __attribute__((always_inline)) int rip_alloc_maybe_sampled_far(const void *ptr)
+ * said yes: the second look, and the third where the bucket holds more
+ * than one sample (then rip_alloc_forget_looked). A live sampled `ptr` is
+ * counted in its bucket's word from before the program had it until after
+ * it is forgotten, and the word changes by compare-and-swap only: a count
+ * of one with the exact flag names `ptr` itself whenever `ptr` is live. */
+static inline __attribute__((always_inline)) int rip_alloc_sampled_in_bucket(const void *ptr)
 {
+    const struct rip_alloc_bucket *b = &rip_alloc_buckets[rip_alloc_near_slot(ptr)];
+    uint64_t w = __atomic_load_n(&b->owner, __ATOMIC_RELAXED);
+    if (__builtin_expect((w & (RIP_ALLOC_OWNER_COUNT | RIP_ALLOC_OWNER_INEXACT)) == 1, 1))
+        return w >> 16 == (uint64_t)(uintptr_t)ptr;
     /* A plain load, as in rip_alloc_maybe_sampled. */
-    return rip_alloc_far[rip_alloc_far_slot((uint64_t)(uintptr_t)ptr)] != 0;
+    return (w & RIP_ALLOC_OWNER_COUNT) != 0 &&
+           b->sub[rip_alloc_sub_slot((uint64_t)(uintptr_t)ptr)] != 0;
 }
 /* Points the sampler at a table (null: off). */
 void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean);

@@ -235,7 +235,7 @@ static __attribute__((noinline, cold)) void free_early(void *p)
 __attribute__((visibility("default"))) void free(void *p)
 {
     if (__builtin_expect(rip_alloc_maybe_sampled(p), 0) &&
-        __builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
+        __builtin_expect(rip_alloc_sampled_in_bucket(p), 0))
         return free_sampled(p);
     real.free(p);
 }
@@ -275,7 +275,7 @@ static __attribute__((noinline, cold)) void *realloc_forgetting(void *p, size_t 
 __attribute__((visibility("default"))) void *realloc(void *p, size_t size)
 {
     if (__builtin_expect(rip_alloc_maybe_sampled(p), 0) &&
-        __builtin_expect(rip_alloc_maybe_sampled_far(p), 0))
+        __builtin_expect(rip_alloc_sampled_in_bucket(p), 0))
         return realloc_forgetting(p, size, CALLER);
     if (__builtin_expect(!rip_alloc_countdown(size), 1))
         return real.realloc(p, size);

@@ -11,6 +11,12 @@
  *                             forks children that allocate, fork handlers
  *                             that allocate, and exit; prints "storm ok"
  *                             when all threads and children finished.
+ *   alloc_leaks buckets       allocates blocks aligned to 64 KiB (so that
+ *                             every one shares the sampler's buckets of
+ *                             the address's low bits) and frees them in
+ *                             every order, four at a time, and interleaved;
+ *                             leaks one such block of 77 bytes; prints
+ *                             "buckets ok".
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -123,12 +129,66 @@ static int storm(unsigned threads)
 	return 0;
 }
 
+/* The blocks of `buckets`: 64 KiB-aligned, so their bits 6-15 are all
+ * zero. */
+static void *aligned_block(size_t size)
+{
+	void *p = 0;
+	if (posix_memalign(&p, 65536, size))
+		abort();
+	sink += (unsigned long)p & 1;
+	return p;
+}
+
+static int buckets(void)
+{
+	/* Every order of freeing four blocks of one bucket: whichever goes
+	 * first, last or between, the others are still told sampled. */
+	static const char perms[24][4] = {
+		{0,1,2,3},{0,1,3,2},{0,2,1,3},{0,2,3,1},{0,3,1,2},{0,3,2,1},
+		{1,0,2,3},{1,0,3,2},{1,2,0,3},{1,2,3,0},{1,3,0,2},{1,3,2,0},
+		{2,0,1,3},{2,0,3,1},{2,1,0,3},{2,1,3,0},{2,3,0,1},{2,3,1,0},
+		{3,0,1,2},{3,0,2,1},{3,1,0,2},{3,1,2,0},{3,2,0,1},{3,2,1,0},
+	};
+	for (unsigned k = 0; k < 24; k++) {
+		void *b[4];
+		for (unsigned i = 0; i < 4; i++)
+			b[i] = aligned_block(64 + 16 * i);
+		for (unsigned i = 0; i < 4; i++)
+			free(b[(int)perms[k][i]]);
+	}
+	/* Interleaved: the bucket's count goes 1, 2, 1, 2, ... with the
+	 * oldest freed each time, then up to 8 and down from the newest. */
+	void *prev = aligned_block(64);
+	for (unsigned i = 0; i < 50; i++) {
+		void *next = aligned_block(64 + i);
+		free(prev);
+		prev = next;
+	}
+	free(prev);
+	void *stack[8];
+	for (unsigned i = 0; i < 8; i++)
+		stack[i] = aligned_block(100 + i);
+	for (unsigned i = 8; i-- > 0;)
+		free(stack[i]);
+	/* One left in the bucket, among others freed. */
+	void *kept = aligned_block(77);
+	for (unsigned i = 0; i < 8; i++)
+		free(aligned_block(200 + i));
+	sink += (unsigned long)kept & 1;
+	printf("buckets ok\n");
+	fflush(stdout);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && strcmp(argv[1], "leak") == 0)
 		return leak((unsigned)atoi(argv[2]), (size_t)atol(argv[3]));
 	if (argc >= 3 && strcmp(argv[1], "storm") == 0)
 		return storm((unsigned)atoi(argv[2]));
-	fprintf(stderr, "usage: alloc_leaks leak N SIZE | storm THREADS\n");
+	if (argc >= 2 && strcmp(argv[1], "buckets") == 0)
+		return buckets();
+	fprintf(stderr, "usage: alloc_leaks leak N SIZE | storm THREADS | buckets\n");
 	return 2;
 }

@@ -292,6 +292,87 @@ fn storm_with_fork_keeps_the_table_whole() {
     }
 }
 
+/// Blocks that all share the sampler's buckets of the address's low bits,
+/// freed in every order: each free of a sampled block removes its entry,
+/// whichever of the bucket's blocks went before it, and the one block kept
+/// is the only one of them left.
+#[test]
+fn blocks_of_one_bucket_are_forgotten_in_any_order() {
+    let dir = TempDir::new("/dev/shm", "alloc-buckets");
+    for (name, exe, preload) in [
+        ("preloaded", alloc_leaks(), true),
+        ("linked", alloc_leaks_linked(), false),
+    ] {
+        let ring = dir.join(&format!("{name}.ring"));
+        let mut cmd = Command::new(exe);
+        cmd.arg("buckets");
+        let mut cmd = if preload {
+            preloaded(cmd, "1", &ring)
+        } else {
+            sampled(cmd, "1", &ring)
+        };
+        let out = cmd.output().expect("run alloc_leaks buckets");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("buckets ok"),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t = table(&ring);
+        assert_eq!((t.torn, t.dropped), (0, 0), "{name}");
+        // 24 orders of four, 51 interleaved, 8 stacked, 8 among the kept
+        // one, and the kept one.
+        let made: u64 = 24 * 4 + 51 + 8 + 8 + 1;
+        assert!(t.sampled >= made, "{name}: {} recorded", t.sampled);
+        assert_eq!(t.sampled - t.freed, t.live.len() as u64, "{name}");
+        let aligned: Vec<u64> = t
+            .live
+            .iter()
+            .filter(|a| a.addr % 65536 == 0)
+            .map(|a| a.requested)
+            .collect();
+        assert_eq!(aligned, [77], "{name}: the 64 KiB-aligned blocks left live");
+    }
+}
+
+/// A table too small for what is live: the samples that find no free
+/// entry are counted as dropped and said, never written over another; the
+/// entries it holds are whole.
+#[test]
+fn a_full_table_drops_and_says_so() {
+    let dir = TempDir::new("/dev/shm", "alloc-full");
+    let ring = dir.join("full.ring");
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(["leak", "100", "1000"])
+        .env("RIP_ALLOC_TABLE", "64")
+        .stdin(Stdio::null());
+    let out = preloaded(cmd, "1", &ring)
+        .output()
+        .expect("run alloc_leaks");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = table(&ring);
+    assert_eq!(t.torn, 0);
+    assert!(t.live.len() <= 64, "{} live in 64 entries", t.live.len());
+    let kept = t.live.iter().filter(|a| a.requested == 1000).count() as u64;
+    assert!(
+        t.dropped >= 100 - kept,
+        "{} dropped, {kept} kept",
+        t.dropped
+    );
+    assert_eq!(t.sampled - t.freed, t.live.len() as u64);
+    let report = leaks(&["leaks", ring.to_str().unwrap()]);
+    assert!(
+        report.contains(&format!(
+            "{} sampled allocations found the table full",
+            t.dropped
+        )),
+        "{report}"
+    );
+}
+
 /// Killed at random points of the storm, the writer leaves a table the
 /// reader always reads: entries whole (inside the program's sizes, with a
 /// stack), or counted torn.

@@ -310,7 +310,13 @@ fn locks_keeps_idle_timed_waits_apart_from_contention() {
             .unwrap_or_else(|| panic!("no `{s}` in:\n{text}"))
     };
     assert!(pos("mutex g_hot") < pos("IDLE WAITS"), "{text}");
-    assert!(pos("IDLE WAITS") < pos("g_timed"), "{text}");
+    // The condition variable itself: its mutex, g_timed_lock, may be
+    // contended for a moment when two timed waits end together, and is
+    // then rightly listed among the contention.
+    assert!(
+        pos("IDLE WAITS") < pos("condition variable g_timed at"),
+        "{text}"
+    );
 }
 
 #[test]

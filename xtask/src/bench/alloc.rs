@@ -36,8 +36,15 @@ use super::{
 };
 use crate::util::{cargo, exec, root, step};
 
-/// Operations per run; each row runs `OPS / div` (its [`Row`]).
+/// Operations per run; each row runs `OPS / div` (its [`Row`]), but the
+/// budget's rows, whose rounds run [`BUDGET_OPS`].
 const OPS: u64 = 20_000_000;
+/// Operations per run of the budget's rows in their rounds. Shorter runs
+/// vary less: with the workload on one CPU, untraced against untraced, 25
+/// rounds each, the ratios' quartiles were 0.992 and 1.005 at 5 M
+/// operations, 0.994 and 1.018 at 20 M (one run is then ~0.2 s against
+/// ~0.9 s, so more of them fall between the machine's disturbances).
+const BUDGET_OPS: u64 = 5_000_000;
 /// Every this many operations, `leak_here` leaks one block (alloc_mix.c's
 /// LEAK_EVERY).
 const LEAK_EVERY: u64 = 10_000;
@@ -62,10 +69,11 @@ const CG_ROWS: usize = 3;
 /// How many times the other rows' rounds the budget's rows run. The budget
 /// is 3 %, and the CPU time of one run varies by more than the differences
 /// it judges: on a quiet machine (load below 1), a sampling run's ratio to
-/// its round's untraced run ranged over 1.014 to 1.105 in 41 rounds, and
-/// the median's 95 % interval was about ±0.8 %; the ×3 and more of the
-/// other rows need fewer rounds.
-const BUDGET_ROUNDS: usize = 5;
+/// its round's untraced run ranged over 1.014 to 1.105 in 41 rounds of 20 M
+/// operations, the median's 95 % interval about ±0.8 %; 100 rounds of 5 M
+/// operations gave an interval of ±0.3 %. The ×3 and more of the other
+/// rows need fewer rounds.
+const BUDGET_ROUNDS: usize = 20;
 
 /// The budget, ≤ 3 %: CPU time sampling at the default mean over untraced.
 const BUDGET: f64 = 1.03;
@@ -152,6 +160,9 @@ struct Tools {
     rings: PathBuf,
     out: PathBuf,
     peers: Peers,
+    /// The CPU the workload runs on (the tools it is measured beside run
+    /// anywhere): a run that moves between CPUs varies more.
+    cpu: usize,
 }
 
 /// Measures `rounds` rounds of every row (the budget's rows,
@@ -191,6 +202,7 @@ pub fn section(rounds: usize) -> Result<String> {
         rings: PathBuf::from(format!("/dev/shm/rip-bench-alloc-{}", std::process::id())),
         out: out.clone(),
         peers,
+        cpu: super::proc::last_cpu(),
     };
     let mut tally: Vec<Tally> = ROWS.iter().map(|_| Tally::default()).collect();
     let load_before = super::load_average();
@@ -213,9 +225,10 @@ pub fn section(rounds: usize) -> Result<String> {
             let i = rows[k];
             let (name, how, div) = ROWS[i];
             let row = &mut tally[i];
-            let ops = OPS / div;
+            let ops = if i < CG_ROWS { BUDGET_OPS } else { OPS / div };
             let run = match how {
-                How::Plain(preload, env) => run_plain(&t, preload, env, ops, last),
+                // The budget's rows are read after the rounds, at OPS.
+                How::Plain(preload, env) => run_plain(&t, preload, env, ops, last && i >= CG_ROWS),
                 How::Probe => run_attached(&t, how, ops),
                 How::Heaptrack => run_heaptrack(&t, ops),
                 How::Memleak => run_attached(&t, how, ops),
@@ -246,6 +259,23 @@ pub fn section(rounds: usize) -> Result<String> {
                 row.ratios.push(x / base);
             }
         }
+    }
+    // The budget's rows once more at OPS, as the other rows run: their peak
+    // RSS (a longer run leaks more) and whether the sampler's ring names the
+    // leak (at 5 M operations about one leaked block is sampled: it may be
+    // none).
+    for (i, row) in tally.iter_mut().enumerate().take(CG_ROWS) {
+        step(&format!(
+            "bench: heap tracing, {} at {OPS} operations",
+            ROWS[i].0
+        ));
+        let How::Plain(preload, env) = ROWS[i].1 else {
+            bail!("row {} is not a plain run", ROWS[i].0);
+        };
+        let r =
+            run_plain(&t, preload, env, OPS, true).with_context(|| format!("row {}", ROWS[i].0))?;
+        row.rss_kib = r.rss_kib;
+        row.found = r.found;
     }
     step("bench: heap tracing, instructions (callgrind)");
     let instructions = instructions(&t);
@@ -401,24 +431,28 @@ fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<Str
     writeln!(s, "## Heap tracing and the allocation sampler\n")?;
     writeln!(
         s,
-        "`cargo xtask bench --alloc-only`: `tests/bench/alloc_mix.c` ({} M operations, each \
+        "`cargo xtask bench --alloc-only`: `tests/bench/alloc_mix.c` (each operation \
          a malloc, calloc or realloc replacing one of 8,192 live blocks and the free of the \
          block it replaces; 60 % of 16-64 B, 30 % up to 512 B, 9 % up to 4 KiB, 1 % up to \
          64 KiB; and every {} operations one 1 KiB block from `leak_here` that is never \
-         freed; the rows that cost more run the fraction of the operations shown), CPU time \
-         per operation (user + system, as the program measures it over its operations \
-         only), the median of the rounds; \"vs untraced\" is the median of each round's ratio \
-         to that round's untraced run. The first three rows run in {} rounds, the others in \
-         every {} of them ({rounds} rounds); each round runs its rows in a shuffled order. \
-         Peak RSS (`tests/bench/maxrss.c`) of the workload and of the tool's own process, the \
-         largest of the rounds; whether the tool's report names `leak_here` among what is \
-         outstanding (from the last round). Kernel {}, {} CPUs; load average (1, 5, 15 min) \
-         {} at the start, {} at the end: other work shares the machine, so the figures are \
-         upper bounds.\n",
-        OPS / 1_000_000,
+         freed), CPU time per operation (user + system, as the program measures it over its \
+         operations only), the median of the rounds; \"vs untraced\" is the median of each \
+         round's ratio to that round's untraced run. The first three rows run {} M \
+         operations in each of {} rounds, the others the operations shown in every {} of \
+         them ({rounds} rounds); each round runs its rows in a shuffled order; the workload \
+         runs on one CPU (CPU {}; a tool attached to it runs anywhere). Peak RSS \
+         (`tests/bench/maxrss.c`) of the workload and of the tool's own process, the largest \
+         of the rounds; whether the tool's report names `leak_here` among what is \
+         outstanding (from the last round). The first three rows' peak RSS and leak come \
+         from one more run each of {} M operations after the rounds. Kernel {}, {} CPUs; \
+         load average (1, 5, 15 min) {} at the start, {} at the end: other work shares the \
+         machine, so the figures are upper bounds.\n",
         super::stats::thousands(LEAK_EVERY),
+        BUDGET_OPS / 1_000_000,
         rounds * BUDGET_ROUNDS,
         ordinal(BUDGET_ROUNDS),
+        super::proc::last_cpu(),
+        OPS / 1_000_000,
         std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load.0,
@@ -429,8 +463,8 @@ fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<Str
         "| run | operations | CPU per operation | vs untraced | workload peak RSS | tool peak RSS | found the leak |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | --- |"
     )?;
-    for ((name, _, div), t) in ROWS.iter().zip(tally) {
-        let ops = super::stats::thousands(OPS / div);
+    for (i, ((name, _, div), t)) in ROWS.iter().zip(tally).enumerate() {
+        let ops = super::stats::thousands(if i < CG_ROWS { BUDGET_OPS } else { OPS / div });
         if let Some(why) = &t.not_run {
             writeln!(s, "| {name} | {ops} | not run: {why} | | | | |")?;
             continue;
@@ -447,7 +481,8 @@ fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<Str
     }
     writeln!(
         s,
-        "\nThe commands: `target/bench/alloc_mix OPS`; the same with \
+        "\nThe commands (the workload on one CPU, as `taskset -c N` puts it): \
+         `target/bench/alloc_mix OPS`; the same with \
          `LD_PRELOAD=target/bench-sampler/release/liblibrip.so` and \
          `RIP_ALLOC_RING=/dev/shm/…/mix.%p.ring` (tmpfs, as librip's default path) plus the \
          variable shown (built by `cargo build --release -p librip --lib --features sampler \
@@ -545,6 +580,7 @@ fn run_plain(t: &Tools, preload: bool, env: &[(&str, &str)], ops: u64, last: boo
     let rss = t.out.join("alloc-maxrss.txt");
     let mut cmd = under_maxrss(t, &rss, &t.exe);
     cmd.arg(ops.to_string());
+    super::proc::pin_to_cpu(&mut cmd, t.cpu);
     if preload {
         cmd.env("LD_PRELOAD", &t.lib);
     }
@@ -751,7 +787,9 @@ fn run_attached(t: &Tools, how: How, ops: u64) -> Result<Run> {
     let wrss = t.out.join("alloc-maxrss.txt");
     let trss = t.out.join("alloc-tool-maxrss.txt");
     let mut w = {
-        let mut child = under_maxrss(t, &wrss, &t.exe)
+        let mut cmd = under_maxrss(t, &wrss, &t.exe);
+        super::proc::pin_to_cpu(&mut cmd, t.cpu);
+        let mut child = cmd
             .args([ops.to_string().as_str(), "wait"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -328,6 +328,40 @@ pub fn wait_idle(pid: u32, quiet: Duration, max: Duration) -> Duration {
     t.elapsed()
 }
 
+/// Makes `cmd` run on CPU `cpu` only (its children too): set between the
+/// fork and the exec.
+pub fn pin_to_cpu(cmd: &mut Command, cpu: usize) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: sched_setaffinity is async-signal-safe, and the set is a
+    // plain value built before the fork.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The highest-numbered CPU this process may run on (0 if it cannot
+/// tell).
+pub fn last_cpu() -> usize {
+    // SAFETY: the set is written by the kernel, and read within its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return 0;
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .rev()
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .unwrap_or(0)
+    }
+}
+
 /// Renders a command for the report: program and arguments, quoted where
 /// a shell would need it.
 pub fn shell_words<S: AsRef<str>>(words: &[S]) -> String {

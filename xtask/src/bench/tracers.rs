@@ -154,24 +154,12 @@ impl RipProbeSnapshots {
 
 /// Runs one snapshot command `args` on CPU `cpu`.
 fn snapshot(args: &[String], cpu: usize) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(&args[0]);
     cmd.args(&args[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: sched_setaffinity is async-signal-safe, and the set is a
-    // plain value built before the fork.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        cmd.pre_exec(move || {
-            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    super::proc::pin_to_cpu(&mut cmd, cpu);
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
