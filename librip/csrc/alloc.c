@@ -624,7 +624,13 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
         if (rip_alloc_near[i] != 255)
             rip_alloc_near[i] = 0;
         struct rip_alloc_bucket *b = &rip_alloc_buckets[i];
-        if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT)
+        if (ra_mean == 1)
+            /* Every call sampled: nearly every bucket holds several
+             * samples, and the word would cost a compare-and-swap more at
+             * each sample and each free for no answer; saturated, it is
+             * read and left alone, and the frees go to the third look. */
+            b->owner = RIP_ALLOC_OWNER_COUNT;
+        else if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT)
             b->owner = 0;
         for (unsigned j = 0; j < RIP_ALLOC_SUB_BUCKETS; j++)
             if (b->sub[j] != 255)
