@@ -67,40 +67,59 @@ static uint64_t *ra_header;
 static uint64_t ra_mask;
 static uint64_t ra_mean;
 
-/* Where samples are placed: in a zone at the start of the table, as
- * small as the live samples allow, widened (doubled) whenever more than
- * half of it is live or a sample had to look at RA_ZONE_WIDEN entries or
- * more to find a free one, and never narrowed. An address goes among the
- * RIP_ALLOC_PROBE entries from its hash modulo the zone on (wrapping in
- * the zone). With the few samples a
- * program has live at the default rate, they all lie in a few pages next
- * to the region header that the samples keep in the caches and the TLB,
- * where spread over the whole table (4 MiB by default) each sample and
- * each sampled free touched a page and a line of its own. alloc_mix at a
- * 64 KiB mean, paired runs: a sample cost about 345 ns over the whole
- * table and 250 ns with the table cut to 256 entries; without the
- * address's early load (rip_alloc_prefetch), a sample waited about 400
- * cycles for its entry's line (rdtscp).
+/* Where samples are placed: in a zone of the table as small as the live
+ * samples allow. Zone 0 is the table's first 64 entries, zone k the
+ * 64 << k entries after zone k - 1's, and the last (`ra_top_level`, the
+ * first as large as half the table) the whole table. Sampling moves on to
+ * the next zone when more than half as many samples are live as the zone
+ * holds entries, or when a sample finds none of its window's entries
+ * free, and never back. An address goes among the RIP_ALLOC_PROBE entries
+ * from its hash modulo the zone's size on (wrapping in the zone). With the
+ * few samples a program has live at the default rate, they all lie in a
+ * few pages next to the region header that the samples keep in the caches
+ * and the TLB, where spread over the whole table (4 MiB by default) each
+ * sample and each sampled free touched a page and a line of its own.
+ * alloc_mix at a 64 KiB mean, paired runs: a sample cost about 345 ns
+ * over the whole table and 250 ns with the table cut to 256 entries;
+ * without the address's early load (rip_alloc_prefetch), a sample waited
+ * about 400 cycles for its entry's line (rdtscp). The zones before the
+ * last do not overlap: zones that all began at the table's start piled
+ * each one's long-lived samples into the first entries (python3 keeping
+ * about 400 samples live filled the first hundred, and every sample that
+ * hashed among them found its window taken, moved the zone on, and at the
+ * last was dropped).
  *
- * A free finds its entry by looking, for each zone from the widest down,
- * at the entries from its hash modulo that zone up to the farthest any
- * sample placed in that zone went (`ra_reach`, raised before the sampled
- * address is returned, so its free sees it). */
+ * A free finds its entry by looking, in each zone from the last down, at
+ * the entries from its hash on up to the farthest any sample placed in
+ * that zone went (`ra_reach`, raised before the sampled address is
+ * returned, so its free sees it). */
 #define RA_ZONE_MIN 64u
-#define RA_ZONE_WIDEN 8u
 /* Zones from RA_ZONE_MIN up to the largest capacity (format.rs). */
 #define RA_LEVELS 11
 static uint32_t ra_level;
 static uint32_t ra_top_level;
 static uint32_t ra_reach[RA_LEVELS];
 
-static uint64_t zone_mask(unsigned level)
+/* A zone: its first entry, and its size less one (a power of two). */
+struct zone {
+    uint64_t base, mask;
+};
+
+static struct zone zone_of(unsigned level)
 {
-    uint64_t zone = (uint64_t)RA_ZONE_MIN << level;
-    return (zone < ra_mask + 1 ? zone : ra_mask + 1) - 1;
+    if (level >= ra_top_level)
+        return (struct zone){0, ra_mask};
+    return (struct zone){((uint64_t)RA_ZONE_MIN << level) - RA_ZONE_MIN,
+                         ((uint64_t)RA_ZONE_MIN << level) - 1};
 }
 
-/* Widens the zone past `level` (unless another thread did). */
+/* The entry `i` on from hash `h` in zone `z`. */
+static uint64_t *zone_entry(uint64_t *entries, struct zone z, uint64_t h, unsigned i)
+{
+    return entries + (z.base + ((h + i) & z.mask)) * RA_ENTRY_WORDS;
+}
+
+/* Moves sampling on past zone `level` (unless another thread did). */
 static void widen(unsigned level)
 {
     if (level < ra_top_level)
@@ -427,25 +446,23 @@ void rip_alloc_check_unwind(void)
         ra_check_unwind = 1;
 }
 
-/* A sample's entry lies at a random place of the table (4 MiB by
- * default), which the program has not touched since a sample last came
- * near it: the load of its state word, to claim it, waits for a TLB walk
- * and a memory read. Started here, before the sample does the work that
- * does not need it (the usable size, the clock, the stack walk), the loads
- * of the entry's first two lines (its words and first frames) run
- * meanwhile; so do those of the second look's count and of the region
- * header's counters, which the sample also writes. alloc_mix at 512 KiB,
- * perf cpu-clock: rip_alloc_record_at had 0.45 % of the samples, 87 % of
- * them on the instruction after that load; with the loads started here,
- * it and this function have 0.27 %. */
+/* The lines a sample writes besides its stack (its entry's first two,
+ * its bucket's, the region header's counters) may have left the caches
+ * since a sample last touched them. Their loads start here, before the
+ * sample does the work that does not need them (the usable size, the
+ * clock, the stack walk), and run meanwhile. alloc_mix at 512 KiB, when
+ * entries lay anywhere in the table, perf cpu-clock: rip_alloc_record_at
+ * had 0.45 % of the samples, 87 % of them on the instruction after the
+ * load of the entry's state word; with the loads started here, it and this
+ * function had 0.27 %. */
 void rip_alloc_prefetch(const void *ptr)
 {
     uint64_t *entries = ra_entries;
     if (entries == 0)
         return;
     uint64_t addr = (uint64_t)(uintptr_t)ptr;
-    unsigned level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
-    uint64_t *e = entries + (table_hash(addr) & zone_mask(level)) * RA_ENTRY_WORDS;
+    uint64_t *e = zone_entry(entries, zone_of(__atomic_load_n(&ra_level, __ATOMIC_ACQUIRE)),
+                             table_hash(addr), 0);
     __builtin_prefetch(e, 1, 3);
     __builtin_prefetch(e + RA_FRAME0, 1, 3);
     __builtin_prefetch(&rip_alloc_buckets[rip_alloc_near_slot(ptr)], 1, 3);
@@ -499,23 +516,21 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
     uint64_t h = table_hash(w[RIP_ALLOC_ADDR_WORD]);
     int placed = 0;
     unsigned level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
-    /* A zone more than half full is widened before it clusters: the
-     * entries placed in it stay there, and a wider zone's samples that
-     * hash into a crowded start would find their windows taken. (The two
-     * counters are read apart: a count read short or wrapped only widens
-     * the zone early.) */
+    /* On to the next zone before this one is more than half full. (The
+     * two counters are read apart: a count read short or wrapped only
+     * moves on early.) */
     if (level < ra_top_level &&
         2 * (__atomic_load_n(&ra_header[RIP_ALLOC_HDR_SAMPLED], __ATOMIC_RELAXED) -
              __atomic_load_n(&ra_header[RIP_ALLOC_HDR_FREED], __ATOMIC_RELAXED)) >
-            zone_mask(level)) {
+            zone_of(level).mask) {
         widen(level);
         level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
     }
     for (;;) {
-        uint64_t zmask = zone_mask(level);
+        struct zone z = zone_of(level);
         unsigned i;
-        for (i = 0; i < RIP_ALLOC_PROBE && i <= zmask; i++) {
-            uint64_t *e = entries + ((h + i) & zmask) * RA_ENTRY_WORDS;
+        for (i = 0; i < RIP_ALLOC_PROBE && i <= z.mask; i++) {
+            uint64_t *e = zone_entry(entries, z, h, i);
             uint64_t st = __atomic_load_n(&e[0], __ATOMIC_RELAXED);
             if ((st & 3) != RA_FREE)
                 continue;
@@ -539,10 +554,9 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
             placed = 1;
             break;
         }
-        if (i + 1 >= RA_ZONE_WIDEN)
-            widen(level);
         if (placed || level >= ra_top_level)
             break;
+        widen(level);
         level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
     }
     if (!placed)
@@ -568,16 +582,16 @@ void rip_alloc_forget_looked(void *ptr)
      * header's, which are written once the entry is found). */
     uint64_t h = table_hash(addr);
     unsigned top = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
-    __builtin_prefetch(entries + (h & zone_mask(top)) * RA_ENTRY_WORDS, 1, 3);
+    __builtin_prefetch(zone_entry(entries, zone_of(top), h, 0), 1, 3);
     __builtin_prefetch(&rip_alloc_buckets[rip_alloc_near_slot(ptr)], 1, 3);
     __builtin_prefetch(&ra_header[RIP_ALLOC_HDR_FREED], 1, 3);
-    /* The zones from the widest down: a sample lives where the zone was
-     * when it was taken, and most were taken in the widest. */
+    /* The zones from the last down: a sample lives where the zone was
+     * when it was taken, and most were taken in the last. */
     for (unsigned level = top + 1; level-- > 0;) {
-        uint64_t zmask = zone_mask(level);
+        struct zone z = zone_of(level);
         uint32_t reach = __atomic_load_n(&ra_reach[level], __ATOMIC_RELAXED);
         for (unsigned i = 0; i < reach; i++) {
-            uint64_t *e = entries + ((h + i) & zmask) * RA_ENTRY_WORDS;
+            uint64_t *e = zone_entry(entries, z, h, i);
             uint64_t st = __atomic_load_n(&e[0], __ATOMIC_ACQUIRE);
             if ((st & 3) != RA_LIVE ||
                 __atomic_load_n(&e[RIP_ALLOC_ADDR_WORD], __ATOMIC_RELAXED) != addr)
@@ -607,8 +621,10 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     ra_header = region;
     ra_mask = capacity - 1;
     ra_level = 0;
+    /* The first zone as large as half the table is the whole table: the
+     * zones before it take less than half. */
     ra_top_level = 0;
-    while (zone_mask(ra_top_level) < ra_mask && ra_top_level + 1 < RA_LEVELS)
+    while (((uint64_t)RA_ZONE_MIN << ra_top_level) < capacity / 2 && ra_top_level + 1 < RA_LEVELS)
         ra_top_level++;
     memset(ra_reach, 0, sizeof ra_reach);
     ra_mean = mean ? mean : 1;

@@ -338,6 +338,30 @@ fn blocks_of_one_bucket_are_forgotten_in_any_order() {
     }
 }
 
+/// Long-lived samples that come one among many short-lived ones, as a
+/// program's heap grows: the table keeps them all, and never says it is
+/// full while most of it is free. (Zones that all began at the table's
+/// start piled each one's long-lived samples into its first entries, and
+/// samples that hashed among them were dropped.)
+#[test]
+fn long_lived_samples_among_short_ones_all_find_room() {
+    let dir = TempDir::new("/dev/shm", "alloc-grow");
+    let ring = dir.join("grow.ring");
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(["leak", "2000", "1000"]).stdin(Stdio::null());
+    let out = preloaded(cmd, "1", &ring)
+        .output()
+        .expect("run alloc_leaks");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = table(&ring);
+    assert_eq!((t.torn, t.dropped), (0, 0));
+    assert_eq!(t.live.iter().filter(|a| a.requested == 1000).count(), 2000);
+}
+
 /// A table too small for what is live: the samples that find no free
 /// entry are counted as dropped and said, never written over another; the
 /// entries it holds are whole.

@@ -214,7 +214,8 @@ pub fn section(rounds: usize) -> Result<String> {
             round + 1
         ));
         // Every row in each BUDGET_ROUNDS-th round, the last included
-        // (which reads the sampler's ring for the leak).
+        // (which reads the every-call ring for the leak; the budget's rows
+        // are read after the rounds).
         let every_row = (round + 1) % BUDGET_ROUNDS == 0;
         let last = round + 1 == all_rounds;
         let rows: Vec<usize> = (0..ROWS.len())
@@ -281,7 +282,7 @@ pub fn section(rounds: usize) -> Result<String> {
     let instructions = instructions(&t);
     let _ = std::fs::remove_dir_all(&t.rings);
     let load = (load_before, super::load_average());
-    let mut s = render(&tally, rounds, &load)?;
+    let mut s = render(&tally, rounds, t.cpu, &load)?;
     render_instructions(&mut s, &instructions)?;
     Ok(s)
 }
@@ -426,7 +427,7 @@ impl std::fmt::Display for NotRun {
 impl std::error::Error for NotRun {}
 
 /// The section's text.
-fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<String> {
+fn render(tally: &[Tally], rounds: usize, cpu: usize, load: &(String, String)) -> Result<String> {
     let mut s = String::new();
     writeln!(s, "## Heap tracing and the allocation sampler\n")?;
     writeln!(
@@ -451,7 +452,7 @@ fn render(tally: &[Tally], rounds: usize, load: &(String, String)) -> Result<Str
         BUDGET_OPS / 1_000_000,
         rounds * BUDGET_ROUNDS,
         ordinal(BUDGET_ROUNDS),
-        super::proc::last_cpu(),
+        cpu,
         OPS / 1_000_000,
         std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
