@@ -265,6 +265,9 @@ int rip_alloc_should_sample_slow(size_t size)
             return 0;
         }
     }
+    /* The sample's walk will want these lines: they load while the draw
+     * and the allocation itself run. */
+    rip_alloc_unwind_warm();
     rip_alloc_past = -draw();
     return 1;
 }

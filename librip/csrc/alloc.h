@@ -176,6 +176,9 @@ struct rip_alloc_regs {
  * frame needs more than the cached rules say (then walk it with
  * _Unwind_Backtrace, as before). */
 int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned max);
+/* Starts loading the cached rules the calling thread's last walk used
+ * first: called once a sample is decided, before its allocation is made. */
+void rip_alloc_unwind_warm(void);
 
 /* Starts loading what recording a sample of `ptr` will write (its first
  * entry, counts and counters): called as soon as the sampled address is

@@ -64,6 +64,16 @@ static unsigned cache_index(uint64_t pc)
     return (unsigned)((pc * 0x9e3779b97f4a7c15ULL) >> 51) & (CACHE_SLOTS - 1);
 }
 
+/* The slots of the first frames of the calling thread's last walk. Each
+ * frame's slot is known only once the frame before it is stepped over, so
+ * a walk waits for its slots' lines one after the other; a thread's
+ * samples mostly come from the same few places, and loading these lines
+ * while the sampled allocation is being made takes those waits out of the
+ * walk (rip_alloc_unwind_warm). */
+#define WARM_FRAMES 8
+static __thread uint16_t warm_slots[WARM_FRAMES] __attribute__((tls_model("initial-exec")));
+_Static_assert(CACHE_SLOTS <= 65536, "a slot's index fits in warm_slots");
+
 /* The address ranges of the code that can never be unloaded, found once
  * (the first walk). */
 #define MAX_PERMANENT 64
@@ -278,7 +288,10 @@ int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned 
     struct rip_cfi_rule scratch;
     for (;;) {
         /* The first slot of the address's window holds it nearly always. */
-        const struct slot *s = &cache[cache_index(pc)];
+        unsigned at = cache_index(pc);
+        if (n < WARM_FRAMES)
+            warm_slots[n] = (uint16_t)at;
+        const struct slot *s = &cache[at];
         const struct rip_cfi_rule *r = &s->rule;
         if (__builtin_expect(__atomic_load_n(&s->key, __ATOMIC_ACQUIRE) != (pc | KEY_PERMANENT),
                              0)) {
@@ -322,7 +335,15 @@ int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned 
     }
 }
 
+void rip_alloc_unwind_warm(void)
+{
+    for (unsigned i = 0; i < WARM_FRAMES; i++)
+        __builtin_prefetch(&cache[warm_slots[i]], 0, 3);
+}
+
 #else
+
+void rip_alloc_unwind_warm(void) {}
 
 int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned max)
 {
