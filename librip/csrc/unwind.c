@@ -337,8 +337,13 @@ int rip_alloc_unwind(const struct rip_alloc_regs *from, uint64_t *out, unsigned 
 
 void rip_alloc_unwind_warm(void)
 {
-    for (unsigned i = 0; i < WARM_FRAMES; i++)
-        __builtin_prefetch(&cache[warm_slots[i]], 0, 3);
+    /* The key's line and the rule's (a 24-byte slot may end in the next
+     * line). */
+    for (unsigned i = 0; i < WARM_FRAMES; i++) {
+        const struct slot *s = &cache[warm_slots[i]];
+        __builtin_prefetch(&s->key, 0, 3);
+        __builtin_prefetch(&s->rule, 0, 3);
+    }
 }
 
 #else

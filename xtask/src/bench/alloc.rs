@@ -74,7 +74,7 @@ const CG_ROWS: usize = 3;
 /// operations gave an interval of ±0.3 %. In 140 rounds the interval was
 /// ±0.15 to ±0.35 % while the cost measured +2.7 to +2.9 %, so that most
 /// runs could not say which side of 3 % it is on: 280 rounds narrow it by
-/// √2 (about three minutes more). The ×3 and more of the other rows need
+/// √2 (the bench took 1 min 43 s more). The ×3 and more of the other rows need
 /// fewer rounds.
 const BUDGET_ROUNDS: usize = 40;
 
