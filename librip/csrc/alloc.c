@@ -19,7 +19,7 @@
  *
  * free() of an allocation that was never sampled must stay cheap: a
  * private count of live sampled addresses per bucket of the address's
- * low bits answers "certainly not sampled" with one load from 1 KiB for
+ * low bits answers "certainly not sampled" with one load from 4 KiB for
  * nearly every free (alloc.h); the bucket's word naming its one live
  * sample, or where it has more, a count per bucket of a hash of the
  * address and then the table, are read only when the first is not zero.
@@ -632,27 +632,42 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     memset(ra_reach, 0, sizeof ra_reach);
     ra_mean = mean ? mean : 1;
     /* The table's pages were reserved in the file (fallocate): mapping
-     * them all now costs no memory and takes the page faults (up to one
-     * per 16 entries) out of the samples. Kernels before 5.14 say EINVAL:
-     * then the samples fault them in, as before. */
-    (void)madvise(region, RIP_ALLOC_HEADER_SIZE + capacity * RIP_ALLOC_ENTRY_SIZE,
+     * them now costs no memory and takes the page faults (one per 16
+     * entries) out of the samples. Only the header's and the first zones'
+     * (up to 448 entries, 116 KiB): later zones are reached by programs
+     * that keep hundreds of samples live, and fault in a page at a time as
+     * their samples land; mapping the whole default table (4 MiB) took
+     * about 1.2 ms of every sampled process's start. Kernels before 5.14
+     * say EINVAL: then the samples fault them in, as before. */
+    uint64_t first = (uint64_t)RA_ZONE_MIN * 7;
+    if (first > capacity)
+        first = capacity;
+    (void)madvise(region, RIP_ALLOC_HEADER_SIZE + first * RIP_ALLOC_ENTRY_SIZE,
                   MADV_POPULATE_WRITE);
     /* Counts of another table (a forked child's parent's) go; the marks
-     * of bootstrap blocks stay. */
+     * of bootstrap blocks stay. Stored only where they change: a process's
+     * first table finds these zero pages untouched, and reading them maps
+     * no memory. */
     for (unsigned i = 0; i < RIP_ALLOC_NEAR_BUCKETS; i++) {
-        if (rip_alloc_near[i] != 255)
+        if (rip_alloc_near[i] != 255 && rip_alloc_near[i] != 0)
             rip_alloc_near[i] = 0;
         struct rip_alloc_bucket *b = &rip_alloc_buckets[i];
+        uint64_t line[sizeof *b / 8], any = 0;
+        memcpy(line, b, sizeof line);
+        for (unsigned k = 0; k < sizeof line / 8; k++)
+            any |= line[k];
+        if (any == 0 && ra_mean != 1)
+            continue;
         if (ra_mean == 1)
             /* Every call sampled: nearly every bucket holds several
              * samples, and the word would cost a compare-and-swap more at
              * each sample and each free for no answer; saturated, it is
              * read and left alone, and the frees go to the third look. */
             b->owner = RIP_ALLOC_OWNER_COUNT;
-        else if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT)
+        else if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT && b->owner != 0)
             b->owner = 0;
         for (unsigned j = 0; j < RIP_ALLOC_SUB_BUCKETS; j++)
-            if (b->sub[j] != 255)
+            if (b->sub[j] != 255 && b->sub[j] != 0)
                 b->sub[j] = 0;
     }
     __atomic_fetch_add(&ra_generation, 1, __ATOMIC_RELEASE);

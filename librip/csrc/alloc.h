@@ -45,25 +45,29 @@ extern __thread int64_t rip_alloc_past __attribute__((tls_model("initial-exec"))
 extern uint64_t *volatile rip_alloc_entries;
 
 /* The first look of every free: a count of live sampled addresses per
- * bucket of the address's bits 6-15, saturating at 255 (a saturated
+ * bucket of the address's bits 4-15, saturating at 255 (a saturated
  * bucket stays so; the bootstrap buffer's blocks are marked so too). The
- * bits are taken as they are, without a hash: two instructions. 1 KiB, so
- * that its lines stay in the first-level cache beside the program's own
- * blocks: measured by cachegrind on alloc_mix, 4 KiB missed the cache on
- * one free in five (0.33 misses an operation more than untraced, against
- * 0.09 at 1 KiB), which costs more than the few frees more that a bucket
- * shared by more addresses sends on to the second look (ten instructions,
- * in the interposer). Blocks of a page-aligned allocator (glibc's mmapped
+ * bits are taken as they are, without a hash: two instructions. 4 KiB:
+ * the share of frees it lets through to the second look is about the
+ * share of buckets holding a live sample, which a program with a large
+ * heap raises (jq holding a 28 MB document's tree, hundreds of samples
+ * live at the default mean: about one free in six went on to the second
+ * look with 1,024 buckets, one in sixty with 4,096, by callgrind's counts
+ * of the second look's instructions). A table small
+ * enough to stay in the first-level cache was the reason for 1 KiB; on
+ * alloc_mix, which keeps about ten samples live, 4 KiB measured the same
+ * (120 paired rounds: sampling +2.69 % against +2.78 %, preloaded +1.81 %
+ * against +1.87 %). Blocks of a page-aligned allocator (glibc's mmapped
  * chunks) fall in 16 buckets. */
 #ifndef RIP_ALLOC_NEAR_SHIFT
-#define RIP_ALLOC_NEAR_SHIFT 6
+#define RIP_ALLOC_NEAR_SHIFT 4
 #endif
 #define RIP_ALLOC_NEAR_BUCKETS (65536u >> RIP_ALLOC_NEAR_SHIFT)
 extern uint8_t rip_alloc_near[RIP_ALLOC_NEAR_BUCKETS];
 /* The second and third looks, one cache line per bucket of the first.
  *
  * The second: a word that names the bucket's live sampled address when it
- * has exactly one (nearly always: a few samples are live among 1,024
+ * has exactly one (nearly always: a few samples are live among 4,096
  * buckets at the default rate), so a free that shares the bucket with a
  * sample is told apart from it by one compare. The frees the first look
  * lets through have addresses anywhere in the heap, but the lines they
