@@ -639,7 +639,7 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
      * their samples land; mapping the whole default table (4 MiB) took
      * about 1.2 ms of every sampled process's start. Kernels before 5.14
      * say EINVAL: then the samples fault them in, as before. */
-    uint64_t first = (uint64_t)RA_ZONE_MIN * 7;
+    uint64_t first = ((uint64_t)RA_ZONE_MIN << 3) - RA_ZONE_MIN; /* zones 0 to 2 */
     if (first > capacity)
         first = capacity;
     (void)madvise(region, RIP_ALLOC_HEADER_SIZE + first * RIP_ALLOC_ENTRY_SIZE,

@@ -56,8 +56,8 @@ extern uint64_t *volatile rip_alloc_entries;
  * of the second look's instructions). A table small
  * enough to stay in the first-level cache was the reason for 1 KiB; on
  * alloc_mix, which keeps about ten samples live, 4 KiB measured the same
- * (120 paired rounds: sampling +2.69 % against +2.78 %, preloaded +1.81 %
- * against +1.87 %). Blocks of a page-aligned allocator (glibc's mmapped
+ * (paired rounds, sampling: +2.58 % against +2.65 % in 150, +2.69 %
+ * against +2.78 % in 120). Blocks of a page-aligned allocator (glibc's mmapped
  * chunks) fall in 16 buckets. */
 #ifndef RIP_ALLOC_NEAR_SHIFT
 #define RIP_ALLOC_NEAR_SHIFT 4
