@@ -119,12 +119,14 @@ static uint64_t *zone_entry(uint64_t *entries, struct zone z, uint64_t h, unsign
     return entries + (z.base + ((h + i) & z.mask)) * RA_ENTRY_WORDS;
 }
 
-/* Moves sampling on past zone `level` (unless another thread did). */
-static void widen(unsigned level)
+/* Moves sampling on past zone `level` (unless another thread did);
+ * returns the zone sampling is in. */
+static unsigned widen(unsigned level)
 {
     if (level < ra_top_level)
         __atomic_compare_exchange_n(&ra_level, &level, level + 1, 0, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
+    return __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
 }
 
 /* The counts of live sampled addresses by the address's low bits (the
@@ -526,8 +528,7 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
         2 * (__atomic_load_n(&ra_header[RIP_ALLOC_HDR_SAMPLED], __ATOMIC_RELAXED) -
              __atomic_load_n(&ra_header[RIP_ALLOC_HDR_FREED], __ATOMIC_RELAXED)) >
             zone_of(level).mask) {
-        widen(level);
-        level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
+        level = widen(level);
     }
     for (;;) {
         struct zone z = zone_of(level);
@@ -559,8 +560,7 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
         }
         if (placed || level >= ra_top_level)
             break;
-        widen(level);
-        level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
+        level = widen(level);
     }
     if (!placed)
         __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_DROPPED], 1, __ATOMIC_RELAXED);
@@ -645,11 +645,11 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     (void)madvise(region, RIP_ALLOC_HEADER_SIZE + first * RIP_ALLOC_ENTRY_SIZE,
                   MADV_POPULATE_WRITE);
     /* Counts of another table (a forked child's parent's) go; the marks
-     * of bootstrap blocks stay. Stored only where they change: a process's
-     * first table finds these zero pages untouched, and reading them maps
-     * no memory. */
+     * of bootstrap blocks stay. A bucket line that is all zero (every one
+     * of a process's first table, bar the marks) is only read: its page
+     * stays unmapped. */
     for (unsigned i = 0; i < RIP_ALLOC_NEAR_BUCKETS; i++) {
-        if (rip_alloc_near[i] != 255 && rip_alloc_near[i] != 0)
+        if (rip_alloc_near[i] != 255)
             rip_alloc_near[i] = 0;
         struct rip_alloc_bucket *b = &rip_alloc_buckets[i];
         uint64_t line[sizeof *b / 8], any = 0;
@@ -664,10 +664,10 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
              * each sample and each free for no answer; saturated, it is
              * read and left alone, and the frees go to the third look. */
             b->owner = RIP_ALLOC_OWNER_COUNT;
-        else if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT && b->owner != 0)
+        else if ((b->owner & RIP_ALLOC_OWNER_COUNT) != RIP_ALLOC_OWNER_COUNT)
             b->owner = 0;
         for (unsigned j = 0; j < RIP_ALLOC_SUB_BUCKETS; j++)
-            if (b->sub[j] != 255 && b->sub[j] != 0)
+            if (b->sub[j] != 255)
                 b->sub[j] = 0;
     }
     __atomic_fetch_add(&ra_generation, 1, __ATOMIC_RELEASE);

@@ -47,6 +47,21 @@ fn preloaded(mut cmd: Command, mean: &str, ring: &Path) -> Command {
     sampled(cmd, mean, ring)
 }
 
+/// Runs alloc_leaks with `args` and the sampler preloaded at every call,
+/// writing `ring`, to its end; it must succeed (its stderr said if not).
+fn leak_every_call(args: &[&str], env: &[(&str, &str)], ring: &Path) {
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null());
+    let out = preloaded(cmd, "1", ring).output().expect("run alloc_leaks");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn sampled(mut cmd: Command, mean: &str, ring: &Path) -> Command {
     cmd.env("RIP_ALLOC_SAMPLE", mean)
         .env("RIP_ALLOC_RING", ring);
@@ -347,16 +362,7 @@ fn blocks_of_one_bucket_are_forgotten_in_any_order() {
 fn long_lived_samples_among_short_ones_all_find_room() {
     let dir = TempDir::new("/dev/shm", "alloc-grow");
     let ring = dir.join("grow.ring");
-    let mut cmd = Command::new(alloc_leaks());
-    cmd.args(["leak", "2000", "1000"]).stdin(Stdio::null());
-    let out = preloaded(cmd, "1", &ring)
-        .output()
-        .expect("run alloc_leaks");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    leak_every_call(&["leak", "2000", "1000"], &[], &ring);
     let t = table(&ring);
     assert_eq!((t.torn, t.dropped), (0, 0));
     assert_eq!(t.live.iter().filter(|a| a.requested == 1000).count(), 2000);
@@ -369,17 +375,10 @@ fn long_lived_samples_among_short_ones_all_find_room() {
 fn a_full_table_drops_and_says_so() {
     let dir = TempDir::new("/dev/shm", "alloc-full");
     let ring = dir.join("full.ring");
-    let mut cmd = Command::new(alloc_leaks());
-    cmd.args(["leak", "100", "1000"])
-        .env("RIP_ALLOC_TABLE", "64")
-        .stdin(Stdio::null());
-    let out = preloaded(cmd, "1", &ring)
-        .output()
-        .expect("run alloc_leaks");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    leak_every_call(
+        &["leak", "100", "1000"],
+        &[("RIP_ALLOC_TABLE", "64")],
+        &ring,
     );
     let t = table(&ring);
     assert_eq!(t.torn, 0);
