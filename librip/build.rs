@@ -23,6 +23,7 @@ fn main() {
         .opt_level(2)
         .warnings(true)
         .extra_warnings(true)
+        .warnings_into_errors(true)
         .compile("rip_c");
     if sampler {
         // Without a frame pointer (which cc adds to builds with debug
@@ -37,6 +38,7 @@ fn main() {
             .flag("-fomit-frame-pointer")
             .warnings(true)
             .extra_warnings(true)
+            .warnings_into_errors(true)
             .compile("rip_c_interpose");
     }
 

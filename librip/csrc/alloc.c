@@ -13,8 +13,9 @@
  * by address, filled from its start (a zone that widens as samples need
  * room), each entry guarded by its own state word (free, writing, live)
  * with a generation and a check word over its fields. No lock: an
- * entry is claimed with one compare-and-swap, filled, and published with a
- * release store, so a process killed at any instruction leaves every entry
+ * entry is claimed with one compare-and-swap (a plain store while the
+ * process has only one thread), filled, and published with a release
+ * store, so a process killed at any instruction leaves every entry
  * free, live and whole, or marked "writing" (the reader counts it torn).
  *
  * free() of an allocation that was never sampled must stay cheap: a
@@ -66,6 +67,45 @@ uint64_t *volatile rip_alloc_entries;
 static uint64_t *ra_header;
 static uint64_t ra_mask;
 static uint64_t ra_mean;
+
+/* glibc's own "this process has only ever had one thread" (2.32 on; its
+ * malloc takes no lock while it is set, and it is cleared before a second
+ * thread starts, never set again but in a forked child). Weak: another C
+ * library, or an older glibc, leaves it null, and every update below is
+ * then atomic. */
+extern char __libc_single_threaded __attribute__((weak));
+
+/* Whether this thread is the process's only one: then the sampler's
+ * read-modify-writes of its shared words (the counts, the bucket words,
+ * the header's counters, an entry's claim) need no lock prefix, since
+ * nothing else can write them meanwhile (the reader, in another process,
+ * only reads). A locked instruction waits for every store before it to
+ * leave the store buffer, and an allocation-heavy program's stores miss
+ * the caches: a sample and its free made nine of them. */
+static inline int ra_alone(void)
+{
+    return &__libc_single_threaded != 0 &&
+           __atomic_load_n(&__libc_single_threaded, __ATOMIC_RELAXED) != 0;
+}
+
+/* A compare-and-swap, plain when `alone` (the word cannot change under
+ * it): as __atomic_compare_exchange_n, relaxed on failure. */
+#define RA_CAS(p, expected, desired, alone, order)                                                 \
+    ((alone) ? (__atomic_load_n((p), __ATOMIC_RELAXED) == *(expected)                             \
+                    ? (__atomic_store_n((p), (desired), __ATOMIC_RELAXED), 1)                     \
+                    : (*(expected) = __atomic_load_n((p), __ATOMIC_RELAXED), 0))                  \
+             : __atomic_compare_exchange_n((p), (expected), (desired), 0, (order),                \
+                                           __ATOMIC_RELAXED))
+
+/* One of the region header's counters up by one, plain when `alone`. */
+static inline void ra_count(unsigned word, int alone)
+{
+    uint64_t *c = &ra_header[word];
+    if (alone)
+        __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    else
+        __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
+}
 
 /* Where samples are placed: in a zone of the table as small as the live
  * samples allow. Zone 0 is the table's first 64 entries, zone k the
@@ -121,11 +161,10 @@ static uint64_t *zone_entry(uint64_t *entries, struct zone z, uint64_t h, unsign
 
 /* Moves sampling on past zone `level` (unless another thread did);
  * returns the zone sampling is in. */
-static unsigned widen(unsigned level)
+static unsigned widen(unsigned level, int alone)
 {
     if (level < ra_top_level)
-        __atomic_compare_exchange_n(&ra_level, &level, level + 1, 0, __ATOMIC_RELEASE,
-                                    __ATOMIC_RELAXED);
+        (void)RA_CAS(&ra_level, &level, level + 1, alone, __ATOMIC_RELEASE);
     return __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
 }
 
@@ -295,17 +334,16 @@ int rip_alloc_should_sample(size_t size)
  * lowered only by the free of that address, before the real free, so
  * while it is live its buckets never read 0: no free of a live sampled
  * address is let through (which would leave a false leak). */
-static void count_add(uint8_t *count, int d)
+static void count_add(uint8_t *count, int d, int alone)
 {
     uint8_t c = __atomic_load_n(count, __ATOMIC_RELAXED);
-    while (c != 255 && !__atomic_compare_exchange_n(count, &c, (uint8_t)(c + d), 1,
-                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    while (c != 255 && !RA_CAS(count, &c, (uint8_t)(c + d), alone, __ATOMIC_RELAXED)) {
     }
 }
 
 /* The second look's word of `addr`'s bucket, `addr` added (d = 1) or
  * removed (d = -1); see alloc.h. A saturated count stays. */
-static void owner_add(uint64_t *word, uint64_t addr, int d)
+static void owner_add(uint64_t *word, uint64_t addr, int d, int alone)
 {
     uint64_t w = __atomic_load_n(word, __ATOMIC_RELAXED), next;
     do {
@@ -327,16 +365,16 @@ static void owner_add(uint64_t *word, uint64_t addr, int d)
             /* Another goes: the named one stays (unless the flag already
              * says it went). */
             next = w - 1;
-    } while (!__atomic_compare_exchange_n(word, &w, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    } while (!RA_CAS(word, &w, next, alone, __ATOMIC_RELAXED));
 }
 
-static void filter_add(uint64_t addr, int d)
+static void filter_add(uint64_t addr, int d, int alone)
 {
     unsigned near = rip_alloc_near_slot((const void *)(uintptr_t)addr);
     struct rip_alloc_bucket *b = &rip_alloc_buckets[near];
-    owner_add(&b->owner, addr, d);
-    count_add(&b->sub[rip_alloc_sub_slot(addr)], d);
-    count_add(&rip_alloc_near[near], d);
+    owner_add(&b->owner, addr, d, alone);
+    count_add(&b->sub[rip_alloc_sub_slot(addr)], d, alone);
+    count_add(&rip_alloc_near[near], d, alone);
 }
 
 void rip_alloc_mark_forever(const void *ptr)
@@ -519,6 +557,7 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
     w[RIP_ALLOC_THREAD_WORD] = (uint64_t)ra_tid | (uint64_t)n << 32;
 
     uint64_t h = table_hash(w[RIP_ALLOC_ADDR_WORD]);
+    int alone = ra_alone();
     int placed = 0;
     unsigned level = __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
     /* On to the next zone before this one is more than half full. (The
@@ -528,7 +567,7 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
         2 * (__atomic_load_n(&ra_header[RIP_ALLOC_HDR_SAMPLED], __ATOMIC_RELAXED) -
              __atomic_load_n(&ra_header[RIP_ALLOC_HDR_FREED], __ATOMIC_RELAXED)) >
             zone_of(level).mask) {
-        level = widen(level);
+        level = widen(level, alone);
     }
     for (;;) {
         struct zone z = zone_of(level);
@@ -539,19 +578,20 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
             if ((st & 3) != RA_FREE)
                 continue;
             uint64_t claimed = (st & ~3ULL) + 4 + RA_WRITING;
-            if (!__atomic_compare_exchange_n(&e[0], &st, claimed, 0, __ATOMIC_ACQUIRE,
-                                             __ATOMIC_RELAXED))
+            if (!RA_CAS(&e[0], &st, claimed, alone, __ATOMIC_ACQUIRE))
                 continue;
+            /* Alone, the claim was a plain store: the entry's other words
+             * are still stored after it (a compiler barrier on x86). */
+            __atomic_thread_fence(__ATOMIC_RELEASE);
             uint32_t reach = __atomic_load_n(&ra_reach[level], __ATOMIC_RELAXED);
             while (reach < i + 1 &&
-                   !__atomic_compare_exchange_n(&ra_reach[level], &reach, i + 1, 1,
-                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+                   !RA_CAS(&ra_reach[level], &reach, i + 1, alone, __ATOMIC_RELAXED)) {
             }
             /* The counts' read-modify-writes before the entry's stores:
              * after them, each would wait for those stores to drain first;
              * here the stores drain while the program goes on. */
-            filter_add(w[RIP_ALLOC_ADDR_WORD], 1);
-            __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_SAMPLED], 1, __ATOMIC_RELAXED);
+            filter_add(w[RIP_ALLOC_ADDR_WORD], 1, alone);
+            ra_count(RIP_ALLOC_HDR_SAMPLED, alone);
             uint64_t live = claimed - RA_WRITING + RA_LIVE;
             store_checked(e, w, out + from, n, live);
             __atomic_store_n(&e[0], live, __ATOMIC_RELEASE);
@@ -560,10 +600,10 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
         }
         if (placed || level >= ra_top_level)
             break;
-        level = widen(level);
+        level = widen(level, alone);
     }
     if (!placed)
-        __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_DROPPED], 1, __ATOMIC_RELAXED);
+        ra_count(RIP_ALLOC_HDR_DROPPED, alone);
     rip_alloc_busy = was_busy;
 }
 
@@ -604,8 +644,9 @@ void rip_alloc_forget_looked(void *ptr)
              * free, so the counts may come down first (their
              * read-modify-writes then do not wait for the entry's store
              * to drain). */
-            filter_add(addr, -1);
-            __atomic_fetch_add(&ra_header[RIP_ALLOC_HDR_FREED], 1, __ATOMIC_RELAXED);
+            int alone = ra_alone();
+            filter_add(addr, -1, alone);
+            ra_count(RIP_ALLOC_HDR_FREED, alone);
             __atomic_store_n(&e[0], (st & ~3ULL) | RA_FREE, __ATOMIC_RELEASE);
             return;
         }

@@ -79,7 +79,8 @@ extern uint8_t rip_alloc_near[RIP_ALLOC_NEAR_BUCKETS];
  * (saturating); bit 15: the address in bits 16-63 is not that of the one
  * live sample (a second one came and one of the two went, or it does not
  * fit in 48 bits); bits 16-63: the first sample's address. Changed with
- * compare-and-swap only.
+ * compare-and-swap only (plain read-modify-writes while the process has
+ * one thread: nothing else can change it meanwhile).
  *
  * The third, for a bucket with more than one sample: a count per
  * sub-bucket of a hash of the address, saturating at 255 as the first
@@ -207,7 +208,8 @@ void rip_alloc_forget_looked(void *ptr);
  * said yes: the second look, and the third where the bucket holds more
  * than one sample (then rip_alloc_forget_looked). A live sampled `ptr` is
  * counted in its bucket's word from before the program had it until after
- * it is forgotten, and the word changes by compare-and-swap only: a count
+ * it is forgotten, and the word changes by compare-and-swap only (or, in a
+ * process with one thread, by its only writer): a count
  * of one with the exact flag names `ptr` itself whenever `ptr` is live. */
 static inline __attribute__((always_inline)) int rip_alloc_sampled_in_bucket(const void *ptr)
 {

@@ -14,9 +14,12 @@
  *   alloc_leaks buckets       allocates blocks aligned to 64 KiB (so that
  *                             every one shares the sampler's buckets of
  *                             the address's low bits) and frees them in
- *                             every order, four at a time, and interleaved;
- *                             leaks one such block of 77 bytes; prints
- *                             "buckets ok".
+ *                             every order, four at a time, and interleaved,
+ *                             first with one thread, then again in a
+ *                             second thread (which also frees four blocks
+ *                             the first made while it was alone); leaks
+ *                             one such block of 77 bytes; prints "buckets
+ *                             ok".
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -129,7 +132,7 @@ static int storm(unsigned threads)
 	return 0;
 }
 
-/* The blocks of `buckets`: 64 KiB-aligned, so their bits 6-15 are all
+/* The blocks of `buckets`: 64 KiB-aligned, so their bits 4-15 are all
  * zero. */
 static void *aligned_block(size_t size)
 {
@@ -140,8 +143,12 @@ static void *aligned_block(size_t size)
 	return p;
 }
 
-static int buckets(void)
+/* Four blocks made by the main thread, freed by bucket_orders. */
+static void *held[4];
+
+static void *bucket_orders(void *arg)
 {
+	(void)arg;
 	/* Every order of freeing four blocks of one bucket: whichever goes
 	 * first, last or between, the others are still told sampled. */
 	static const char perms[24][4] = {
@@ -171,6 +178,25 @@ static int buckets(void)
 		stack[i] = aligned_block(100 + i);
 	for (unsigned i = 8; i-- > 0;)
 		free(stack[i]);
+	for (unsigned i = 0; i < 4; i++)
+		free(held[i]);
+	return 0;
+}
+
+/* The orders first while the process has one thread (the sampler then
+ * updates its counts with plain stores), then in a second thread, which
+ * frees blocks placed while the first was alone (atomically, as every
+ * update from then on). */
+static int buckets(void)
+{
+	for (unsigned i = 0; i < 4; i++)
+		held[i] = aligned_block(300 + 16 * i);
+	bucket_orders(0);
+	for (unsigned i = 0; i < 4; i++)
+		held[i] = aligned_block(300 + 16 * i);
+	pthread_t t;
+	if (pthread_create(&t, 0, bucket_orders, 0) != 0 || pthread_join(t, 0) != 0)
+		abort();
 	/* One left in the bucket, among others freed. */
 	void *kept = aligned_block(77);
 	for (unsigned i = 0; i < 8; i++)
