@@ -159,12 +159,49 @@ static uint64_t *zone_entry(uint64_t *entries, struct zone z, uint64_t h, unsign
     return entries + (z.base + ((h + i) & z.mask)) * RA_ENTRY_WORDS;
 }
 
-/* Moves sampling on past zone `level` (unless another thread did);
- * returns the zone sampling is in. */
+/* Entries from the table's first whose pages are reserved in the file
+ * (the ring's writer reserved the first zones' where the kernel can
+ * reserve the rest later, else all of them; a zone after those is
+ * reserved before sampling moves into it), and whether reserving failed:
+ * the file system is full, and sampling stays where it is, counting the
+ * samples it cannot place as dropped. */
+static uint64_t ra_reserved;
+static int ra_reserve_failed;
+
+/* Reserves the pages of the entries up to `end` (a prefix of the table:
+ * zones are whole pages, as is the region header). A store into a page of
+ * a shared file that the file system has no room for raises SIGBUS;
+ * MADV_POPULATE_WRITE reports it as an error instead. 1 when they are
+ * reserved. */
+static int reserve_to(uint64_t end)
+{
+    uint64_t have = __atomic_load_n(&ra_reserved, __ATOMIC_ACQUIRE);
+    if (end <= have)
+        return 1;
+    if (__atomic_load_n(&ra_reserve_failed, __ATOMIC_RELAXED))
+        return 0;
+    char *from = (char *)ra_entries + have * RIP_ALLOC_ENTRY_SIZE;
+    if (madvise(from, (end - have) * RIP_ALLOC_ENTRY_SIZE, MADV_POPULATE_WRITE) != 0) {
+        __atomic_store_n(&ra_reserve_failed, 1, __ATOMIC_RELAXED);
+        /* For the reader: the drops that follow are the file system's. */
+        __atomic_store_n(&ra_header[RIP_ALLOC_HDR_FILE_FULL], 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    while (have < end && !__atomic_compare_exchange_n(&ra_reserved, &have, end, 1,
+                                                      __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+    }
+    return 1;
+}
+
+/* Moves sampling on past zone `level` (unless another thread did), once
+ * the next zone's pages are reserved; returns the zone sampling is in. */
 static unsigned widen(unsigned level, int alone)
 {
-    if (level < ra_top_level)
-        (void)RA_CAS(&ra_level, &level, level + 1, alone, __ATOMIC_RELEASE);
+    if (level < ra_top_level) {
+        struct zone next = zone_of(level + 1);
+        if (reserve_to(next.base + next.mask + 1))
+            (void)RA_CAS(&ra_level, &level, level + 1, alone, __ATOMIC_RELEASE);
+    }
     return __atomic_load_n(&ra_level, __ATOMIC_ACQUIRE);
 }
 
@@ -600,7 +637,11 @@ void rip_alloc_record_at(const struct rip_alloc_regs *here, void *ptr, size_t re
         }
         if (placed || level >= ra_top_level)
             break;
-        level = widen(level, alone);
+        unsigned next = widen(level, alone);
+        if (next == level)
+            /* The next zone could not be reserved. */
+            break;
+        level = next;
     }
     if (!placed)
         ra_count(RIP_ALLOC_HDR_DROPPED, alone);
@@ -653,7 +694,7 @@ void rip_alloc_forget_looked(void *ptr)
     }
 }
 
-void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
+void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean, uint64_t reserved)
 {
     if (region == 0) {
         /* In a forked child (its only thread is the forking one): stop,
@@ -671,18 +712,20 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean)
     while (((uint64_t)RA_ZONE_MIN << ra_top_level) < capacity / 2 && ra_top_level + 1 < RA_LEVELS)
         ra_top_level++;
     memset(ra_reach, 0, sizeof ra_reach);
+    ra_reserved = reserved < capacity ? reserved : capacity;
+    ra_reserve_failed = 0;
     ra_mean = mean ? mean : 1;
-    /* The table's pages were reserved in the file (fallocate): mapping
-     * them now costs no memory and takes the page faults (one per 16
-     * entries) out of the samples. Only the header's and the first zones'
-     * (up to 448 entries, 116 KiB): later zones are reached by programs
-     * that keep hundreds of samples live, and fault in a page at a time as
-     * their samples land; mapping the whole default table (4 MiB) took
-     * about 1.2 ms of every sampled process's start. Kernels before 5.14
-     * say EINVAL: then the samples fault them in, as before. */
+    /* The header's and the first zones' pages were reserved in the file
+     * (fallocate): mapping them now costs no memory and takes the page
+     * faults (one per 16 entries) out of the samples. Only those (up to
+     * 448 entries, 116 KiB): later zones are reached by programs that keep
+     * hundreds of samples live, and are reserved and mapped as sampling
+     * reaches them (reserve_to); where the whole table was reserved (a
+     * kernel before 5.14, which says EINVAL here), they fault in a page at
+     * a time as their samples land. */
     uint64_t first = ((uint64_t)RA_ZONE_MIN << 3) - RA_ZONE_MIN; /* zones 0 to 2 */
-    if (first > capacity)
-        first = capacity;
+    if (first > ra_reserved)
+        first = ra_reserved;
     (void)madvise(region, RIP_ALLOC_HEADER_SIZE + first * RIP_ALLOC_ENTRY_SIZE,
                   MADV_POPULATE_WRITE);
     /* Counts of another table (a forked child's parent's) go; the marks

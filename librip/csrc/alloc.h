@@ -25,6 +25,7 @@
 #define RIP_ALLOC_HDR_SAMPLED 5
 #define RIP_ALLOC_HDR_DROPPED 6
 #define RIP_ALLOC_HDR_FREED 7
+#define RIP_ALLOC_HDR_FILE_FULL 8
 
 /* Words of an entry (word 0 is the state word). */
 #define RIP_ALLOC_ADDR_WORD 1
@@ -221,7 +222,8 @@ static inline __attribute__((always_inline)) int rip_alloc_sampled_in_bucket(con
     return (w & RIP_ALLOC_OWNER_COUNT) != 0 &&
            b->sub[rip_alloc_sub_slot((uint64_t)(uintptr_t)ptr)] != 0;
 }
-/* Points the sampler at a table (null: off). */
-void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean);
+/* Points the sampler at a table (null: off) whose header and first
+ * `reserved` entries have their pages reserved in the file. */
+void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean, uint64_t reserved);
 
 #endif

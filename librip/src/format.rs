@@ -152,6 +152,12 @@ pub mod alloc {
     pub const PROBE: u32 = 64;
     /// Entries of a table when none are asked for.
     pub const DEFAULT_CAPACITY: u32 = 16384;
+    /// Entries, from the table's first, whose pages a writer reserves in
+    /// the file with the region header (the whole table when it is
+    /// smaller): the writer's first three zones. The rest of the table may
+    /// be a hole until the writer first places an entry there, and reads
+    /// as free entries.
+    pub const RESERVED_ENTRIES: u32 = 448;
     /// The most entries a table may have (a power of two).
     pub const MAX_CAPACITY: u32 = 1 << 16;
     /// The sampling mean when none is asked for: 512 KiB, like jemalloc's.
@@ -179,6 +185,11 @@ pub mod alloc {
         pub const DROPPED: usize = 48;
         /// u64, live: recorded allocations freed (removed).
         pub const FREED: usize = 56;
+        /// u64, live: nonzero once the writer could not reserve the pages
+        /// of a zone it was moving to (the file system holding the ring was
+        /// full): the samples it then dropped found no room in the file,
+        /// not in the table.
+        pub const FILE_FULL: usize = 64;
     }
 
     /// Byte offsets inside an entry.

@@ -403,6 +403,115 @@ fn a_full_table_drops_and_says_so() {
     );
 }
 
+/// The bytes a file holds (its allocated blocks), not its size.
+fn held_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat the ring").blocks() * 512
+}
+
+/// The table's later zones take room in the file only once sampling
+/// reaches them: a program with a few samples live leaves most of the
+/// default 4 MiB table a hole (read as free entries), and one that keeps
+/// 2,000 samples live has them all, the zones they needed reserved.
+#[test]
+fn the_table_takes_room_as_sampling_reaches_it() {
+    let dir = TempDir::new("/dev/shm", "alloc-room");
+    let few = dir.join("few.ring");
+    let mut cmd = Command::new(alloc_leaks());
+    cmd.args(["buckets"]).stdout(Stdio::null());
+    let out = preloaded(cmd, "512k", &few)
+        .output()
+        .expect("run alloc_leaks");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = table(&few);
+    assert_eq!(t.capacity, 16384);
+    assert!(!t.file_full);
+    // The ring's header (64 KiB), the table's header and first 448
+    // entries (116 KiB), and no more of the table's 4 MiB.
+    let held = held_bytes(&few);
+    assert!(
+        held < 1 << 20,
+        "{held} bytes held with {} live",
+        t.live.len()
+    );
+
+    let many = dir.join("many.ring");
+    leak_every_call(&["leak", "2000", "1000"], &[], &many);
+    let t = table(&many);
+    let kept = t.live.iter().filter(|a| a.requested == 1000).count();
+    assert_eq!((kept, t.dropped, t.torn), (2000, 0, 0));
+    assert!(!t.file_full);
+    // 2,000 live need the zones up to the one of 4,096 entries (sampling
+    // moves on from a zone more than half full: 2,048 entries hold no more
+    // than 1,024): 8,128 entries, about 2 MiB.
+    let held = held_bytes(&many);
+    assert!(
+        held >= 8128 * 256,
+        "{held} bytes held for 2,000 live samples"
+    );
+}
+
+/// A ring on a file system with no room left for the table's later zones:
+/// the program runs on (a store into a page the file system cannot hold
+/// would raise SIGBUS; the sampler reserves a zone before it moves in),
+/// sampling stays where it is and counts what it cannot place, and the
+/// report says the file system is full, not the table.
+#[test]
+fn a_full_tmpfs_drops_samples_and_says_so() {
+    if !rip_tests::privileged_tests_enabled(
+        "a_full_tmpfs_drops_samples_and_says_so",
+        "a full tmpfs",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("/tmp", "alloc-fulltmpfs");
+    let mnt = dir.path();
+    let m = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "rip-test"])
+        .arg(mnt)
+        .output()
+        .expect("run mount");
+    assert!(
+        m.status.success(),
+        "cannot mount a tmpfs at {} ({}): run as root, or set RIP_SKIP_PRIVILEGED_TESTS=1",
+        mnt.display(),
+        String::from_utf8_lossy(&m.stderr).trim()
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _u = Unmount(mnt);
+    let ring = mnt.join("full.ring");
+    // 64 KiB of ring header and 116 KiB of the table's first zones fit in
+    // 256 KiB; the next zone's 128 KiB does not.
+    leak_every_call(&["leak", "2000", "1000"], &[], &ring);
+    let t = table(&ring);
+    assert!(t.file_full, "the table says the file system was full");
+    assert_eq!(t.torn, 0);
+    assert!(
+        t.live.len() <= 448,
+        "{} live in the first zones",
+        t.live.len()
+    );
+    assert!(t.dropped > 0);
+    assert_eq!(t.sampled - t.freed, t.live.len() as u64);
+    let report = leaks(&["leaks", ring.to_str().unwrap()]);
+    assert!(
+        report.contains(&format!(
+            "{} sampled allocations found no room in the ring's file system",
+            t.dropped
+        )),
+        "{report}"
+    );
+}
+
 /// Killed at random points of the storm, the writer leaves a table the
 /// reader always reads: entries whole (inside the program's sizes, with a
 /// stack), or counted torn.

@@ -99,6 +99,51 @@ fn a_sparse_ring_claiming_huge_sizes_is_refused_without_memory_or_tmpfs() {
     );
 }
 
+/// An allocation table may be mostly holes (its writer reserves zones as
+/// sampling reaches them), so what the file holds does not bound it: a
+/// sparse table claiming the largest size a reader accepts (65,536 entries
+/// of 1 KiB, 64 MiB), of which the file holds only what a writer reserves
+/// up front (116 KiB), reads as empty, a chunk at a time, without the
+/// memory or the file system's room for the rest.
+#[test]
+fn a_sparse_allocation_table_of_the_largest_size_reads_in_bounded_memory() {
+    use librip::format::alloc;
+    let dir = TempDir::new("/dev/shm", "sparse-alloc");
+    let path = dir.join("table.ring");
+    let mut b = COMPACT.to_vec();
+    let end = u64::from_le_bytes(b[hdr::FILE_SIZE..hdr::FILE_SIZE + 8].try_into().unwrap());
+    let region = end.div_ceil(4096) * 4096;
+    let size = u64::from(alloc::HEADER_SIZE) + 65536 * 1024;
+    put64(&mut b, hdr::FILE_SIZE, region + size);
+    put64(&mut b, hdr::ALLOC_REGION, region);
+    put64(&mut b, hdr::ALLOC_REGION_SIZE, size);
+    let mut h = vec![0u8; 64];
+    h[alloc::hdr::MAGIC..8].copy_from_slice(&alloc::MAGIC);
+    put32(&mut h, alloc::hdr::VERSION, alloc::VERSION);
+    put32(&mut h, alloc::hdr::ENTRY_SIZE, 1024);
+    put32(&mut h, alloc::hdr::CAPACITY, 65536);
+    put32(&mut h, alloc::hdr::FRAMES, alloc::FRAMES);
+    put64(&mut h, alloc::hdr::MEAN, alloc::DEFAULT_MEAN);
+    put32(&mut h, alloc::hdr::PROBE, alloc::PROBE);
+    std::fs::write(&path, &b).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_len(region + size).unwrap();
+    // What a writer reserves up front is held; the rest is a hole.
+    let reserved = alloc::HEADER_SIZE + alloc::RESERVED_ENTRIES * alloc::ENTRY_SIZE;
+    let mut prefix = vec![0u8; reserved as usize];
+    prefix[..h.len()].copy_from_slice(&h);
+    f.write_all_at(&prefix, region).unwrap();
+    drop(f);
+
+    let ring = RingFile::open(&path).unwrap();
+    let t = ring.allocations().expect("the table is read");
+    assert_eq!((t.capacity, t.live.len(), t.torn), (65536, 0, 0));
+    let (code, rss_kib) = run_measured(Command::new(PROBE).args(["leaks", path.to_str().unwrap()]));
+    assert_eq!(code, Some(0));
+    // The whole table at once would be 64 MiB besides rip-probe's own.
+    assert!(rss_kib < 48 * 1024, "rip-probe used {rss_kib} KiB");
+}
+
 #[test]
 fn truncating_a_ring_while_it_is_read_is_an_error_never_a_signal() {
     let dir = TempDir::new("/dev/shm", "truncate");

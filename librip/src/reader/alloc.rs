@@ -12,6 +12,8 @@ const MAX_ENTRY_SIZE: u32 = 1024;
 const MAX_FRAMES: u32 = 64;
 /// Attempts at a consistent copy of an entry a live writer is rewriting.
 const SETTLE_TRIES: usize = 4;
+/// Entries read at a time (at most 1 MiB of the largest entries).
+const CHUNK_ENTRIES: u32 = 1024;
 
 /// One sampled allocation that was live when the table was read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +49,10 @@ pub struct AllocTable {
     pub dropped: u64,
     /// Recorded allocations freed since.
     pub freed: u64,
+    /// Whether the writer could not reserve room in the file for more of
+    /// the table (the file system holding the ring was full): `dropped`
+    /// then counts samples that found no room in the file.
+    pub file_full: bool,
     /// Entries found half-written (a writer killed while recording, or a
     /// corrupt file): left out and counted.
     pub torn: u32,
@@ -111,7 +117,7 @@ pub(crate) fn read(
             "allocation table at {region} ({size} bytes) does not fit between the slots and the end of the file"
         )));
     }
-    let mut h = vec![0u64; 8];
+    let mut h = vec![0u64; 9];
     src.words(region, &mut h)?;
     if h[hdr::MAGIC / 8] == 0 {
         return Ok(None);
@@ -153,34 +159,42 @@ pub(crate) fn read(
     }
     let base = region + u64::from(fmt::HEADER_SIZE);
     let ew = (entry_size / 8) as usize;
-    let mut words = vec![0u64; ew * capacity as usize];
-    src.words(base, &mut words)?;
+    // A chunk at a time: the table's later zones may be holes (a writer
+    // reserves them as it reaches them), so what the file holds does not
+    // bound the table's size; this bounds what reading it takes.
+    let chunk = (CHUNK_ENTRIES as usize).min(capacity as usize);
+    let mut words = vec![0u64; ew * chunk];
     let mut table = AllocTable {
         mean,
         capacity,
         sampled: h[hdr::SAMPLED / 8],
         dropped: h[hdr::DROPPED / 8],
         freed: h[hdr::FREED / 8],
+        file_full: h[hdr::FILE_FULL / 8] != 0,
         torn: 0,
         live: Vec::new(),
     };
-    for (i, e) in words.chunks_exact_mut(ew).enumerate() {
-        let mut tries = 0;
-        loop {
-            match decode(e, frames) {
-                Decoded::Free => break,
-                Decoded::Live(a) => {
-                    table.live.push(a);
-                    break;
-                }
-                Decoded::Torn if tries < SETTLE_TRIES => {
-                    // A live writer may be rewriting it: copy it again.
-                    tries += 1;
-                    src.words(base + (i * ew * 8) as u64, e)?;
-                }
-                Decoded::Torn => {
-                    table.torn += 1;
-                    break;
+    for first in (0..capacity as usize).step_by(chunk) {
+        let at = base + (first * ew * 8) as u64;
+        src.words(at, &mut words)?;
+        for (i, e) in words.chunks_exact_mut(ew).enumerate() {
+            let mut tries = 0;
+            loop {
+                match decode(e, frames) {
+                    Decoded::Free => break,
+                    Decoded::Live(a) => {
+                        table.live.push(a);
+                        break;
+                    }
+                    Decoded::Torn if tries < SETTLE_TRIES => {
+                        // A live writer may be rewriting it: copy it again.
+                        tries += 1;
+                        src.words(at + (i * ew * 8) as u64, e)?;
+                    }
+                    Decoded::Torn => {
+                        table.torn += 1;
+                        break;
+                    }
                 }
             }
         }

@@ -99,15 +99,32 @@ pub(crate) struct Created {
     pub(crate) on_tmpfs: bool,
 }
 
+/// The last bytes of a file that the header announces (the allocation
+/// table), and how many of them, from their start, are reserved with the
+/// header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tail {
+    pub(crate) len: u64,
+    pub(crate) reserved: u64,
+}
+
+impl Tail {
+    /// No tail.
+    pub(crate) const NONE: Tail = Tail {
+        len: 0,
+        reserved: 0,
+    };
+}
+
 /// Creates `path` (in a private 0700 directory that is made or checked when
 /// `private_dir`) holding `header` followed by zeroes up to `size` bytes,
-/// the header's pages and the last `tail` bytes (the allocation table, which
-/// the header announces) reserved before the file gets its name.
+/// the header's pages and the reserved part of `tail` reserved before the
+/// file gets its name.
 pub(crate) fn create(
     path: &Path,
     header: &[u8],
     size: u64,
-    tail: u64,
+    tail: Tail,
     private_dir: bool,
 ) -> Result<Created, Error> {
     let (dir_path, name) = split(path)?;
@@ -287,7 +304,7 @@ fn check(file: &File, path: &Path, links: u64) -> Result<(), Error> {
 }
 
 /// Sizes the file, reserves the header's pages and writes the header.
-fn prepare(file: &File, path: &Path, header: &[u8], size: u64, tail: u64) -> Result<(), Error> {
+fn prepare(file: &File, path: &Path, header: &[u8], size: u64, tail: Tail) -> Result<(), Error> {
     check(file, path, 0)?;
     size_and_reserve(file, path, size, header.len() as u64, tail)?;
     file.write_all_at(header, 0)
@@ -299,12 +316,14 @@ fn size_and_reserve(
     path: &Path,
     size: u64,
     header: u64,
-    tail: u64,
+    tail: Tail,
 ) -> Result<(), Error> {
     file.set_len(size).map_err(|e| Error::io("size", path, e))?;
     reserve(file, 0, header).map_err(|e| Error::io("reserve space for", path, e))?;
-    if tail > 0 {
-        reserve(file, size - tail, tail).map_err(|e| Error::io("reserve space for", path, e))?;
+    let reserved = tail.reserved.min(tail.len);
+    if reserved > 0 {
+        reserve(file, size - tail.len, reserved)
+            .map_err(|e| Error::io("reserve space for", path, e))?;
     }
     Ok(())
 }
@@ -380,7 +399,7 @@ fn create_excl(
     path: &Path,
     header: &[u8],
     size: u64,
-    tail: u64,
+    tail: Tail,
 ) -> Result<File, Error> {
     let flags = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_RDWR;
     let fd = open_at(dir.as_raw_fd(), name, flags).map_err(|err| match err.raw_os_error() {
@@ -490,17 +509,17 @@ mod tests {
         let name = CString::new("a.ring").unwrap();
         let mut header = vec![7u8; 4096];
         header[..8].copy_from_slice(&format::MAGIC);
-        let f = create_excl(&dir, &name, &path, &header, 8192, 0).unwrap();
+        let f = create_excl(&dir, &name, &path, &header, 8192, Tail::NONE).unwrap();
         let m = f.metadata().unwrap();
         assert_eq!((m.len(), m.mode() & 0o7777, m.nlink()), (8192, 0o600, 1));
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[..4096], &header[..]);
-        let again = create_excl(&dir, &name, &path, &header, 8192, 0);
+        let again = create_excl(&dir, &name, &path, &header, 8192, Tail::NONE);
         assert!(matches!(again, Err(Error::Exists(_))));
         let target = base.join("target");
         std::os::unix::fs::symlink(&target, base.join("l.ring")).unwrap();
         let l = CString::new("l.ring").unwrap();
-        let linked = create_excl(&dir, &l, &base.join("l.ring"), &header, 8192, 0);
+        let linked = create_excl(&dir, &l, &base.join("l.ring"), &header, 8192, Tail::NONE);
         assert!(matches!(linked, Err(Error::Exists(_))));
         assert!(!target.exists());
         std::fs::remove_dir_all(&base).unwrap();

@@ -181,11 +181,17 @@ impl Ring {
         }
         let mut table = modules::ModuleTable::default();
         let image = header::build(&layout, &mut table);
-        // The allocation table is reserved with the header: a reader
-        // holds a file to the bytes it stores, and the header announces it.
-        let tail = match layout.alloc_region {
-            0 => 0,
-            r => layout.file_size - r,
+        // The allocation table's header and first zones are reserved with
+        // the file's header (a reader holds a file to the bytes it stores,
+        // and the header announces them); the sampler reserves the rest
+        // before it stores there, where the kernel allows (alloc.rs).
+        let tail = match (layout.alloc_region, sampler) {
+            (0, _) | (_, None) => file::Tail::NONE,
+            (r, Some(cfg)) => file::Tail {
+                len: layout.file_size - r,
+                reserved: u64::from(format::alloc::HEADER_SIZE)
+                    + u64::from(cfg.reserved) * u64::from(format::alloc::ENTRY_SIZE),
+            },
         };
         let created = file::create(&path, &image, layout.file_size, tail, private_dir)?;
         if !created.on_tmpfs && !WARNED.swap(true, Ordering::Relaxed) {

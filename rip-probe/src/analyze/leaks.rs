@@ -378,6 +378,7 @@ mod tests {
             mean: 1000,
             sampled: 3,
             dropped: 0,
+            file_full: false,
             freed: 0,
             torn: 0,
             live: vec![

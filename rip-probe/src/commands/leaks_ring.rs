@@ -103,7 +103,12 @@ fn report(
             "the process is gone: what was live at its end (ages are as of now)".into(),
         );
     }
-    if table.dropped > 0 {
+    if table.dropped > 0 && table.file_full {
+        warnings.push(format!(
+            "{} sampled allocations found no room in the ring's file system (it is full) and are not counted: the totals are lower bounds (free space there, or put the ring elsewhere: RIP_ALLOC_RING)",
+            table.dropped
+        ));
+    } else if table.dropped > 0 {
         warnings.push(format!(
             "{} sampled allocations found the table full and are not counted: the totals are lower bounds (a larger table: RIP_ALLOC_TABLE)",
             table.dropped

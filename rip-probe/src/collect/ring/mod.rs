@@ -111,6 +111,9 @@ pub struct AllocEvidence {
     pub freed: u64,
     /// Samples the full table could not hold.
     pub dropped: u64,
+    /// Whether the ring's file system was full: then `dropped` counts
+    /// samples that found no room in the file, not in the table.
+    pub file_full: bool,
     /// Entries found half-written, left out.
     pub torn: u32,
     /// The live samples.

@@ -65,6 +65,7 @@ impl RingView {
                 sampled: t.sampled,
                 freed: t.freed,
                 dropped: t.dropped,
+                file_full: t.file_full,
                 torn: t.torn,
                 live: t
                     .live
