@@ -42,6 +42,39 @@ pub fn privileged_tests_enabled(test: &str, what: &str) -> bool {
     true
 }
 
+/// A tmpfs of `size` (as mount's `size=` option says it) mounted at `dir`
+/// for the life of the value: a full file system for the tests of what
+/// happens when there is no room. Needs root.
+pub struct Tmpfs<'a>(&'a Path);
+
+impl<'a> Tmpfs<'a> {
+    /// Mounts it, or panics saying how to skip the tests that need it.
+    pub fn mount(dir: &'a Path, size: &str) -> Tmpfs<'a> {
+        let m = run(Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "rip-test",
+            ])
+            .arg(dir));
+        assert!(
+            m.status.success(),
+            "cannot mount a tmpfs at {} ({}): run as root, or set {SKIP_PRIVILEGED_ENV}=1",
+            dir.display(),
+            String::from_utf8_lossy(&m.stderr).trim()
+        );
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0).status();
+    }
+}
+
 /// The calling thread's id.
 pub fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.

@@ -393,12 +393,15 @@ fn a_full_table_drops_and_says_so() {
         t.dropped
     );
     assert_eq!(t.sampled - t.freed, t.live.len() as u64);
+    assert_drops_said(&ring, t.dropped, "found the table full");
+}
+
+/// Asserts that `rip-probe leaks RING` says how many samples were dropped,
+/// and `why`.
+fn assert_drops_said(ring: &Path, dropped: u64, why: &str) {
     let report = leaks(&["leaks", ring.to_str().unwrap()]);
     assert!(
-        report.contains(&format!(
-            "{} sampled allocations found the table full",
-            t.dropped
-        )),
+        report.contains(&format!("{dropped} sampled allocations {why}")),
         "{report}"
     );
 }
@@ -470,24 +473,7 @@ fn a_full_tmpfs_drops_samples_and_says_so() {
     }
     let dir = TempDir::new("/tmp", "alloc-fulltmpfs");
     let mnt = dir.path();
-    let m = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k,mode=0700", "rip-test"])
-        .arg(mnt)
-        .output()
-        .expect("run mount");
-    assert!(
-        m.status.success(),
-        "cannot mount a tmpfs at {} ({}): run as root, or set RIP_SKIP_PRIVILEGED_TESTS=1",
-        mnt.display(),
-        String::from_utf8_lossy(&m.stderr).trim()
-    );
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _u = Unmount(mnt);
+    let _tmpfs = rip_tests::Tmpfs::mount(mnt, "256k");
     let ring = mnt.join("full.ring");
     // 64 KiB of ring header and 116 KiB of the table's first zones fit in
     // 256 KiB; the next zone's 128 KiB does not.
@@ -502,14 +488,7 @@ fn a_full_tmpfs_drops_samples_and_says_so() {
     );
     assert!(t.dropped > 0);
     assert_eq!(t.sampled - t.freed, t.live.len() as u64);
-    let report = leaks(&["leaks", ring.to_str().unwrap()]);
-    assert!(
-        report.contains(&format!(
-            "{} sampled allocations found no room in the ring's file system",
-            t.dropped
-        )),
-        "{report}"
-    );
+    assert_drops_said(&ring, t.dropped, "found no room in the ring's file system");
 }
 
 /// Killed at random points of the storm, the writer leaves a table the

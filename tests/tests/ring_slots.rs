@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use librip::reader::SlotKind;
-use rip_tests::{TempDir, check_whole, facts, privileged_tests_enabled, read_ring, run};
+use rip_tests::{TempDir, Tmpfs, check_whole, facts, privileged_tests_enabled, read_ring, run};
 
 const WRITER: &str = env!("CARGO_BIN_EXE_ring-writer");
 
@@ -54,22 +54,7 @@ fn a_full_tmpfs_fails_registration_not_snaps() {
     }
     let dir = TempDir::new("/tmp", "fulltmpfs");
     let mnt = dir.path();
-    let m = run(Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=128k,mode=0700", "rip-test"])
-        .arg(mnt));
-    assert!(
-        m.status.success(),
-        "cannot mount a tmpfs at {} ({}): run as root, or set RIP_SKIP_PRIVILEGED_TESTS=1",
-        mnt.display(),
-        String::from_utf8_lossy(&m.stderr).trim()
-    );
-    struct Unmount<'a>(&'a std::path::Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _u = Unmount(mnt);
+    let _tmpfs = Tmpfs::mount(mnt, "128k");
 
     let path = mnt.join("full.ring");
     let out = run(Command::new(WRITER).arg("fill").arg(&path));
