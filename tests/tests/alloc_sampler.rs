@@ -54,7 +54,7 @@ fn leak_every_call(args: &[&str], env: &[(&str, &str)], ring: &Path) {
     cmd.args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null());
-    let out = preloaded(cmd, "1", ring).output().expect("run alloc_leaks");
+    let out = output(&mut preloaded(cmd, "1", ring), "alloc_leaks");
     assert!(
         out.status.success(),
         "{}",
@@ -225,6 +225,37 @@ fn wait_or_hang(child: &mut std::process::Child, limit: Duration, what: &str) ->
     }
 }
 
+/// Runs `cmd` to its end with its output collected, as `Command::output`,
+/// but a run that outlasts `HANG` (a sampler that loops or deadlocks) is
+/// killed and fails the test, saying `what`, instead of hanging it.
+fn output(cmd: &mut Command, what: &str) -> std::process::Output {
+    fn drain(r: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    wait_or_hang(&mut child, HANG, what);
+    let status = child.wait().expect("wait");
+    std::process::Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// Longer than any healthy run of these programs takes on a loaded machine.
+const HANG: Duration = Duration::from_secs(600);
+
 /// The counts of `RIP_ALLOC_CHECK_UNWIND`'s line on `stderr`: stacks the
 /// cached unwinder walked that libgcc walked too, and how many differed.
 fn unwind_checks(stderr: &str) -> (u64, u64) {
@@ -333,7 +364,7 @@ fn blocks_of_one_bucket_are_forgotten_in_any_order() {
         } else {
             sampled(cmd, mean, &ring)
         };
-        let out = cmd.output().expect("run alloc_leaks buckets");
+        let out = output(&mut cmd, "alloc_leaks buckets");
         assert!(
             String::from_utf8_lossy(&out.stdout).contains("buckets ok"),
             "{name}: {}",
@@ -422,9 +453,7 @@ fn the_table_takes_room_as_sampling_reaches_it() {
     let few = dir.join("few.ring");
     let mut cmd = Command::new(alloc_leaks());
     cmd.args(["buckets"]).stdout(Stdio::null());
-    let out = preloaded(cmd, "512k", &few)
-        .output()
-        .expect("run alloc_leaks");
+    let out = output(&mut preloaded(cmd, "512k", &few), "alloc_leaks buckets");
     assert!(
         out.status.success(),
         "{}",
@@ -598,9 +627,7 @@ fn cached_unwinder_walks_python_as_libgcc_does() {
     let mut cmd = Command::new("/usr/bin/python3");
     cmd.args(["-c", &script])
         .env(librip::alloc::CHECK_UNWIND_ENV, "1");
-    let out = preloaded(cmd, "1", &ring)
-        .output()
-        .expect("run /usr/bin/python3");
+    let out = output(&mut preloaded(cmd, "1", &ring), "/usr/bin/python3");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "3000 True\n");
@@ -644,7 +671,7 @@ fn bad_settings_are_said_once() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let out = preloaded(cmd, "lots", &ring).output().expect("run");
+    let out = output(&mut preloaded(cmd, "lots", &ring), "alloc_leaks");
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
