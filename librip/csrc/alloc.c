@@ -162,11 +162,11 @@ static uint64_t *zone_entry(uint64_t *entries, struct zone z, uint64_t h, unsign
 /* Entries from the table's first whose pages are reserved in the file
  * (the ring's writer reserved the first zones' where the kernel can
  * reserve the rest later, else all of them; a zone after those is
- * reserved before sampling moves into it), and whether reserving failed:
- * the file system is full, and sampling stays where it is, counting the
- * samples it cannot place as dropped. */
+ * reserved before sampling moves into it). Once reserving fails (the file
+ * system is full) the region header's file_full word says so, and
+ * sampling stays where it is, counting the samples it cannot place as
+ * dropped. */
 static uint64_t ra_reserved;
-static int ra_reserve_failed;
 
 /* Reserves the pages of the entries up to `end` (a prefix of the table:
  * zones are whole pages, as is the region header). A store into a page of
@@ -178,13 +178,13 @@ static int reserve_to(uint64_t end)
     uint64_t have = __atomic_load_n(&ra_reserved, __ATOMIC_ACQUIRE);
     if (end <= have)
         return 1;
-    if (__atomic_load_n(&ra_reserve_failed, __ATOMIC_RELAXED))
+    uint64_t *full = &ra_header[RIP_ALLOC_HDR_FILE_FULL];
+    if (__atomic_load_n(full, __ATOMIC_RELAXED))
         return 0;
     char *from = (char *)ra_entries + have * RIP_ALLOC_ENTRY_SIZE;
     if (madvise(from, (end - have) * RIP_ALLOC_ENTRY_SIZE, MADV_POPULATE_WRITE) != 0) {
-        __atomic_store_n(&ra_reserve_failed, 1, __ATOMIC_RELAXED);
-        /* For the reader: the drops that follow are the file system's. */
-        __atomic_store_n(&ra_header[RIP_ALLOC_HDR_FILE_FULL], 1, __ATOMIC_RELAXED);
+        /* Also the reader's: the drops that follow are the file system's. */
+        __atomic_store_n(full, 1, __ATOMIC_RELAXED);
         return 0;
     }
     while (have < end && !__atomic_compare_exchange_n(&ra_reserved, &have, end, 1,
@@ -713,20 +713,15 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean, uin
         ra_top_level++;
     memset(ra_reach, 0, sizeof ra_reach);
     ra_reserved = reserved < capacity ? reserved : capacity;
-    ra_reserve_failed = 0;
     ra_mean = mean ? mean : 1;
-    /* The header's and the first zones' pages were reserved in the file
-     * (fallocate): mapping them now costs no memory and takes the page
-     * faults (one per 16 entries) out of the samples. Only those (up to
-     * 448 entries, 116 KiB): later zones are reached by programs that keep
-     * hundreds of samples live, and are reserved and mapped as sampling
-     * reaches them (reserve_to); where the whole table was reserved (a
-     * kernel before 5.14, which says EINVAL here), they fault in a page at
-     * a time as their samples land. */
-    uint64_t first = ((uint64_t)RA_ZONE_MIN << 3) - RA_ZONE_MIN; /* zones 0 to 2 */
-    if (first > ra_reserved)
-        first = ra_reserved;
-    (void)madvise(region, RIP_ALLOC_HEADER_SIZE + first * RIP_ALLOC_ENTRY_SIZE,
+    /* The header's and the reserved entries' pages (the first zones', 116
+     * KiB, where the kernel can reserve later zones as sampling reaches
+     * them: reserve_to) are in the file (fallocate): mapping them now
+     * costs no memory and takes the page faults (one per 16 entries) out
+     * of the samples. Where the whole table was reserved, the kernel is
+     * one before 5.14, which says EINVAL here: its zones fault in a page
+     * at a time as their samples land. */
+    (void)madvise(region, RIP_ALLOC_HEADER_SIZE + ra_reserved * RIP_ALLOC_ENTRY_SIZE,
                   MADV_POPULATE_WRITE);
     /* Counts of another table (a forked child's parent's) go; the marks
      * of bootstrap blocks stay. A bucket line that is all zero (every one

@@ -209,22 +209,6 @@ fn sampled_estimate_is_within_sampling_error() {
     assert!(out.contains("sampled every 16.0 KiB on average"), "{out}");
 }
 
-/// Waits for `child` to exit; a hang (a deadlock) fails after `limit`,
-/// which no load makes a healthy run reach.
-fn wait_or_hang(child: &mut std::process::Child, limit: Duration, what: &str) -> bool {
-    let t = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status.success();
-        }
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{what} still running after {limit:?}: deadlocked");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Runs `cmd` to its end with its output collected, as `Command::output`,
 /// but a run that outlasts `HANG` (a sampler that loops or deadlocks) is
 /// killed and fails the test, saying `what`, instead of hanging it.
@@ -244,8 +228,17 @@ fn output(cmd: &mut Command, what: &str) -> std::process::Output {
         .spawn()
         .unwrap_or_else(|e| panic!("run {what}: {e}"));
     let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-    wait_or_hang(&mut child, HANG, what);
-    let status = child.wait().expect("wait");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if t.elapsed() > HANG {
+            let _ = child.kill();
+            panic!("{what} still running after {HANG:?}: deadlocked or looping");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     std::process::Output {
         status,
         stdout: out.join().unwrap(),
@@ -294,30 +287,20 @@ fn storm_with_fork_keeps_the_table_whole() {
         let ring = dir.join(&format!("{}.ring", name.replace(' ', "-")));
         let mut cmd = Command::new(exe);
         cmd.args(["storm", "4"])
-            .env(librip::alloc::CHECK_UNWIND_ENV, "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .env(librip::alloc::CHECK_UNWIND_ENV, "1");
         let mut cmd = if preload {
             preloaded(cmd, "1", &ring)
         } else {
             sampled(cmd, "1", &ring)
         };
-        let mut child = cmd.spawn().expect("spawn the storm");
-        let err = {
-            let mut e = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = std::io::Read::read_to_string(&mut e, &mut s);
-                s
-            })
-        };
-        let ok = wait_or_hang(&mut child, Duration::from_secs(600), name);
-        let mut out = String::new();
-        std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-        let err = err.join().unwrap();
+        let out = output(&mut cmd, name);
+        let (stdout, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
         assert!(
-            ok && out.contains("storm ok 20 forks"),
-            "{name}: {out}{err}"
+            out.status.success() && stdout.contains("storm ok 20 forks"),
+            "{name}: {stdout}{err}"
         );
         let t = table(&ring);
         assert_eq!((t.torn, t.dropped), (0, 0), "{name}");
