@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt::Write};
 /// The checks rip-vmcheck runs, in its order (the matrix's columns).
 pub const CHECKS: &[&str] = &[
     "pid", "dump", "uprobe", "calls", "locks", "offcpu", "switch", "bounds", "foreign", "pidns",
-    "cleanup", "bulk", "leaks", "dmesg",
+    "cleanup", "bulk", "leaks", "sampler", "dmesg",
 ];
 
 /// What one machine (the host or a guest) reported.

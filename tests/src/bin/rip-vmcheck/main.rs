@@ -9,7 +9,11 @@
 //! Usage: `rip-vmcheck --probe RIP_PROBE --stuck VM_STUCK --uninstrumented
 //! UNINSTRUMENTED [--dir DIR] [--dmesg-all]` (DIR: where ring files go, on
 //! tmpfs; `--dmesg-all`: check the whole kernel log, as a guest does, not
-//! only what was logged while the suite ran).
+//! only what was logged while the suite ran). `rip-vmcheck
+//! --sampled-workload RING` is the `sampler` check's workload (the suite
+//! runs itself).
+
+mod sampler;
 
 use std::{
     collections::BTreeSet,
@@ -23,9 +27,16 @@ use anyhow::{Context, Result, bail, ensure};
 use rip_ebpf::{names, offcpu::names as offcpu_names};
 use serde_json::Value;
 
+/// librip's allocation sampler, for the `sampler` check's workload: it
+/// forwards every call and samples none unless the workload makes a ring
+/// with an allocation table.
+#[global_allocator]
+static ALLOC: librip::alloc::Sampled<std::alloc::System> =
+    librip::alloc::Sampled::new(std::alloc::System);
+
 /// The workload's source: the `SNAP:` markers give the expected lines.
-const STUCK_SRC: &str = include_str!("../../c/vm_stuck.c");
-const UNINSTRUMENTED_SRC: &str = include_str!("../../c/uninstrumented.c");
+const STUCK_SRC: &str = include_str!("../../../c/vm_stuck.c");
+const UNINSTRUMENTED_SRC: &str = include_str!("../../../c/uninstrumented.c");
 /// What `tests/c/heap_leaks.c` loses per round: blocks of bytes from
 /// `leak_here` (malloc) and from `leak_zeroed` (calloc).
 const HEAP_LEAKS: [(&str, &str, u64, u64); 2] = [
@@ -93,6 +104,10 @@ const ROLES: &[Role] = &[
 ];
 
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 3 && args[1] == "--sampled-workload" {
+        sampler::workload(Path::new(&args[2]));
+    }
     let paths = match parse_args() {
         Ok(p) => p,
         Err(e) => {
@@ -144,6 +159,7 @@ fn main() {
     report("cleanup", check_cleanup(&paths));
     report("bulk", check_bulk(&paths));
     report("leaks", check_leaks(&paths));
+    report("sampler", sampler::check(&paths));
     report("dmesg", check_dmesg(kmsg_start));
     println!("RIPDONE");
     std::process::exit(i32::from(failed));
@@ -723,30 +739,10 @@ fn check_leaks(paths: &Paths) -> Result<String> {
         lost["events"] == 0 && lost["heap_calls"] == 0,
         "events lost: {lost}"
     );
-    let functions = |s: &Value| -> Vec<String> {
-        s["frames"]
-            .as_array()
-            .map(|f| {
-                f.iter()
-                    .filter_map(|f| f["function"].as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let blocks: Vec<&Value> = r["stacks"]
-        .as_array()
-        .context("no stacks")?
-        .iter()
-        .filter(|s| s["kind"] == "heap")
-        .collect();
     let mut found = Vec::new();
     for (func, call, count, bytes) in HEAP_LEAKS {
-        let under: Vec<&&Value> = blocks
-            .iter()
-            .filter(|s| functions(s).iter().any(|f| f == func))
-            .collect();
-        let n: u64 = under.iter().filter_map(|s| s["count"].as_u64()).sum();
-        let b: u64 = under.iter().filter_map(|s| s["bytes"].as_u64()).sum();
+        let under = heap_under(&r, func)?;
+        let (n, b) = count_and_bytes(&under);
         ensure!(
             (n, b) == (count * HEAP_ROUNDS, count * bytes * HEAP_ROUNDS),
             "under {func}: {n} blocks, {b} bytes; {} and {} lost",
@@ -760,9 +756,7 @@ fn check_leaks(paths: &Paths) -> Result<String> {
         found.push(format!("{n} from {func} ({call})"));
     }
     ensure!(
-        !blocks
-            .iter()
-            .any(|s| functions(s).iter().any(|f| f == "balanced_heap")),
+        heap_under(&r, "balanced_heap")?.is_empty(),
         "a false leak under balanced_heap"
     );
     Ok(format!(
@@ -772,6 +766,28 @@ fn check_leaks(paths: &Paths) -> Result<String> {
         found.join(", "),
         heap["calls"].as_u64().unwrap_or(0)
     ))
+}
+
+/// The heap's stacks of a `rip-probe leaks --json` report (stacks inlined)
+/// that have `function` among their frames.
+fn heap_under<'a>(report: &'a Value, function: &str) -> Result<Vec<&'a Value>> {
+    Ok(report["stacks"]
+        .as_array()
+        .context("no stacks")?
+        .iter()
+        .filter(|s| s["kind"] == "heap")
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["function"] == function))
+        })
+        .collect())
+}
+
+/// The blocks and bytes of `stacks`, added up.
+fn count_and_bytes(stacks: &[&Value]) -> (u64, u64) {
+    let sum = |key: &str| stacks.iter().filter_map(|s| s[key].as_u64()).sum();
+    (sum("count"), sum("bytes"))
 }
 
 /// `rip-probe calls`: its uprobe and uretprobe programs load on this
