@@ -160,7 +160,7 @@ static uint64_t *zone_entry(uint64_t *entries, struct zone z, uint64_t h, unsign
 }
 
 /* Entries from the table's first whose pages are reserved in the file
- * (the ring's writer reserved the first zones' where the kernel can
+ * (the ring's writer reserved the first zone's where the kernel can
  * reserve the rest later, else all of them; a zone after those is
  * reserved before sampling moves into it). Once reserving fails (the file
  * system is full) the region header's file_full word says so, and
@@ -714,7 +714,7 @@ void rip_alloc_configure(uint64_t *region, uint64_t capacity, uint64_t mean, uin
     memset(ra_reach, 0, sizeof ra_reach);
     ra_reserved = reserved < capacity ? reserved : capacity;
     ra_mean = mean ? mean : 1;
-    /* The header's and the reserved entries' pages (the first zones', 116
+    /* The header's and the reserved entries' pages (the first zone's, 16
      * KiB, where the kernel can reserve later zones as sampling reaches
      * them: reserve_to) are in the file (fallocate): mapping them now
      * costs no memory and takes the page faults (one per 16 entries) out

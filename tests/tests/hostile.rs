@@ -102,9 +102,10 @@ fn a_sparse_ring_claiming_huge_sizes_is_refused_without_memory_or_tmpfs() {
 /// An allocation table may be mostly holes (its writer reserves zones as
 /// sampling reaches them), so what the file holds does not bound it: a
 /// sparse table claiming the largest size a reader accepts (65,536 entries
-/// of 1 KiB, 64 MiB), of which the file holds only what a writer reserves
-/// up front (116 KiB), reads as empty, a chunk at a time, without the
-/// memory or the file system's room for the rest.
+/// of 1 KiB, 64 MiB), of which the file holds only the region's header
+/// (what a reader requires: how much more a writer reserves up front is
+/// its own choice), reads as empty, a chunk at a time, without the memory
+/// or the file system's room for the rest.
 #[test]
 fn a_sparse_allocation_table_of_the_largest_size_reads_in_bounded_memory() {
     use librip::format::alloc;
@@ -128,9 +129,8 @@ fn a_sparse_allocation_table_of_the_largest_size_reads_in_bounded_memory() {
     std::fs::write(&path, &b).unwrap();
     let f = std::fs::File::options().write(true).open(&path).unwrap();
     f.set_len(region + size).unwrap();
-    // What a writer reserves up front is held; the rest is a hole.
-    let reserved = alloc::HEADER_SIZE + alloc::RESERVED_ENTRIES * alloc::ENTRY_SIZE;
-    let mut prefix = vec![0u8; reserved as usize];
+    // The region's header is held; the entries are a hole.
+    let mut prefix = vec![0u8; alloc::HEADER_SIZE as usize];
     prefix[..h.len()].copy_from_slice(&h);
     f.write_all_at(&prefix, region).unwrap();
     drop(f);

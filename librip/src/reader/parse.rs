@@ -190,14 +190,12 @@ pub(crate) fn parse(src: &impl Source) -> Result<RingFile, ReadError> {
     } else {
         f.u64(hdr::ALLOC_REGION_SIZE)
     };
-    // Of the allocation table, only the part a writer reserves up front
-    // (its later zones are reserved as sampling reaches them): reading the
-    // rest, holes or not, is bounded by the largest table a reader
-    // accepts, and is read a chunk at a time (reader::alloc).
-    let alloc_held = alloc_size.min(
-        u64::from(format::alloc::HEADER_SIZE)
-            + u64::from(format::alloc::RESERVED_ENTRIES) * u64::from(format::alloc::ENTRY_SIZE),
-    );
+    // Of the allocation table, only its region header: how much of the
+    // table a writer reserves up front is its own choice (librip's has
+    // changed), the rest is reserved as sampling reaches it, and holes
+    // read as free entries. Reading the entries is bounded by the largest
+    // table a reader accepts, a chunk at a time (reader::alloc).
+    let alloc_held = alloc_size.min(u64::from(format::alloc::HEADER_SIZE));
     let claimed = regions
         .iter()
         .try_fold(header_size.checked_add(alloc_held), |acc, r| {

@@ -46,17 +46,23 @@ pub(crate) struct Config {
 }
 
 /// How many of a `capacity`-entry table's entries to reserve when the file
-/// is made: only the first zones' ([`alloc::RESERVED_ENTRIES`], csrc/alloc.c's
-/// zones of 64, 128 and 256 entries, which hold every sample of a program
-/// with less than about 100 MiB live at the default mean) where the kernel
-/// can reserve the rest of a shared mapping's pages later without a fault
+/// is made: only the first zone's ([`alloc::RESERVED_ENTRIES`], csrc/alloc.c's
+/// zone of 64 entries, which holds every sample of a program with less
+/// than about 16 MiB live at the default mean; a program with more pays a
+/// `madvise` call as sampling reaches each later zone, a few in its life)
+/// where the kernel can reserve the rest of a shared mapping's pages later
+/// without a fault
 /// (`MADV_POPULATE_WRITE`, Linux 5.14, which says EINVAL before: then all
 /// of them). The sampler reserves each further zone before it places a
 /// sample there, and stays where it is (counting the samples it cannot
 /// place, and saying the file system was full) if it cannot. Reserving the
 /// default table's 4 MiB with the file took about 1.1 ms (`strace -T`) and
 /// most of a short sampled process's start: `/bin/true` sampled used 5.7
-/// ms of CPU, 2.3 ms with this (150 paired rounds; 1.5 ms preloaded).
+/// ms of CPU, 2.3 ms with the first three zones reserved (150 paired
+/// rounds; 1.5 ms preloaded). Every sampled process leaves its ring on
+/// tmpfs, which is memory: with the first zone alone, a ring of a process
+/// that samples little holds 84 KiB where the first three zones made it
+/// 180 KiB, and a wrapper chain leaves one per process.
 fn reserved_entries(capacity: u32) -> u32 {
     static LATER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let later = *LATER.get_or_init(|| {
