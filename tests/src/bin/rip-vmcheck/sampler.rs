@@ -7,8 +7,9 @@
 //! The table's pages are reserved in the ring file as sampling reaches
 //! them where the kernel can report a full file system as an error
 //! (`MADV_POPULATE_WRITE`, Linux 5.14), and all at once with the ring where
-//! it cannot: the workload keeps more blocks live than the first zones
-//! reserved with the ring hold, so it takes one path or the other, and
+//! it cannot: the workload keeps more blocks live than the zones reserved
+//! with the ring hold (the first, 64 entries; earlier writers' first
+//! three, 448), so it takes one path or the other, and
 //! the check says which and that it was the right one for the kernel.
 
 use std::{
@@ -21,7 +22,7 @@ use anyhow::{Context, Result, ensure};
 use librip::format::{alloc, hdr};
 
 /// Blocks the workload keeps live, every allocation sampled: more than
-/// the table's first zones hold (`alloc::RESERVED_ENTRIES`).
+/// the zones reserved with the ring hold (`alloc::RESERVED_ENTRIES`).
 const BLOCKS: usize = 1000;
 /// Bytes of each.
 const BYTES: usize = 1000;
