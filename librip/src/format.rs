@@ -152,13 +152,6 @@ pub mod alloc {
     pub const PROBE: u32 = 64;
     /// Entries of a table when none are asked for.
     pub const DEFAULT_CAPACITY: u32 = 16384;
-    /// Entries, from the table's first, whose pages librip's writer
-    /// reserves in the file with the region header (the whole table when
-    /// it is smaller): its first zone. The rest of the table may be a hole
-    /// until the writer first places an entry there, and reads as free
-    /// entries. A writer's choice, not the layout's: readers require only
-    /// the region header's pages (earlier writers reserved 448 entries).
-    pub const RESERVED_ENTRIES: u32 = 64;
     /// The most entries a table may have (a power of two).
     pub const MAX_CAPACITY: u32 = 1 << 16;
     /// The sampling mean when none is asked for: 512 KiB, like jemalloc's.

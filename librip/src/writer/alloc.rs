@@ -45,8 +45,16 @@ pub(crate) struct Config {
     pub(crate) reserved: u32,
 }
 
+/// Entries, from the table's first, whose pages the writer reserves in the
+/// file with the region header where the kernel can reserve the rest later
+/// (the whole table when it is smaller): csrc/alloc.c's first zone. The
+/// writer's choice, not the layout's (docs/FORMAT.md): readers require only
+/// the region header's pages, and the rest may be holes, read as free
+/// entries (earlier writers reserved the first three zones, 448 entries).
+const RESERVED_ENTRIES: u32 = 64;
+
 /// How many of a `capacity`-entry table's entries to reserve when the file
-/// is made: only the first zone's ([`alloc::RESERVED_ENTRIES`], csrc/alloc.c's
+/// is made: only the first zone's ([`RESERVED_ENTRIES`], csrc/alloc.c's
 /// zone of 64 entries, which holds every sample of a program with less
 /// than about 16 MiB live at the default mean; a program with more pays a
 /// `madvise` call as sampling reaches each later zone, a few in its life)
@@ -85,7 +93,7 @@ fn reserved_entries(capacity: u32) -> u32 {
         }
     });
     if later {
-        capacity.min(alloc::RESERVED_ENTRIES)
+        capacity.min(RESERVED_ENTRIES)
     } else {
         capacity
     }

@@ -181,7 +181,7 @@ impl Ring {
         }
         let mut table = modules::ModuleTable::default();
         let image = header::build(&layout, &mut table);
-        // The allocation table's header and first zones are reserved with
+        // The allocation table's header and first zone are reserved with
         // the file's header (a reader holds a file to the bytes it stores,
         // and the header announces them); the sampler reserves the rest
         // before it stores there, where the kernel allows (alloc.rs).

@@ -19,10 +19,11 @@ use std::{
 };
 
 use anyhow::{Context, Result, ensure};
-use librip::format::{alloc, hdr};
+use librip::format::alloc;
 
 /// Blocks the workload keeps live, every allocation sampled: more than
-/// the zones reserved with the ring hold (`alloc::RESERVED_ENTRIES`).
+/// the zones reserved with the ring hold (64 entries; 448 by earlier
+/// writers).
 const BLOCKS: usize = 1000;
 /// Bytes of each.
 const BYTES: usize = 1000;
@@ -71,19 +72,6 @@ fn kernel_populates() -> Result<bool> {
     Ok((major, minor) >= (5, 14))
 }
 
-/// The allocation table's region in the ring: (offset, bytes).
-fn table_region(ring: &[u8]) -> Result<(u64, u64)> {
-    let word = |at: usize| -> Result<u64> {
-        let b = ring
-            .get(at..at + 8)
-            .context("the ring's header is cut short")?;
-        Ok(u64::from_le_bytes(b.try_into()?))
-    };
-    let (offset, size) = (word(hdr::ALLOC_REGION)?, word(hdr::ALLOC_REGION_SIZE)?);
-    ensure!(offset != 0, "the ring has no allocation table");
-    Ok((offset, size))
-}
-
 /// The check: the workload's blocks all in the ring after the kill, from
 /// [`KEEPER`], none dropped, and the table reserved as the kernel allows.
 pub fn check(paths: &super::Paths) -> Result<String> {
@@ -112,15 +100,17 @@ fn check_ring(paths: &super::Paths, ring: &Path) -> Result<String> {
         );
     }
 
-    let file = std::fs::File::open(ring).with_context(|| format!("{}", ring.display()))?;
-    let mut head = vec![0u8; 4096];
-    std::io::Read::read_exact(&mut &file, &mut head).context("reading the ring's header")?;
-    let (_, size) = table_region(&head)?;
+    // The table's size, by librip's reader.
+    let capacity = librip::reader::RingFile::open(ring)
+        .with_context(|| format!("{}", ring.display()))?
+        .allocations()
+        .context("the ring has no allocation table")?
+        .capacity;
+    let size = alloc::region_size(capacity);
     // The pages the file holds, reserved or written (fallocate's count in
     // st_blocks where SEEK_DATA may not see them): the ring's header and
     // its one thread's slot besides the table, a few pages.
-    let held = file.metadata()?.blocks() * 512;
-    let capacity = (size - alloc::HEADER_SIZE as u64) / alloc::ENTRY_SIZE as u64;
+    let held = std::fs::metadata(ring)?.blocks() * 512;
     let needed = alloc::region_size(BLOCKS as u32);
     let later = kernel_populates().context("the kernel's release")?;
     if later {
